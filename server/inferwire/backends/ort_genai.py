@@ -1,0 +1,307 @@
+"""The embedded ONNX Runtime GenAI backend (the default).
+
+Runs a model directory in ORT GenAI format (`genai_config.json`, `model.onnx`,
+`tokenizer.json`) in-process, on the CPU or, with `onnxruntime-genai-cuda`
+installed, on a CUDA GPU. Generation runs token by token in a worker thread;
+the thread checks a stop flag before every token, so closing the stream
+(cancellation, a passed deadline) stops the engine within one token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import onnxruntime_genai as og
+from pydantic import Field
+
+from inferwire.backends.base import Backend, BackendOptions, GenerationRecord
+from inferwire.core.stop_sequences import StopSequenceMatcher
+from inferwire.core.types import (
+    BackendHealth,
+    Capabilities,
+    FinishReason,
+    GenerationEnd,
+    GenerationParams,
+    InferenceRequest,
+    ModelLimits,
+    TextDelta,
+    Usage,
+)
+from inferwire.errors import ConfigurationError, FieldViolation, InvalidArgumentError
+
+log = logging.getLogger(__name__)
+
+BUILTIN_MODEL = "builtin"
+
+# How many deltas the engine may run ahead of the consumer. Bounded so a slow
+# or vanished client costs little memory and little wasted compute.
+_LOOKAHEAD_DELTAS = 8
+
+
+class OrtGenAIOptions(BackendOptions):
+    """`options` for a model served by the onnxruntime-genai backend."""
+
+    path: str = Field(
+        default=BUILTIN_MODEL,
+        description="Model directory in ORT GenAI format, or 'builtin' for the bundled demo model.",
+    )
+    device: Literal["cpu", "cuda"] = Field(
+        default="cpu", description="cpu, or cuda (needs the onnxruntime-genai-cuda package)."
+    )
+    max_output_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Largest max_tokens a request may ask for (default: context length).",
+    )
+    default_max_tokens: int = Field(
+        default=256, ge=1, description="max_tokens for requests that leave it unset."
+    )
+    context_separator: str = Field(
+        default="\n\n", description="Joins context passages, and separates them from the prompt."
+    )
+
+
+def builtin_model_path() -> Path:
+    return Path(str(resources.files("inferwire") / "models" / "demo"))
+
+
+class OrtGenAIBackend(Backend):
+    """A model run in-process by ONNX Runtime GenAI."""
+
+    name = "onnxruntime-genai"
+    options_type = OrtGenAIOptions
+    options: OrtGenAIOptions
+
+    def __init__(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> None:
+        super().__init__(model_name, options, max_concurrency)
+        self._model: og.Model | None = None
+        self._tokenizer: og.Tokenizer | None = None
+        self._eos_token_ids: frozenset[int] = frozenset()
+        self._context_length = 0
+        self._vocab_size = 0
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def model_path(self) -> Path:
+        if self.options.path == BUILTIN_MODEL:
+            return builtin_model_path()
+        return Path(self.options.path).expanduser()
+
+    async def load(self) -> None:
+        path = self.model_path
+        config_file = path / "genai_config.json"
+        if not config_file.is_file():
+            raise ConfigurationError(
+                f"model {self.model_name!r}: {config_file} not found; options.path must be "
+                "a directory in ONNX Runtime GenAI format"
+            )
+        if self.options.device == "cuda" and not og.is_cuda_available():
+            raise ConfigurationError(
+                f"model {self.model_name!r} asks for device 'cuda', but the installed "
+                "onnxruntime-genai has no CUDA support; install it with: "
+                "pip install 'inferwire[cuda]' (onnxruntime-genai-cuda)"
+            )
+        genai_config = json.loads(config_file.read_text())["model"]
+        self._context_length = int(genai_config["context_length"])
+        self._vocab_size = int(genai_config["vocab_size"])
+        eos = genai_config.get("eos_token_id", [])
+        self._eos_token_ids = frozenset(eos if isinstance(eos, list) else [eos])
+        self._model, self._tokenizer = await asyncio.to_thread(self._load_engine, path)
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.max_concurrency, thread_name_prefix=f"ortgenai-{self.model_name}"
+        )
+        log.info(
+            "model loaded",
+            extra={"model": self.model_name, "path": str(path), "device": self.options.device},
+        )
+
+    def _load_engine(self, path: Path) -> tuple[og.Model, og.Tokenizer]:
+        config = og.Config(str(path))
+        config.clear_providers()
+        if self.options.device == "cuda":
+            config.append_provider("cuda")
+        model = og.Model(config)
+        tokenizer = og.Tokenizer(model)
+        # One throwaway token, so the first real request does not pay ORT's
+        # first-run initialisation in its time to first token.
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=2, batch_size=1)
+        generator = og.Generator(model, params)
+        generator.append_tokens([0])
+        generator.generate_next_token()
+        return model, tokenizer
+
+    async def unload(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._executor = None
+        self._model = None
+        self._tokenizer = None
+
+    async def health(self) -> BackendHealth:
+        if self._model is None:
+            return BackendHealth(False, "engine not loaded")
+        return BackendHealth(True, f"in-process on {self.options.device}")
+
+    def capabilities(self) -> Capabilities:
+        limits = self.limits()
+        return Capabilities(
+            streaming=True,
+            max_concurrency=self.max_concurrency,
+            on_premises=True,
+            modalities=("text",),
+            context_length=limits.context_length,
+            max_output_tokens=limits.max_output_tokens,
+        )
+
+    def limits(self) -> ModelLimits:
+        max_output = self.options.max_output_tokens or self._context_length
+        return ModelLimits(self._context_length, min(max_output, self._context_length))
+
+    def default_max_tokens(self) -> int:
+        return min(self.options.default_max_tokens, self.limits().max_output_tokens)
+
+    def render_prompt(self, request: InferenceRequest) -> str:
+        separator = self.options.context_separator
+        return "".join(passage + separator for passage in request.context) + request.prompt
+
+    async def infer_stream(
+        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
+    ) -> AsyncIterator[TextDelta | GenerationEnd]:
+        model, tokenizer, executor = self._model, self._tokenizer, self._executor
+        if model is None or tokenizer is None or executor is None:
+            raise RuntimeError(f"model {self.model_name!r} is not loaded")
+        input_ids = [int(t) for t in tokenizer.encode(self.render_prompt(request))]
+        record.prompt_tokens = len(input_ids)
+        if len(input_ids) >= self._context_length:
+            field = "context" if request.context else "prompt"
+            raise InvalidArgumentError(
+                [
+                    FieldViolation(
+                        field,
+                        f"the prompt is {len(input_ids)} tokens; model {self.model_name!r} "
+                        f"has a context window of {self._context_length} tokens",
+                    )
+                ]
+            )
+        # The context window bounds generation too; reaching it ends with LENGTH.
+        max_tokens = min(max_tokens, self._context_length - len(input_ids))
+
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[TextDelta | GenerationEnd | BaseException] = asyncio.Queue()
+        credits = threading.Semaphore(_LOOKAHEAD_DELTAS)
+        stop = threading.Event()
+
+        def emit(event: TextDelta | GenerationEnd | BaseException) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        def run() -> None:
+            try:
+                self._generate(
+                    model,
+                    tokenizer,
+                    input_ids,
+                    request.params,
+                    max_tokens,
+                    record,
+                    stop,
+                    credits,
+                    emit,
+                )
+            except BaseException as exc:  # surfaced to the consumer, re-raised there
+                emit(exc)
+
+        worker = loop.run_in_executor(executor, run)
+        try:
+            while True:
+                event = await events.get()
+                if isinstance(event, TextDelta):
+                    credits.release()
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+                if isinstance(event, GenerationEnd):
+                    return
+        finally:
+            if not worker.done():
+                record.cancelled = True
+                stop.set()
+                credits.release()  # wake the worker if it waits for the consumer
+            await asyncio.shield(worker)
+
+    def _generate(
+        self,
+        model: og.Model,
+        tokenizer: og.Tokenizer,
+        input_ids: list[int],
+        params: GenerationParams,
+        max_tokens: int,
+        record: GenerationRecord,
+        stop: threading.Event,
+        credits: threading.Semaphore,
+        emit: Callable[[TextDelta | GenerationEnd | BaseException], None],
+    ) -> None:
+        generator_params = og.GeneratorParams(model)
+        generator_params.set_search_options(
+            **self._search_options(params, len(input_ids) + max_tokens)
+        )
+        generator = og.Generator(model, generator_params)
+        generator.append_tokens(input_ids)
+        detokenizer = tokenizer.create_stream()
+        matcher = StopSequenceMatcher(params.stop)
+        finish = FinishReason.LENGTH
+        while record.completion_tokens < max_tokens:
+            if stop.is_set():
+                return
+            if generator.is_done():
+                break
+            generator.generate_next_token()
+            record.completion_tokens += 1
+            if stop.is_set():
+                record.tokens_after_cancel += 1
+                return
+            token = int(generator.get_next_tokens()[0])
+            if token in self._eos_token_ids:
+                finish = FinishReason.STOP
+                break
+            text, matched = matcher.feed(detokenizer.decode(token))
+            if text:
+                self._wait_for_credit(credits, stop)
+                emit(TextDelta(text, record.completion_tokens))
+            if matched:
+                finish = FinishReason.STOP_SEQUENCE
+                break
+        if finish is not FinishReason.STOP_SEQUENCE and (tail := matcher.flush()):
+            emit(TextDelta(tail, record.completion_tokens))
+        emit(GenerationEnd(finish, Usage(record.prompt_tokens, record.completion_tokens)))
+
+    @staticmethod
+    def _wait_for_credit(credits: threading.Semaphore, stop: threading.Event) -> None:
+        while not credits.acquire(timeout=0.1):
+            if stop.is_set():
+                return
+
+    def _search_options(self, params: GenerationParams, max_length: int) -> dict[str, Any]:
+        """Map our parameters onto ORT GenAI search options; unset keeps the model default."""
+        options: dict[str, Any] = {"max_length": max_length, "batch_size": 1}
+        if params.temperature is not None:
+            if params.temperature == 0:
+                options["do_sample"] = False
+            else:
+                options["do_sample"] = True
+                options["temperature"] = params.temperature
+        if params.top_p is not None:
+            options["top_p"] = params.top_p
+        if params.top_k is not None:
+            options["top_k"] = params.top_k or self._vocab_size
+        if params.seed is not None:
+            options["random_seed"] = params.seed
+        return options

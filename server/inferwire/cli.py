@@ -1,0 +1,226 @@
+"""The `inferwire` command line: run the server, and talk to one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import grpc
+import typer
+from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
+
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+
+app = typer.Typer(help="inferwire: a gRPC inference service.", no_args_is_help=True)
+models_app = typer.Typer(help="List, load and unload models.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+DEFAULT_TARGET = "localhost:50051"
+AddressOption = Annotated[str, typer.Option("--address", "-a", help="Server address, host:port.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="RPC deadline in seconds.")]
+
+
+def _stub(address: str) -> tuple[grpc.Channel, inference_pb2_grpc.InferenceServiceStub]:
+    channel = grpc.insecure_channel(address)
+    return channel, inference_pb2_grpc.InferenceServiceStub(channel)
+
+
+def _fail(error: grpc.RpcError) -> NoReturn:
+    """Print a failed RPC's code, message and field violations; exit 1."""
+    typer.echo(f"error: {error.code().name}: {error.details()}", err=True)
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is not None:
+        from google.rpc import error_details_pb2
+
+        for detail in status.details:
+            if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad_request = error_details_pb2.BadRequest()
+                detail.Unpack(bad_request)
+                for violation in bad_request.field_violations:
+                    typer.echo(f"  {violation.field}: {violation.description}", err=True)
+    raise typer.Exit(1)
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML configuration file.")
+    ] = None,
+    address: Annotated[
+        str | None, typer.Option("--address", "-a", help="Listen address (default 0.0.0.0:50051).")
+    ] = None,
+    grace_period: Annotated[
+        float | None, typer.Option("--grace-period", help="Drain time on SIGTERM, seconds.")
+    ] = None,
+    log_format: Annotated[str | None, typer.Option("--log-format", help="json or text.")] = None,
+    log_level: Annotated[str | None, typer.Option("--log-level")] = None,
+) -> None:
+    """Serve the configured models (by default the bundled `demo` model)."""
+    from inferwire.config import load_settings
+    from inferwire.errors import ConfigurationError
+    from inferwire.log import configure_logging
+    from inferwire.server import serve as run_server
+
+    flags = {
+        "address": address,
+        "grace_period_s": grace_period,
+        "log_format": log_format,
+        "log_level": log_level,
+    }
+    overrides = {k: v for k, v in flags.items() if v is not None}
+    try:
+        settings = load_settings(config, **({"server": overrides} if overrides else {}))
+    except (FileNotFoundError, ValueError) as exc:
+        typer.echo(f"error: invalid configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
+    configure_logging(settings.server.log_level, settings.server.log_format)
+    try:
+        asyncio.run(run_server(settings))
+    except ConfigurationError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def infer(
+    model: Annotated[str, typer.Argument(help="Model name.")],
+    prompt: Annotated[str, typer.Argument(help="Prompt text.")],
+    stream: Annotated[
+        bool, typer.Option("--stream", help="Print text as it is generated.")
+    ] = False,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p")] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k")] = None,
+    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    stop: Annotated[
+        list[str] | None, typer.Option("--stop", help="Stop string; repeatable.")
+    ] = None,
+    context: Annotated[
+        list[str] | None, typer.Option("--context", help="Context passage; repeatable.")
+    ] = None,
+    show_usage: Annotated[
+        bool, typer.Option("--usage", help="Print finish reason, usage and timing to stderr.")
+    ] = False,
+    address: AddressOption = DEFAULT_TARGET,
+    timeout: TimeoutOption = 300.0,
+) -> None:
+    """Generate text from MODEL for PROMPT."""
+    params = pb.GenerationParameters(stop=stop or [])
+    for name, value in (
+        ("max_tokens", max_tokens),
+        ("temperature", temperature),
+        ("top_p", top_p),
+        ("top_k", top_k),
+        ("seed", seed),
+    ):
+        if value is not None:
+            setattr(params, name, value)
+    fields = {"model": model, "prompt": prompt, "context": context or [], "parameters": params}
+    channel, stub = _stub(address)
+    with channel:
+        try:
+            if stream:
+                final = None
+                for message in stub.InferStream(pb.InferStreamRequest(**fields), timeout=timeout):
+                    sys.stdout.write(message.text)
+                    sys.stdout.flush()
+                    final = message
+                sys.stdout.write("\n")
+            else:
+                final = stub.Infer(pb.InferRequest(**fields), timeout=timeout)
+                typer.echo(final.text)
+        except grpc.RpcError as error:
+            _fail(error)
+    if show_usage and final is not None:
+        summary = {
+            "request_id": final.request_id,
+            "finish_reason": pb.FinishReason.Name(final.finish_reason),
+            "usage": json_format.MessageToDict(final.usage),
+            "timing": json_format.MessageToDict(final.timing),
+        }
+        typer.echo(json.dumps(summary), err=True)
+
+
+@app.command()
+def health(
+    service: Annotated[
+        str, typer.Option("--service", "-s", help="'' (server), or model/<name>.")
+    ] = "",
+    address: AddressOption = DEFAULT_TARGET,
+    timeout: TimeoutOption = 5.0,
+) -> None:
+    """grpc.health.v1 Check; exits 0 only when the service is SERVING."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.RpcError as error:
+            _fail(error)
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    typer.echo(status)
+    if response.status != health_pb2.HealthCheckResponse.SERVING:
+        raise typer.Exit(1)
+
+
+def _print_status(status: pb.ModelStatus) -> None:
+    line = f"{status.name:24} {status.backend:20} {pb.ModelState.Name(status.state)}"
+    if status.detail:
+        line += f"  ({status.detail})"
+    typer.echo(line)
+
+
+@models_app.command("list")
+def models_list(address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 10.0) -> None:
+    """List configured models and their states."""
+    channel, stub = _stub(address)
+    with channel:
+        try:
+            response = stub.ListModels(pb.ListModelsRequest(), timeout=timeout)
+        except grpc.RpcError as error:
+            _fail(error)
+    for status in response.models:
+        _print_status(status)
+
+
+@models_app.command("load")
+def models_load(
+    model: str, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
+) -> None:
+    """Load MODEL (idempotent)."""
+    channel, stub = _stub(address)
+    with channel:
+        try:
+            response = stub.LoadModel(pb.LoadModelRequest(model=model), timeout=timeout)
+        except grpc.RpcError as error:
+            _fail(error)
+    _print_status(response.model)
+
+
+@models_app.command("unload")
+def models_unload(
+    model: str, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
+) -> None:
+    """Unload MODEL after its in-flight requests finish (idempotent)."""
+    channel, stub = _stub(address)
+    with channel:
+        try:
+            response = stub.UnloadModel(pb.UnloadModelRequest(model=model), timeout=timeout)
+        except grpc.RpcError as error:
+            _fail(error)
+    _print_status(response.model)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

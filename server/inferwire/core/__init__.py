@@ -1,0 +1,1 @@
+"""The transport-neutral core: domain types, request validation, the model manager."""

@@ -1,0 +1,436 @@
+"""The model manager: model lifecycle, admission control and health, transport-neutral.
+
+Each configured model has a state machine (UNLOADED -> LOADING -> READY ->
+UNLOADING -> UNLOADED, or FAILED after a bad load), a per-model lock that
+serialises loads and unloads, a concurrency limit with a bounded wait queue,
+and counters. Health changes are pushed to listeners (the grpc.health.v1
+publisher) whenever a model's readiness or the overall serving state changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from inferwire.backends import backend_class
+from inferwire.backends.base import Backend, GenerationRecord
+from inferwire.core.types import (
+    BackendHealthReport,
+    FinishReason,
+    GenerationEnd,
+    HealthReport,
+    InferenceRequest,
+    InferenceResult,
+    ModelHealthReport,
+    ModelState,
+    ModelStatus,
+    StreamChunk,
+    TextDelta,
+    Timing,
+    Usage,
+)
+from inferwire.core.validation import RequestLimits, require_model_name, validate_inference_request
+from inferwire.errors import (
+    FieldViolation,
+    InferwireError,
+    InvalidArgumentError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    QueueFullError,
+)
+
+log = logging.getLogger(__name__)
+request_log = logging.getLogger("inferwire.requests")
+
+HealthListener = Callable[[dict[str, bool]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as declared in the configuration."""
+
+    name: str
+    backend: str
+    load_on_startup: bool
+    max_concurrency: int
+    max_queue: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class _ManagedModel:
+    def __init__(self, spec: ModelSpec, backend: Backend) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.state = ModelState.UNLOADED
+        self.detail = ""
+        self.backend_healthy = False
+        self.lifecycle_lock = asyncio.Lock()
+        self.slots = asyncio.Semaphore(spec.max_concurrency)
+        self.running = 0
+        self.queued = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.requests_total = 0
+        self.generated_tokens_total = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY and self.backend_healthy
+
+    def status(self) -> ModelStatus:
+        capabilities = self.backend.capabilities() if self.state is ModelState.READY else None
+        return ModelStatus(self.spec.name, self.spec.backend, self.state, self.detail, capabilities)
+
+
+class ModelManager:
+    """Holds every configured model and runs requests against them."""
+
+    def __init__(
+        self,
+        specs: list[ModelSpec],
+        limits: RequestLimits,
+        health_check_interval_s: float = 2.0,
+    ) -> None:
+        self._limits = limits
+        self._health_check_interval_s = health_check_interval_s
+        self._models: dict[str, _ManagedModel] = {}
+        for spec in specs:
+            if spec.name in self._models:
+                raise ValueError(f"model {spec.name!r} is configured twice")
+            backend = backend_class(spec.backend)(spec.name, spec.options, spec.max_concurrency)
+            self._models[spec.name] = _ManagedModel(spec, backend)
+        self._listeners: list[HealthListener] = []
+        self._accepting = False
+        self._watcher: asyncio.Task[None] | None = None
+
+    # ---- lifecycle ------------------------------------------------------
+
+    def add_health_listener(self, listener: HealthListener) -> None:
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        """Accept work, load the start-up models and begin watching backend health."""
+        self._accepting = True
+        await self._publish_health()
+        startup = [m.spec.name for m in self._models.values() if m.spec.load_on_startup]
+        results = await asyncio.gather(
+            *(self.load(name) for name in startup), return_exceptions=True
+        )
+        for name, result in zip(startup, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("start-up load failed", extra={"model": name, "error": str(result)})
+        self._watcher = asyncio.create_task(self._watch_backend_health(), name="health-watcher")
+
+    async def begin_shutdown(self) -> None:
+        """Stop reporting SERVING; in-flight requests keep running."""
+        self._accepting = False
+        await self._publish_health()
+
+    async def close(self) -> None:
+        """Stop the health watcher and unload every model."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        for name in self._models:
+            try:
+                await self.unload(name)
+            except Exception:
+                log.exception("unload at shutdown failed", extra={"model": name})
+
+    # ---- model management ----------------------------------------------
+
+    def list_models(self) -> list[ModelStatus]:
+        return [model.status() for model in self._models.values()]
+
+    def model_status(self, name: str) -> ModelStatus:
+        return self._get(name).status()
+
+    async def load(self, name: str) -> ModelStatus:
+        """Load a configured model. Idempotent; serialised with unloads of the same model."""
+        model = self._get(name)
+        async with model.lifecycle_lock:
+            if model.state is ModelState.READY:
+                return model.status()
+            model.state, model.detail = ModelState.LOADING, ""
+            await self._publish_health()
+            started = time.perf_counter()
+            try:
+                await model.backend.load()
+                health = await model.backend.health()
+            except Exception as exc:
+                model.state, model.detail = ModelState.FAILED, f"load failed: {exc}"
+                model.backend_healthy = False
+                await self._publish_health()
+                log.error("model load failed", extra={"model": name, "error": str(exc)})
+                if isinstance(exc, InferwireError) and not isinstance(exc, ModelNotReadyError):
+                    raise ModelNotReadyError(f"model {name!r} failed to load: {exc}") from exc
+                raise
+            model.state, model.detail = ModelState.READY, health.detail
+            model.backend_healthy = health.healthy
+            await self._publish_health()
+            log.info(
+                "model ready",
+                extra={"model": name, "load_ms": round((time.perf_counter() - started) * 1e3, 1)},
+            )
+            return model.status()
+
+    async def unload(self, name: str) -> ModelStatus:
+        """Unload a model: refuse new requests at once, let in-flight ones finish. Idempotent."""
+        model = self._get(name)
+        async with model.lifecycle_lock:
+            if model.state in (ModelState.UNLOADED, ModelState.FAILED):
+                model.state = ModelState.UNLOADED
+                return model.status()
+            model.state, model.detail = ModelState.UNLOADING, ""
+            await self._publish_health()
+            await model.idle.wait()
+            try:
+                await model.backend.unload()
+            finally:
+                model.state, model.backend_healthy = ModelState.UNLOADED, False
+                await self._publish_health()
+            log.info("model unloaded", extra={"model": name})
+            return model.status()
+
+    # ---- inference -------------------------------------------------------
+
+    async def infer(self, request: InferenceRequest) -> InferenceResult:
+        pieces: list[str] = []
+        final: StreamChunk | None = None
+        request = self._with_request_id(request)
+        async with contextlib.aclosing(self._generate(request)) as chunks:
+            async for chunk in chunks:
+                pieces.append(chunk.text)
+                final = chunk
+        assert final is not None and final.finish_reason is not None
+        assert final.usage is not None and final.timing is not None
+        return InferenceResult(
+            request_id=request.request_id,
+            model=request.model,
+            backend=self._models[request.model].spec.backend,
+            text="".join(pieces),
+            finish_reason=final.finish_reason,
+            usage=final.usage,
+            timing=final.timing,
+        )
+
+    def infer_stream(self, request: InferenceRequest) -> tuple[str, AsyncIterator[StreamChunk]]:
+        """Return the request ID in use and its chunks; the last chunk carries the outcome."""
+        request = self._with_request_id(request)
+        return request.request_id, self._generate(request)
+
+    @staticmethod
+    def _with_request_id(request: InferenceRequest) -> InferenceRequest:
+        return request if request.request_id else replace(request, request_id=uuid.uuid4().hex)
+
+    async def _generate(self, request: InferenceRequest) -> AsyncIterator[StreamChunk]:
+        arrived = time.perf_counter()
+        validate_inference_request(request, self._limits)
+        model = self._get(request.model)
+        self._require_ready(model)
+        max_tokens = self._resolve_max_tokens(model, request)
+        record = GenerationRecord()
+        outcome = "error"
+        async with self._slot(model):
+            started = time.perf_counter()
+            first_token_at: float | None = None
+            try:
+                events = model.backend.infer_stream(request, max_tokens, record)
+                async with contextlib.aclosing(events):
+                    async for event in events:
+                        if isinstance(event, TextDelta):
+                            if first_token_at is None:
+                                first_token_at = time.perf_counter()
+                            yield StreamChunk(event.text)
+                        else:
+                            outcome = event.finish_reason.value
+                            yield self._final_chunk(event, arrived, started, first_token_at)
+            except GeneratorExit:
+                outcome = "cancelled"
+                raise
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            finally:
+                model.generated_tokens_total += record.completion_tokens
+                request_log.info(
+                    "request finished",
+                    extra={
+                        "request_id": request.request_id,
+                        "model": request.model,
+                        "outcome": outcome,
+                        "prompt_tokens": record.prompt_tokens,
+                        "completion_tokens": record.completion_tokens,
+                        "cancelled": record.cancelled,
+                        "tokens_after_cancel": record.tokens_after_cancel,
+                        "queue_ms": round((started - arrived) * 1e3, 3),
+                        "total_ms": round((time.perf_counter() - arrived) * 1e3, 3),
+                    },
+                )
+
+    @staticmethod
+    def _final_chunk(
+        end: GenerationEnd, arrived: float, started: float, first_token_at: float | None
+    ) -> StreamChunk:
+        now = time.perf_counter()
+        first = first_token_at if first_token_at is not None else now
+        timing = Timing(
+            queue_ms=(started - arrived) * 1e3,
+            time_to_first_token_ms=(first - arrived) * 1e3,
+            total_ms=(now - arrived) * 1e3,
+        )
+        finish: FinishReason = end.finish_reason
+        usage: Usage = end.usage
+        return StreamChunk("", finish_reason=finish, usage=usage, timing=timing)
+
+    def _resolve_max_tokens(self, model: _ManagedModel, request: InferenceRequest) -> int:
+        limit = model.backend.limits().max_output_tokens
+        requested = request.params.max_tokens
+        if requested is None:
+            return model.backend.default_max_tokens()
+        if requested > limit:
+            raise InvalidArgumentError(
+                [
+                    FieldViolation(
+                        "parameters.max_tokens",
+                        f"is {requested}; model {model.spec.name!r} allows at most {limit}",
+                    )
+                ]
+            )
+        return requested
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, model: _ManagedModel) -> AsyncIterator[None]:
+        """Run under the model's concurrency limit, waiting in its bounded queue if needed."""
+        if model.slots.locked() and model.queued >= model.spec.max_queue:
+            raise QueueFullError(
+                f"model {model.spec.name!r} is at capacity: {model.spec.max_concurrency} running "
+                f"and {model.queued} queued (max_queue {model.spec.max_queue}); retry later"
+            )
+        model.requests_total += 1
+        model.queued += 1
+        model.idle.clear()
+        try:
+            try:
+                await model.slots.acquire()
+            finally:
+                model.queued -= 1
+            try:
+                model.running += 1
+                # The model may have started unloading while this request waited.
+                self._require_ready(model)
+                yield
+            finally:
+                model.running -= 1
+                model.slots.release()
+        finally:
+            if model.running == 0 and model.queued == 0:
+                model.idle.set()
+
+    @staticmethod
+    def _require_ready(model: _ManagedModel) -> None:
+        if model.state is not ModelState.READY:
+            hint = {
+                ModelState.UNLOADED: "call LoadModel first",
+                ModelState.LOADING: "it is still loading",
+                ModelState.UNLOADING: "it is being unloaded",
+                ModelState.FAILED: f"its last load failed ({model.detail})",
+            }[model.state]
+            raise ModelNotReadyError(
+                f"model {model.spec.name!r} is {model.state.value}, not READY: {hint}"
+            )
+
+    def _get(self, name: str) -> _ManagedModel:
+        require_model_name(name)
+        try:
+            return self._models[name]
+        except KeyError:
+            raise ModelNotFoundError(name) from None
+
+    # ---- health ----------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        """The server accepts work and every start-up model is ready."""
+        return self._accepting and all(
+            m.ready for m in self._models.values() if m.spec.load_on_startup
+        )
+
+    def health_statuses(self) -> dict[str, bool]:
+        """Readiness keyed by model name, plus '' for the whole server."""
+        statuses = {"": self.serving}
+        statuses.update({name: self._accepting and m.ready for name, m in self._models.items()})
+        return statuses
+
+    async def health_report(self, model_name: str = "") -> HealthReport:
+        models = [self._get(model_name)] if model_name else list(self._models.values())
+        reports = tuple(
+            ModelHealthReport(
+                name=m.spec.name,
+                backend=m.spec.backend,
+                state=m.state,
+                ready=m.ready,
+                detail=m.detail,
+                inflight=m.running,
+                queued=m.queued,
+                requests_total=m.requests_total,
+                generated_tokens_total=m.generated_tokens_total,
+            )
+            for m in models
+        )
+        backends: dict[str, list[_ManagedModel]] = {}
+        for m in models:
+            backends.setdefault(m.spec.backend, []).append(m)
+        backend_reports = []
+        for name, members in backends.items():
+            loaded = [m for m in members if m.state is ModelState.READY]
+            unhealthy = [m.spec.name for m in loaded if not m.backend_healthy]
+            detail = (
+                f"unhealthy models: {', '.join(unhealthy)}"
+                if unhealthy
+                else f"{len(loaded)} of {len(members)} models loaded"
+            )
+            backend_reports.append(BackendHealthReport(name, not unhealthy, detail))
+        return HealthReport(self.serving, reports, tuple(backend_reports))
+
+    async def _publish_health(self) -> None:
+        statuses = self.health_statuses()
+        for listener in self._listeners:
+            await listener(statuses)
+
+    async def _watch_backend_health(self) -> None:
+        while True:
+            await asyncio.sleep(self._health_check_interval_s)
+            changed = False
+            for model in self._models.values():
+                if model.state is not ModelState.READY:
+                    continue
+                try:
+                    health = await model.backend.health()
+                except Exception as exc:
+                    health_ok, detail = False, f"health check failed: {exc}"
+                else:
+                    health_ok, detail = health.healthy, health.detail
+                if model.state is ModelState.READY and (
+                    health_ok != model.backend_healthy or detail != model.detail
+                ):
+                    if health_ok != model.backend_healthy:
+                        log.warning(
+                            "model health changed",
+                            extra={
+                                "model": model.spec.name,
+                                "healthy": health_ok,
+                                "detail": detail,
+                            },
+                        )
+                    model.backend_healthy, model.detail = health_ok, detail
+                    changed = True
+            if changed:
+                await self._publish_health()

@@ -1,0 +1,88 @@
+"""Request validation that needs no model: shapes, ranges and server-wide limits.
+
+Every violation names the request field, so clients can point at it. Limits
+that depend on the loaded model (max_tokens, the context window) are checked
+by the model manager and the backend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from inferwire.core.types import InferenceRequest
+from inferwire.errors import FieldViolation, InvalidArgumentError
+
+MAX_STOP_SEQUENCES = 16
+MAX_CONTEXT_ENTRIES = 64
+MAX_REQUEST_ID_CHARS = 128
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Server-wide request limits from the configuration."""
+
+    max_prompt_bytes: int
+
+
+def require_model_name(model: str) -> None:
+    if not model:
+        raise InvalidArgumentError([FieldViolation("model", "must be a non-empty model name")])
+
+
+def validate_inference_request(request: InferenceRequest, limits: RequestLimits) -> None:
+    """Raise InvalidArgumentError listing every invalid field of the request."""
+    violations = list(_violations(request, limits))
+    if violations:
+        raise InvalidArgumentError(violations)
+
+
+def _violations(request: InferenceRequest, limits: RequestLimits):
+    if not request.model:
+        yield FieldViolation("model", "must be a non-empty model name")
+    if not request.prompt:
+        yield FieldViolation("prompt", "must be non-empty")
+    prompt_bytes = len(request.prompt.encode())
+    if prompt_bytes > limits.max_prompt_bytes:
+        yield FieldViolation(
+            "prompt", f"is {prompt_bytes} bytes; the limit is {limits.max_prompt_bytes} bytes"
+        )
+    if len(request.context) > MAX_CONTEXT_ENTRIES:
+        yield FieldViolation(
+            "context",
+            f"has {len(request.context)} entries; at most {MAX_CONTEXT_ENTRIES} are allowed",
+        )
+    total_bytes = prompt_bytes + sum(len(passage.encode()) for passage in request.context)
+    if prompt_bytes <= limits.max_prompt_bytes < total_bytes:
+        yield FieldViolation(
+            "context",
+            f"context plus prompt is {total_bytes} bytes; the limit is {limits.max_prompt_bytes}",
+        )
+    if len(request.request_id) > MAX_REQUEST_ID_CHARS:
+        yield FieldViolation("request_id", f"must be at most {MAX_REQUEST_ID_CHARS} characters")
+
+    params = request.params
+    if params.max_tokens is not None and params.max_tokens < 1:
+        yield FieldViolation(
+            "parameters.max_tokens", f"must be at least 1, got {params.max_tokens}"
+        )
+    if params.temperature is not None and not (
+        math.isfinite(params.temperature) and params.temperature >= 0
+    ):
+        yield FieldViolation(
+            "parameters.temperature", f"must be finite and >= 0, got {params.temperature}"
+        )
+    if params.top_p is not None and not (0 < params.top_p <= 1):
+        yield FieldViolation("parameters.top_p", f"must be in (0, 1], got {params.top_p}")
+    if params.top_k is not None and params.top_k < 0:
+        yield FieldViolation(
+            "parameters.top_k", f"must be >= 0 (0 means no limit), got {params.top_k}"
+        )
+    if len(params.stop) > MAX_STOP_SEQUENCES:
+        yield FieldViolation(
+            "parameters.stop",
+            f"has {len(params.stop)} entries; at most {MAX_STOP_SEQUENCES} are allowed",
+        )
+    for index, stop in enumerate(params.stop):
+        if not stop:
+            yield FieldViolation(f"parameters.stop[{index}]", "must be a non-empty string")

@@ -1,0 +1,75 @@
+"""Domain errors raised by the core and the backends.
+
+These carry no transport detail. The servicer maps each kind to a gRPC status
+code in exactly one place (`inferwire.rpc_status`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class InferwireError(Exception):
+    """Base class for every error inferwire reports to a caller."""
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One invalid request field: its path (e.g. `parameters.top_p`) and why."""
+
+    field: str
+    description: str
+
+
+class InvalidArgumentError(InferwireError):
+    """One or more request fields are invalid."""
+
+    def __init__(self, violations: list[FieldViolation]) -> None:
+        self.violations = violations
+        super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
+
+
+class ModelNotFoundError(InferwireError):
+    """The named model is not configured (or not present on its backend)."""
+
+    def __init__(self, model: str, detail: str = "") -> None:
+        self.model = model
+        super().__init__(detail or f"model {model!r} is not configured")
+
+
+class ModelNotReadyError(InferwireError):
+    """The model is known but not READY: inference is refused (fail-closed)."""
+
+
+class BackendUnavailableError(InferwireError):
+    """The backend cannot be reached or reports itself unhealthy."""
+
+
+class QueueFullError(InferwireError):
+    """The model's concurrency slots and its wait queue are all taken."""
+
+
+class DeadlineExceededError(InferwireError):
+    """The request's deadline passed before it finished."""
+
+
+class UnauthenticatedError(InferwireError):
+    """The call carries no valid credentials."""
+
+
+class PermissionDeniedError(InferwireError):
+    """The credentials lack the scope the RPC needs."""
+
+
+class ConfigurationError(InferwireError):
+    """The server's configuration is invalid; raised at start-up."""
+
+
+class MissingDependencyError(ConfigurationError):
+    """A backend's optional SDK is not installed."""
+
+    def __init__(self, backend: str, module: str, extra: str) -> None:
+        super().__init__(
+            f"backend {backend!r} needs the Python module {module!r}, which is not "
+            f"installed; install it with: pip install 'inferwire[{extra}]'"
+        )

@@ -1,0 +1,171 @@
+"""The gRPC servicer: protobuf <-> domain conversion around the model manager."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from inferwire.core import types
+from inferwire.core.manager import ModelManager
+from inferwire.rpc_status import map_errors
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+
+_FINISH_REASON = {
+    types.FinishReason.STOP: pb.FINISH_REASON_STOP,
+    types.FinishReason.STOP_SEQUENCE: pb.FINISH_REASON_STOP_SEQUENCE,
+    types.FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+}
+_MODEL_STATE = {
+    types.ModelState.UNLOADED: pb.MODEL_STATE_UNLOADED,
+    types.ModelState.LOADING: pb.MODEL_STATE_LOADING,
+    types.ModelState.READY: pb.MODEL_STATE_READY,
+    types.ModelState.UNLOADING: pb.MODEL_STATE_UNLOADING,
+    types.ModelState.FAILED: pb.MODEL_STATE_FAILED,
+}
+
+
+def request_from_proto(message: pb.InferRequest | pb.InferStreamRequest) -> types.InferenceRequest:
+    p = message.parameters
+    params = types.GenerationParams(
+        max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
+        temperature=p.temperature if p.HasField("temperature") else None,
+        top_p=p.top_p if p.HasField("top_p") else None,
+        top_k=p.top_k if p.HasField("top_k") else None,
+        seed=p.seed if p.HasField("seed") else None,
+        stop=tuple(p.stop),
+    )
+    return types.InferenceRequest(
+        request_id=message.request_id,
+        model=message.model,
+        prompt=message.prompt,
+        context=tuple(message.context),
+        params=params,
+    )
+
+
+def usage_to_proto(usage: types.Usage) -> pb.Usage:
+    return pb.Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+
+
+def timing_to_proto(timing: types.Timing) -> pb.Timing:
+    return pb.Timing(
+        queue_ms=timing.queue_ms,
+        time_to_first_token_ms=timing.time_to_first_token_ms,
+        total_ms=timing.total_ms,
+    )
+
+
+def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
+    message = pb.ModelStatus(
+        name=status.name,
+        backend=status.backend,
+        state=_MODEL_STATE[status.state],
+        detail=status.detail,
+    )
+    if (caps := status.capabilities) is not None:
+        message.capabilities.CopyFrom(
+            pb.ModelCapabilities(
+                streaming=caps.streaming,
+                max_concurrency=caps.max_concurrency,
+                on_premises=caps.on_premises,
+                modalities=list(caps.modalities),
+                context_length=caps.context_length,
+                max_output_tokens=caps.max_output_tokens,
+            )
+        )
+    return message
+
+
+def health_to_proto(report: types.HealthReport) -> pb.HealthResponse:
+    return pb.HealthResponse(
+        serving=report.serving,
+        models=[
+            pb.ModelHealth(
+                name=m.name,
+                backend=m.backend,
+                state=_MODEL_STATE[m.state],
+                ready=m.ready,
+                detail=m.detail,
+                inflight=m.inflight,
+                queued=m.queued,
+                requests_total=m.requests_total,
+                generated_tokens_total=m.generated_tokens_total,
+            )
+            for m in report.models
+        ],
+        backends=[
+            pb.BackendHealth(name=b.name, healthy=b.healthy, detail=b.detail)
+            for b in report.backends
+        ],
+    )
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
+    """inferwire.v1.InferenceService over a ModelManager."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self._manager = manager
+
+    @map_errors
+    async def LoadModel(
+        self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoadModelResponse:
+        status = await self._manager.load(request.model)
+        return pb.LoadModelResponse(model=model_status_to_proto(status))
+
+    @map_errors
+    async def UnloadModel(
+        self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UnloadModelResponse:
+        status = await self._manager.unload(request.model)
+        return pb.UnloadModelResponse(model=model_status_to_proto(status))
+
+    @map_errors
+    async def Infer(
+        self, request: pb.InferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InferResponse:
+        result = await self._manager.infer(request_from_proto(request))
+        return pb.InferResponse(
+            request_id=result.request_id,
+            model=result.model,
+            backend=result.backend,
+            text=result.text,
+            finish_reason=_FINISH_REASON[result.finish_reason],
+            usage=usage_to_proto(result.usage),
+            timing=timing_to_proto(result.timing),
+        )
+
+    @map_errors
+    async def InferStream(
+        self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.InferStreamResponse]:
+        request_id, chunks = self._manager.infer_stream(request_from_proto(request))
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                message = pb.InferStreamResponse(
+                    request_id=request_id, model=request.model, text=chunk.text
+                )
+                if chunk.finish_reason is not None:
+                    message.finish_reason = _FINISH_REASON[chunk.finish_reason]
+                if chunk.usage is not None:
+                    message.usage.CopyFrom(usage_to_proto(chunk.usage))
+                if chunk.timing is not None:
+                    message.timing.CopyFrom(timing_to_proto(chunk.timing))
+                yield message
+
+    @map_errors
+    async def Health(
+        self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HealthResponse:
+        return health_to_proto(await self._manager.health_report(request.model))
+
+    @map_errors
+    async def ListModels(
+        self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListModelsResponse:
+        return pb.ListModelsResponse(
+            models=[model_status_to_proto(s) for s in self._manager.list_models()]
+        )
