@@ -1,0 +1,128 @@
+"""A real `inferwire serve` process: the CLI against it, and graceful shutdown on SIGTERM."""
+
+import asyncio
+import signal
+
+import grpc
+import pytest
+from conftest import (
+    SLOW_READER_OPTIONS,
+    read_rest,
+    run_cli,
+    start_server_process,
+    stop_server_process,
+)
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+
+
+@pytest.fixture(scope="module")
+def served():
+    server = start_server_process()
+    try:
+        assert run_cli("health", "--address", server.target).returncode in (0, 1)
+        yield server
+    finally:
+        stop_server_process(server)
+
+
+def wait_serving(target: str) -> None:
+    for _ in range(300):
+        if run_cli("health", "--address", target).returncode == 0:
+            return
+    raise AssertionError("server never became SERVING")
+
+
+def test_cli_health_exit_codes(served):
+    wait_serving(served.target)
+    ok = run_cli("health", "--address", served.target)
+    assert (ok.returncode, ok.stdout.strip()) == (0, "SERVING")
+    assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 0
+    unknown = run_cli("health", "--service", "model/nope", "--address", served.target)
+    assert unknown.returncode == 1
+    assert "NOT_FOUND" in unknown.stderr
+
+
+def test_cli_infer_unary_and_stream(served):
+    wait_serving(served.target)
+    unary = run_cli(
+        "infer", "demo", "Hello", "--max-tokens", "16", "--temperature", "0",
+        "--usage", "--address", served.target,
+    )  # fmt: skip
+    assert unary.returncode == 0, unary.stderr
+    assert unary.stdout.strip()
+    assert '"completionTokens": 16' in unary.stderr
+    streamed = run_cli(
+        "infer", "demo", "Hello", "--stream", "--max-tokens", "16", "--temperature", "0",
+        "--address", served.target,
+    )  # fmt: skip
+    assert streamed.returncode == 0, streamed.stderr
+    assert streamed.stdout == unary.stdout
+
+
+def test_cli_reports_invalid_argument_with_the_field(served):
+    wait_serving(served.target)
+    result = run_cli("infer", "demo", "", "--top-p", "3", "--address", served.target)
+    assert result.returncode == 1
+    assert "INVALID_ARGUMENT" in result.stderr
+    assert "prompt:" in result.stderr and "parameters.top_p:" in result.stderr
+
+
+def test_cli_models_unload_and_load(served):
+    wait_serving(served.target)
+    listed = run_cli("models", "list", "--address", served.target)
+    assert "demo" in listed.stdout and "MODEL_STATE_READY" in listed.stdout
+    unloaded = run_cli("models", "unload", "demo", "--address", served.target)
+    assert "MODEL_STATE_UNLOADED" in unloaded.stdout
+    assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 1
+    refused = run_cli("infer", "demo", "Hi", "--address", served.target)
+    assert refused.returncode == 1 and "FAILED_PRECONDITION" in refused.stderr
+    loaded = run_cli("models", "load", "demo", "--address", served.target)
+    assert "MODEL_STATE_READY" in loaded.stdout
+    assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 0
+
+
+async def test_sigterm_drains_inflight_stream_refuses_new_calls_and_exits_zero():
+    server = start_server_process("--grace-period", "20")
+    try:
+        async with (
+            grpc.aio.insecure_channel(server.target) as channel,
+            grpc.aio.insecure_channel(server.target, options=SLOW_READER_OPTIONS) as slow,
+        ):
+            health = health_pb2_grpc.HealthStub(channel)
+            await health.Check(health_pb2.HealthCheckRequest(service=""), wait_for_ready=True)
+            watch = health.Watch(health_pb2.HealthCheckRequest(service="model/demo"))
+            while (await watch.read()).status != health_pb2.HealthCheckResponse.SERVING:
+                pass
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            stream = inference_pb2_grpc.InferenceServiceStub(slow).InferStream(
+                pb.InferStreamRequest(
+                    model="demo",
+                    prompt="Hello",
+                    parameters=pb.GenerationParameters(max_tokens=1200, temperature=0),
+                )
+            )
+            first = await stream.read()
+
+            server.process.send_signal(signal.SIGTERM)
+            # 1. Health turns NOT_SERVING, and the Watch stream ends.
+            after = [m.status for m in await read_rest(watch)]
+            assert after == [health_pb2.HealthCheckResponse.NOT_SERVING]
+            # 2. New RPCs are refused.
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                for _ in range(100):
+                    await stub.ListModels(pb.ListModelsRequest(), timeout=5)
+                    await asyncio.sleep(0.05)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            # 3. The in-flight stream still finishes in full.
+            rest = await read_rest(stream)
+            assert rest[-1].finish_reason == pb.FINISH_REASON_LENGTH
+            assert rest[-1].usage.completion_tokens == 1200
+            assert "".join(m.text for m in [first, *rest])
+        # 4. The process exits 0.
+        assert await asyncio.to_thread(server.process.wait, 30) == 0
+        assert any('"stopped"' in line for line in server.log_lines)
+    finally:
+        stop_server_process(server)

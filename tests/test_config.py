@@ -1,0 +1,98 @@
+"""Configuration sources and start-up errors."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import INFERWIRE
+
+from inferwire.backends import backend_class
+from inferwire.config import load_settings
+from inferwire.errors import ConfigurationError, MissingDependencyError
+from inferwire.server import InferwireServer
+
+
+def test_no_file_declares_the_bundled_model_loaded_at_startup(monkeypatch):
+    for key in [k for k in __import__("os").environ if k.startswith("INFERWIRE_")]:
+        monkeypatch.delenv(key)
+    settings = load_settings()
+    assert settings.server.address == "0.0.0.0:50051"
+    [model] = settings.models
+    assert (model.name, model.backend, model.load_on_startup) == (
+        "demo",
+        "onnxruntime-genai",
+        True,
+    )
+    assert model.options == {"path": "builtin", "device": "cpu"}
+
+
+def test_flags_beat_environment_which_beats_the_file(tmp_path, monkeypatch):
+    config = tmp_path / "inferwire.yaml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            server:
+              address: 127.0.0.1:7001
+              grace_period_s: 3
+              max_prompt_bytes: 1000
+            models:
+              - name: tiny
+                options: {path: builtin}
+            """
+        )
+    )
+    from_file = load_settings(config)
+    assert from_file.server.address == "127.0.0.1:7001"
+    assert [m.name for m in from_file.models] == ["tiny"]
+
+    monkeypatch.setenv("INFERWIRE_SERVER__ADDRESS", "127.0.0.1:7002")
+    monkeypatch.setenv("INFERWIRE_SERVER__GRACE_PERIOD_S", "9")
+    from_env = load_settings(config)
+    assert from_env.server.address == "127.0.0.1:7002"
+    assert from_env.server.grace_period_s == 9
+    assert from_env.server.max_prompt_bytes == 1000  # untouched keys keep the file's value
+
+    from_flags = load_settings(config, server={"address": "127.0.0.1:7003"})
+    assert from_flags.server.address == "127.0.0.1:7003"
+    assert from_flags.server.grace_period_s == 9
+
+
+def test_unknown_backend_is_a_startup_error_listing_the_available_ones():
+    settings = load_settings(models=[{"name": "m", "backend": "tensorflow"}])
+    expected = r"unknown backend 'tensorflow'.*onnxruntime-genai"
+    with pytest.raises(ConfigurationError, match=expected):
+        InferwireServer(settings, address="127.0.0.1:0")
+
+
+def test_unknown_backend_option_is_a_startup_error():
+    settings = load_settings(models=[{"name": "m", "options": {"pth": "builtin"}}])
+    with pytest.raises(ConfigurationError, match=r"model 'm'.*options\.pth"):
+        InferwireServer(settings, address="127.0.0.1:0")
+
+
+def test_missing_backend_sdk_names_the_extra_to_install(monkeypatch):
+    # Make the SDK import fail for real, as on a machine without the package.
+    monkeypatch.setitem(sys.modules, "onnxruntime_genai", None)
+    with pytest.raises(
+        MissingDependencyError, match=r"pip install 'inferwire\[onnxruntime-genai\]'"
+    ):
+        backend_class("onnxruntime-genai")
+
+
+def test_duplicate_model_names_are_rejected():
+    with pytest.raises(ValueError, match="declared twice"):
+        load_settings(models=[{"name": "a"}, {"name": "a"}])
+
+
+def test_serve_with_a_bad_config_exits_non_zero_with_a_clear_message(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("models:\n  - name: m\n    backend: tensorflow\n")
+    result = subprocess.run(
+        [str(INFERWIRE), "serve", "--config", str(config), "--address", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "unknown backend 'tensorflow'" in result.stderr

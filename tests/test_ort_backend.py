@@ -1,0 +1,72 @@
+"""The onnxruntime-genai backend on its own, below the gRPC layer."""
+
+import contextlib
+
+import pytest
+
+from inferwire.backends.base import GenerationRecord
+from inferwire.backends.ort_genai import OrtGenAIBackend
+from inferwire.core.types import GenerationEnd, GenerationParams, InferenceRequest, TextDelta
+from inferwire.errors import ConfigurationError
+
+
+@pytest.fixture(scope="module")
+async def backend():
+    backend = OrtGenAIBackend("unit", {"path": "builtin"}, max_concurrency=2)
+    await backend.load()
+    yield backend
+    await backend.unload()
+
+
+def request(max_tokens: int = 64, **params) -> InferenceRequest:
+    return InferenceRequest(
+        request_id="unit",
+        model="unit",
+        prompt="Hello",
+        params=GenerationParams(max_tokens=max_tokens, **params),
+    )
+
+
+async def test_closing_the_stream_stops_the_engine_within_one_token(backend):
+    record = GenerationRecord()
+    events = backend.infer_stream(request(1000, temperature=0), 1000, record)
+    consumed = 0
+    async with contextlib.aclosing(events):
+        async for event in events:
+            assert isinstance(event, TextDelta)
+            consumed = event.completion_tokens
+            if consumed >= 5:
+                break
+    assert record.cancelled
+    assert record.tokens_after_cancel <= 1
+    # The engine runs only a bounded lookahead (in deltas) ahead of the consumer,
+    # so it stopped far short of max_tokens.
+    assert consumed <= record.completion_tokens < 100
+
+
+async def test_unary_equals_concatenated_stream(backend):
+    params = {"temperature": 0.8, "seed": 5, "top_k": 20}
+    text, end = await backend.infer(request(48, **params), 48, GenerationRecord())
+    pieces = []
+    async for event in backend.infer_stream(request(48, **params), 48, GenerationRecord()):
+        if isinstance(event, TextDelta):
+            pieces.append(event.text)
+        else:
+            assert isinstance(event, GenerationEnd)
+            assert event.usage == end.usage
+    assert "".join(pieces) == text
+
+
+def test_unknown_option_is_a_configuration_error():
+    with pytest.raises(ConfigurationError, match=r"options\.colour"):
+        OrtGenAIBackend("x", {"colour": "blue"}, max_concurrency=1)
+
+
+async def test_cuda_without_cuda_build_fails_with_the_extra_to_install():
+    backend = OrtGenAIBackend("gpu", {"path": "builtin", "device": "cuda"}, max_concurrency=1)
+    import onnxruntime_genai as og
+
+    if og.is_cuda_available():
+        pytest.skip("this machine has onnxruntime-genai-cuda; the CUDA path is exercised instead")
+    with pytest.raises(ConfigurationError, match=r"inferwire\[cuda\]"):
+        await backend.load()
