@@ -57,6 +57,10 @@ BAD_INPUTS = {
         {"model": "demo", "prompt": "Hi", "parameters": params(stop=["ok", ""])},
         "parameters.stop[1]",
     ),
+    "seed-beyond-engine-range": (
+        {"model": "demo", "prompt": "Hi", "parameters": params(seed=2**31)},
+        "parameters.seed",
+    ),
     "too-many-context-entries": (
         {"model": "demo", "prompt": "Hi", "context": ["passage"] * 65},
         "context",

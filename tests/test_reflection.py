@@ -45,3 +45,6 @@ async def test_reflection_resolves_the_inference_service_descriptor(channel):
     ]
     stream = next(m for m in service.method if m.name == "InferStream")
     assert stream.server_streaming and not stream.client_streaming
+    # Comments travel with the descriptor, so grpcurl describe can show them.
+    comments = [loc.leading_comments for loc in main.source_code_info.location]
+    assert any("streams it as text deltas" in c for c in comments)

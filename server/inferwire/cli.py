@@ -98,7 +98,7 @@ def infer(
     temperature: Annotated[float | None, typer.Option("--temperature")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p")] = None,
     top_k: Annotated[int | None, typer.Option("--top-k")] = None,
-    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, max=2**32 - 1)] = None,
     stop: Annotated[
         list[str] | None, typer.Option("--stop", help="Stop string; repeatable.")
     ] = None,

@@ -9,12 +9,13 @@ import time
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from inferwire.config import Settings
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.validation import RequestLimits
 from inferwire.health import SERVICE_NAME, HealthServicer
+from inferwire.reflection import DocumentedReflectionServicer
 from inferwire.servicer import InferenceServicer
 from inferwire.v1 import inference_pb2_grpc
 
@@ -60,12 +61,14 @@ class InferwireServer:
             InferenceServicer(self.manager), self._server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        reflection.enable_server_reflection(
-            [
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ],
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            DocumentedReflectionServicer(
+                [
+                    SERVICE_NAME,
+                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                    reflection.SERVICE_NAME,
+                ]
+            ),
             self._server,
         )
         self.port = 0

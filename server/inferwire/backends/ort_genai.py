@@ -45,6 +45,10 @@ BUILTIN_MODEL = "builtin"
 # or vanished client costs little memory and little wasted compute.
 _LOOKAHEAD_DELTAS = 8
 
+# ORT GenAI takes the seed as a signed 32-bit int; folding larger seeds would
+# silently make two seeds sample alike, so they are refused instead.
+_MAX_SEED = 2**31 - 1
+
 
 class OrtGenAIOptions(BackendOptions):
     """`options` for a model served by the onnxruntime-genai backend."""
@@ -179,6 +183,10 @@ class OrtGenAIBackend(Backend):
         model, tokenizer, executor = self._model, self._tokenizer, self._executor
         if model is None or tokenizer is None or executor is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
+        if request.params.seed is not None and request.params.seed > _MAX_SEED:
+            raise InvalidArgumentError(
+                [FieldViolation("parameters.seed", f"must be at most {_MAX_SEED} on this backend")]
+            )
         input_ids = [int(t) for t in tokenizer.encode(self.render_prompt(request))]
         record.prompt_tokens = len(input_ids)
         if len(input_ids) >= self._context_length:

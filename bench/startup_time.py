@@ -1,0 +1,65 @@
+"""Time from launching `inferwire serve` to grpc.health.v1 SERVING for "".
+
+Baseline in the same run: time from launch until the port accepts connections,
+so the model-loading share of start-up is visible. Writes
+bench/results/startup_time.json and .png.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import grpc
+import matplotlib
+from common import RESULTS, start_server, stop_server, write_results
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+RUNS = 5
+
+
+def one_start() -> tuple[float, float]:
+    process, port, started = start_server()
+    try:
+        listening = time.perf_counter() - started
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while True:
+                response = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+                if response.status == health_pb2.HealthCheckResponse.SERVING:
+                    return listening, time.perf_counter() - started
+                time.sleep(0.005)
+    finally:
+        stop_server(process)
+
+
+def main() -> None:
+    runs = [one_start() for _ in range(RUNS)]
+    results = {
+        "runs": RUNS,
+        "listening_s": [listening for listening, _ in runs],
+        "serving_s": [serving for _, serving in runs],
+        "median_listening_s": statistics.median(listening for listening, _ in runs),
+        "median_serving_s": statistics.median(serving for _, serving in runs),
+    }
+    path = write_results("startup_time", results)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.boxplot(
+        [results["listening_s"], results["serving_s"]],
+        tick_labels=["port listening", "health SERVING"],
+    )
+    ax.set_ylabel("seconds since launch")
+    ax.set_title(f"inferwire serve start-up, {RUNS} runs")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "startup_time.png", dpi=100)
+    print(
+        f"listening after {results['median_listening_s']:.2f} s, SERVING after "
+        f"{results['median_serving_s']:.2f} s (medians); wrote {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()
