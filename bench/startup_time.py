@@ -11,12 +11,8 @@ import statistics
 import time
 
 import grpc
-import matplotlib
-from common import RESULTS, start_server, stop_server, write_results
+from common import start_server, stop_server, write_boxplot, write_results
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 RUNS = 5
 
@@ -46,15 +42,12 @@ def main() -> None:
         "median_serving_s": statistics.median(serving for _, serving in runs),
     }
     path = write_results("startup_time", results)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.boxplot(
-        [results["listening_s"], results["serving_s"]],
-        tick_labels=["port listening", "health SERVING"],
+    write_boxplot(
+        "startup_time",
+        {"port listening": results["listening_s"], "health SERVING": results["serving_s"]},
+        ylabel="seconds since launch",
+        title=f"inferwire serve start-up, {RUNS} runs",
     )
-    ax.set_ylabel("seconds since launch")
-    ax.set_title(f"inferwire serve start-up, {RUNS} runs")
-    fig.tight_layout()
-    fig.savefig(RESULTS / "startup_time.png", dpi=100)
     print(
         f"listening after {results['median_listening_s']:.2f} s, SERVING after "
         f"{results['median_serving_s']:.2f} s (medians); wrote {path}"

@@ -11,16 +11,12 @@ import statistics
 import time
 
 import grpc
-import matplotlib
 import onnxruntime_genai as og
-from common import RESULTS, start_server, stop_server, wait_serving, write_results
+from common import start_server, stop_server, wait_serving, write_boxplot, write_results
 
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 PROMPT = "Hello"
 MAX_TOKENS = 512
@@ -116,15 +112,15 @@ def main() -> None:
     results["gateway_vs_direct"] = gateway_rate / direct_rate
     path = write_results("stream_throughput", results)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.boxplot(
-        [results["direct_engine"]["tokens_per_s"], results["through_gateway"]["tokens_per_s"]],
-        tick_labels=["engine directly", "InferStream via inferwire"],
+    write_boxplot(
+        "stream_throughput",
+        {
+            "engine directly": results["direct_engine"]["tokens_per_s"],
+            "InferStream via inferwire": results["through_gateway"]["tokens_per_s"],
+        },
+        ylabel="tokens/s (single stream)",
+        title=f"demo model, {MAX_TOKENS} tokens, seed {SEED}, {RUNS} runs",
     )
-    ax.set_ylabel("tokens/s (single stream)")
-    ax.set_title(f"demo model, {MAX_TOKENS} tokens, seed {SEED}, {RUNS} runs")
-    fig.tight_layout()
-    fig.savefig(RESULTS / "stream_throughput.png", dpi=100)
     print(
         f"direct engine: {direct_rate:,.0f} tok/s; through InferStream: {gateway_rate:,.0f} tok/s "
         f"({results['gateway_vs_direct']:.2f}x); wrote {path}"

@@ -2,12 +2,21 @@
 
 import contextlib
 
+import onnxruntime_genai as og
 import pytest
 
 from inferwire.backends.base import GenerationRecord
-from inferwire.backends.ort_genai import OrtGenAIBackend
-from inferwire.core.types import GenerationEnd, GenerationParams, InferenceRequest, TextDelta
-from inferwire.errors import ConfigurationError
+from inferwire.backends.ort_genai import OrtGenAIBackend, builtin_model_path
+from inferwire.core.manager import ModelManager, ModelSpec
+from inferwire.core.types import (
+    GenerationEnd,
+    GenerationParams,
+    InferenceRequest,
+    ModelState,
+    TextDelta,
+)
+from inferwire.core.validation import RequestLimits
+from inferwire.errors import ConfigurationError, ModelNotReadyError
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +73,22 @@ def test_unknown_option_is_a_configuration_error():
 
 async def test_cuda_without_cuda_build_fails_with_the_extra_to_install():
     backend = OrtGenAIBackend("gpu", {"path": "builtin", "device": "cuda"}, max_concurrency=1)
-    import onnxruntime_genai as og
-
     if og.is_cuda_available():
         pytest.skip("this machine has onnxruntime-genai-cuda; the CUDA path is exercised instead")
     with pytest.raises(ConfigurationError, match=r"inferwire\[cuda\]"):
         await backend.load()
+
+
+async def test_corrupt_model_fails_its_load_and_the_model_turns_failed(tmp_path):
+    for source in builtin_model_path().iterdir():
+        (tmp_path / source.name).write_bytes(source.read_bytes())
+    (tmp_path / "model.onnx").write_bytes(b"this is not an ONNX model")
+    manager = ModelManager(
+        [ModelSpec("corrupt", "onnxruntime-genai", False, 1, 0, {"path": str(tmp_path)})],
+        RequestLimits(max_prompt_bytes=1024),
+    )
+    with pytest.raises(ModelNotReadyError, match="'corrupt' failed to load"):
+        await manager.load("corrupt")
+    status = manager.model_status("corrupt")
+    assert status.state is ModelState.FAILED
+    assert status.detail.startswith("load failed:")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import grpc
 import typer
 from google.protobuf import json_format
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
@@ -26,9 +29,14 @@ AddressOption = Annotated[str, typer.Option("--address", "-a", help="Server addr
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="RPC deadline in seconds.")]
 
 
-def _stub(address: str) -> tuple[grpc.Channel, inference_pb2_grpc.InferenceServiceStub]:
-    channel = grpc.insecure_channel(address)
-    return channel, inference_pb2_grpc.InferenceServiceStub(channel)
+@contextlib.contextmanager
+def _connect(address: str) -> Iterator[grpc.Channel]:
+    """A channel to the server; a failed RPC inside prints its status and exits 1."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            yield channel
+        except grpc.RpcError as error:
+            _fail(error)
 
 
 def _fail(error: grpc.RpcError) -> NoReturn:
@@ -36,8 +44,6 @@ def _fail(error: grpc.RpcError) -> NoReturn:
     typer.echo(f"error: {error.code().name}: {error.details()}", err=True)
     status = rpc_status.from_call(error)  # type: ignore[arg-type]
     if status is not None:
-        from google.rpc import error_details_pb2
-
         for detail in status.details:
             if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
                 bad_request = error_details_pb2.BadRequest()
@@ -123,21 +129,18 @@ def infer(
         if value is not None:
             setattr(params, name, value)
     fields = {"model": model, "prompt": prompt, "context": context or [], "parameters": params}
-    channel, stub = _stub(address)
-    with channel:
-        try:
-            if stream:
-                final = None
-                for message in stub.InferStream(pb.InferStreamRequest(**fields), timeout=timeout):
-                    sys.stdout.write(message.text)
-                    sys.stdout.flush()
-                    final = message
-                sys.stdout.write("\n")
-            else:
-                final = stub.Infer(pb.InferRequest(**fields), timeout=timeout)
-                typer.echo(final.text)
-        except grpc.RpcError as error:
-            _fail(error)
+    with _connect(address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        if stream:
+            final = None
+            for message in stub.InferStream(pb.InferStreamRequest(**fields), timeout=timeout):
+                sys.stdout.write(message.text)
+                sys.stdout.flush()
+                final = message
+            sys.stdout.write("\n")
+        else:
+            final = stub.Infer(pb.InferRequest(**fields), timeout=timeout)
+            typer.echo(final.text)
     if show_usage and final is not None:
         summary = {
             "request_id": final.request_id,
@@ -157,13 +160,10 @@ def health(
     timeout: TimeoutOption = 5.0,
 ) -> None:
     """grpc.health.v1 Check; exits 0 only when the service is SERVING."""
-    with grpc.insecure_channel(address) as channel:
-        try:
-            response = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=timeout
-            )
-        except grpc.RpcError as error:
-            _fail(error)
+    with _connect(address) as channel:
+        response = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=timeout
+        )
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     typer.echo(status)
     if response.status != health_pb2.HealthCheckResponse.SERVING:
@@ -180,12 +180,9 @@ def _print_status(status: pb.ModelStatus) -> None:
 @models_app.command("list")
 def models_list(address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 10.0) -> None:
     """List configured models and their states."""
-    channel, stub = _stub(address)
-    with channel:
-        try:
-            response = stub.ListModels(pb.ListModelsRequest(), timeout=timeout)
-        except grpc.RpcError as error:
-            _fail(error)
+    with _connect(address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        response = stub.ListModels(pb.ListModelsRequest(), timeout=timeout)
     for status in response.models:
         _print_status(status)
 
@@ -195,12 +192,9 @@ def models_load(
     model: str, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
 ) -> None:
     """Load MODEL (idempotent)."""
-    channel, stub = _stub(address)
-    with channel:
-        try:
-            response = stub.LoadModel(pb.LoadModelRequest(model=model), timeout=timeout)
-        except grpc.RpcError as error:
-            _fail(error)
+    with _connect(address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        response = stub.LoadModel(pb.LoadModelRequest(model=model), timeout=timeout)
     _print_status(response.model)
 
 
@@ -209,12 +203,9 @@ def models_unload(
     model: str, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
 ) -> None:
     """Unload MODEL after its in-flight requests finish (idempotent)."""
-    channel, stub = _stub(address)
-    with channel:
-        try:
-            response = stub.UnloadModel(pb.UnloadModelRequest(model=model), timeout=timeout)
-        except grpc.RpcError as error:
-            _fail(error)
+    with _connect(address) as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        response = stub.UnloadModel(pb.UnloadModelRequest(model=model), timeout=timeout)
     _print_status(response.model)
 
 

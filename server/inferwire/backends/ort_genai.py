@@ -145,7 +145,7 @@ class OrtGenAIBackend(Backend):
 
     async def unload(self) -> None:
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
+            await asyncio.to_thread(self._executor.shutdown, wait=True)
         self._executor = None
         self._model = None
         self._tokenizer = None

@@ -168,10 +168,14 @@ class ModelManager:
                 model.state, model.detail = ModelState.FAILED, f"load failed: {exc}"
                 model.backend_healthy = False
                 await self._publish_health()
-                log.error("model load failed", extra={"model": name, "error": str(exc)})
-                if isinstance(exc, InferwireError) and not isinstance(exc, ModelNotReadyError):
-                    raise ModelNotReadyError(f"model {name!r} failed to load: {exc}") from exc
-                raise
+                # Engine errors (a corrupt file, out of memory) are the operator's to fix,
+                # like configuration errors: report them all as a failed precondition.
+                log.error(
+                    "model load failed",
+                    extra={"model": name, "error": str(exc)},
+                    exc_info=not isinstance(exc, InferwireError),
+                )
+                raise ModelNotReadyError(f"model {name!r} failed to load: {exc}") from exc
             model.state, model.detail = ModelState.READY, health.detail
             model.backend_healthy = health.healthy
             await self._publish_health()

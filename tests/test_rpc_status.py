@@ -1,0 +1,93 @@
+"""The single error table, exercised through a real gRPC server.
+
+Most rows are provoked for real elsewhere (NOT_FOUND, FAILED_PRECONDITION,
+INVALID_ARGUMENT, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED). Errors the embedded
+backend cannot produce for real (a backend that is down, an unexpected bug)
+are raised here by a servicer method written for the test.
+"""
+
+import logging
+
+import grpc
+import pytest
+
+from inferwire import errors
+from inferwire.rpc_status import STATUS_CODE_BY_ERROR, map_errors
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+
+RAISED: dict[str, Exception] = {
+    "unavailable": errors.BackendUnavailableError("backend at triton-0:8001 is unreachable"),
+    "unauthenticated": errors.UnauthenticatedError("no bearer token"),
+    "permission": errors.PermissionDeniedError("token lacks the admin scope"),
+    "queue": errors.QueueFullError("model 'm' is at capacity"),
+    "bug": RuntimeError("secret internal detail"),
+}
+
+
+class RaisingServicer(inference_pb2_grpc.InferenceServiceServicer):
+    @map_errors
+    async def Infer(self, request, context):
+        raise RAISED[request.prompt]
+
+    @map_errors
+    async def InferStream(self, request, context):
+        yield pb.InferStreamResponse(text="partial")
+        raise RAISED[request.prompt]
+
+
+@pytest.fixture(scope="module")
+async def raising_stub():
+    server = grpc.aio.server()
+    inference_pb2_grpc.add_InferenceServiceServicer_to_server(RaisingServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield inference_pb2_grpc.InferenceServiceStub(channel)
+    finally:
+        await server.stop(None)
+
+
+EXPECTED = {
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
+    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
+    "permission": grpc.StatusCode.PERMISSION_DENIED,
+    "queue": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "bug": grpc.StatusCode.INTERNAL,
+}
+
+
+@pytest.mark.parametrize("kind", EXPECTED)
+async def test_domain_errors_map_to_their_status_code(raising_stub, kind):
+    with pytest.raises(grpc.aio.AioRpcError) as unary:
+        await raising_stub.Infer(pb.InferRequest(prompt=kind))
+    assert unary.value.code() == EXPECTED[kind]
+    with pytest.raises(grpc.aio.AioRpcError) as streamed:
+        async for message in raising_stub.InferStream(pb.InferStreamRequest(prompt=kind)):
+            assert message.text == "partial"
+    assert streamed.value.code() == EXPECTED[kind]
+    if kind != "bug":
+        assert unary.value.details() == str(RAISED[kind])
+
+
+async def test_unexpected_errors_are_internal_without_details_and_logged(raising_stub, caplog):
+    caplog.set_level(logging.ERROR, logger="inferwire.rpc_status")
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await raising_stub.Infer(pb.InferRequest(prompt="bug"))
+    assert error.value.code() == grpc.StatusCode.INTERNAL
+    assert "secret" not in error.value.details()
+    assert "Traceback" not in error.value.details()
+    logged = [r for r in caplog.records if r.name == "inferwire.rpc_status"]
+    assert logged and "secret internal detail" in str(logged[-1].exc_info[1])
+
+
+def test_every_domain_error_kind_has_a_row():
+    kinds = {
+        cls
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.InferwireError)
+    }
+    # Configuration errors stop the server at start-up; they never reach a client.
+    unmapped = {errors.InferwireError, errors.ConfigurationError, errors.MissingDependencyError}
+    assert kinds - unmapped == set(STATUS_CODE_BY_ERROR)
