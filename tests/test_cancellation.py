@@ -53,12 +53,12 @@ async def test_passed_deadline_is_deadline_exceeded_and_stops_generation(slow_st
             request_id="too-slow",
             parameters=pb.GenerationParameters(max_tokens=MAX_TOKENS, temperature=0),
         ),
-        timeout=0.5,
+        timeout=2.0,
     )
     await call.read()
     # Stop reading: the slow reader's window fills, and the deadline passes.
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(2.5)
         while await call.read() is not grpc.aio.EOF:
             pass
     assert error.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED

@@ -1,5 +1,7 @@
 """Infer and InferStream on the real bundled model through a real gRPC channel."""
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -157,3 +159,17 @@ async def test_unknown_model_is_not_found(stub):
         await stub.Infer(pb.InferRequest(model="no-such-model", prompt="Hi"))
     assert error.value.code() == grpc.StatusCode.NOT_FOUND
     assert "no-such-model" in error.value.details()
+
+
+async def test_concurrent_requests_match_their_sequential_results(stub):
+    def request(seed: int) -> pb.InferRequest:
+        return pb.InferRequest(
+            model="demo",
+            prompt=f"Prompt number {seed}",
+            parameters=pb.GenerationParameters(max_tokens=64, temperature=0.9, seed=seed),
+        )
+
+    sequential = [(await stub.Infer(request(seed))).text for seed in range(8)]
+    concurrent = await asyncio.gather(*(stub.Infer(request(seed)) for seed in range(8)))
+    assert [r.text for r in concurrent] == sequential
+    assert len(set(sequential)) == 8

@@ -56,7 +56,8 @@ def _fail(error: grpc.RpcError) -> NoReturn:
 @app.command()
 def serve(
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML configuration file.")
+        Path | None,
+        typer.Option("--config", "-c", envvar="INFERWIRE_CONFIG", help="YAML configuration file."),
     ] = None,
     address: Annotated[
         str | None, typer.Option("--address", "-a", help="Listen address (default 0.0.0.0:50051).")
