@@ -187,7 +187,8 @@ class OrtGenAIBackend(Backend):
             raise InvalidArgumentError(
                 [FieldViolation("parameters.seed", f"must be at most {_MAX_SEED} on this backend")]
             )
-        input_ids = [int(t) for t in tokenizer.encode(self.render_prompt(request))]
+        encoded = await asyncio.to_thread(tokenizer.encode, self.render_prompt(request))
+        input_ids = [int(t) for t in encoded]
         record.prompt_tokens = len(input_ids)
         if len(input_ids) >= self._context_length:
             field = "context" if request.context else "prompt"
@@ -228,18 +229,22 @@ class OrtGenAIBackend(Backend):
                 emit(exc)
 
         worker = loop.run_in_executor(executor, run)
+        finished = False
         try:
             while True:
                 event = await events.get()
                 if isinstance(event, TextDelta):
                     credits.release()
+                    yield event
+                    continue
+                finished = True
                 if isinstance(event, BaseException):
                     raise event
                 yield event
-                if isinstance(event, GenerationEnd):
-                    return
+                return
         finally:
-            if not worker.done():
+            if not finished:
+                # The consumer left early (cancellation, deadline): stop the engine.
                 record.cancelled = True
                 stop.set()
                 credits.release()  # wake the worker if it waits for the consumer

@@ -22,7 +22,6 @@ from inferwire.backends import backend_class
 from inferwire.backends.base import Backend, GenerationRecord
 from inferwire.core.types import (
     BackendHealthReport,
-    FinishReason,
     GenerationEnd,
     HealthReport,
     InferenceRequest,
@@ -33,7 +32,6 @@ from inferwire.core.types import (
     StreamChunk,
     TextDelta,
     Timing,
-    Usage,
 )
 from inferwire.core.validation import RequestLimits, require_model_name, validate_inference_request
 from inferwire.errors import (
@@ -256,10 +254,8 @@ class ModelManager:
                         else:
                             outcome = event.finish_reason.value
                             yield self._final_chunk(event, arrived, started, first_token_at)
-            except GeneratorExit:
-                outcome = "cancelled"
-                raise
-            except asyncio.CancelledError:
+            except (GeneratorExit, asyncio.CancelledError):
+                # The caller went away (cancel or deadline) or stopped reading.
                 outcome = "cancelled"
                 raise
             finally:
@@ -290,9 +286,7 @@ class ModelManager:
             time_to_first_token_ms=(first - arrived) * 1e3,
             total_ms=(now - arrived) * 1e3,
         )
-        finish: FinishReason = end.finish_reason
-        usage: Usage = end.usage
-        return StreamChunk("", finish_reason=finish, usage=usage, timing=timing)
+        return StreamChunk("", finish_reason=end.finish_reason, usage=end.usage, timing=timing)
 
     def _resolve_max_tokens(self, model: _ManagedModel, request: InferenceRequest) -> int:
         limit = model.backend.limits().max_output_tokens
