@@ -35,6 +35,13 @@ def wait_serving(target: str) -> None:
     raise AssertionError("server never became SERVING")
 
 
+def test_serve_on_a_taken_port_exits_with_a_clear_error(served):
+    result = run_cli("serve", "--address", served.target)
+    assert result.returncode == 1
+    assert f"could not listen on {served.target}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_cli_health_exit_codes(served):
     wait_serving(served.target)
     ok = run_cli("health", "--address", served.target)

@@ -76,9 +76,12 @@ class InferwireServer:
 
     async def start(self) -> int:
         """Bind, start serving, then load start-up models. Returns the bound port."""
-        self.port = self._server.add_insecure_port(self.address)
-        if self.port == 0:
-            raise OSError(f"could not bind {self.address}")
+        try:
+            self.port = self._server.add_insecure_port(self.address)
+        except RuntimeError:  # grpc's way of saying the bind failed
+            raise OSError(
+                f"could not listen on {self.address}: address in use or not available"
+            ) from None
         await self._server.start()
         log.info("listening", extra={"address": self.address, "port": self.port})
         await self.manager.start()
