@@ -145,7 +145,6 @@ def request_log(caplog: pytest.LogCaptureFixture) -> RequestLogRecords:
 
 # ---- a real `inferwire serve` process -------------------------------------
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 INFERWIRE = Path(sys.executable).with_name("inferwire")
 
 

@@ -13,6 +13,7 @@ closes it (that is how cancellation and deadlines reach the engine).
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -38,7 +39,7 @@ class BackendOptions(BaseModel):
 
 @dataclass
 class GenerationRecord:
-    """Filled in by the backend while a request runs; read by the core afterwards.
+    """Filled in by the backend while a request runs; read by the core for timing and logs.
 
     `tokens_after_cancel` counts tokens the engine produced after it was told
     to stop, which is how we prove cancellation stops generation promptly.
@@ -46,6 +47,7 @@ class GenerationRecord:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    first_token_at: float | None = None  # time.perf_counter() when the first token was ready
     cancelled: bool = False
     tokens_after_cancel: int = 0
 
@@ -99,11 +101,13 @@ class Backend(abc.ABC):
         """Unary generation: by default the concatenated stream, so both agree."""
         pieces: list[str] = []
         end: GenerationEnd | None = None
-        async for event in self.infer_stream(request, max_tokens, record):
-            if isinstance(event, TextDelta):
-                pieces.append(event.text)
-            else:
-                end = event
+        events = self.infer_stream(request, max_tokens, record)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    pieces.append(event.text)
+                else:
+                    end = event
         if end is None:
             raise RuntimeError(f"backend {self.name!r} ended a stream without a result")
         return "".join(pieces), end

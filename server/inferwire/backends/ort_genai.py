@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -278,6 +279,8 @@ class OrtGenAIBackend(Backend):
                 break
             generator.generate_next_token()
             record.completion_tokens += 1
+            if record.completion_tokens == 1:
+                record.first_token_at = time.perf_counter()
             if stop.is_set():
                 record.tokens_after_cancel += 1
                 return

@@ -22,7 +22,6 @@ from inferwire.backends import backend_class
 from inferwire.backends.base import Backend, GenerationRecord
 from inferwire.core.types import (
     BackendHealthReport,
-    GenerationEnd,
     HealthReport,
     InferenceRequest,
     InferenceResult,
@@ -84,6 +83,27 @@ class _ManagedModel:
     def status(self) -> ModelStatus:
         capabilities = self.backend.capabilities() if self.state is ModelState.READY else None
         return ModelStatus(self.spec.name, self.spec.backend, self.state, self.detail, capabilities)
+
+
+@dataclass
+class _Run:
+    """One admitted request: its model, resolved limits, and what happened to it."""
+
+    model: _ManagedModel
+    max_tokens: int
+    arrived: float
+    started: float = 0.0
+    outcome: str = "error"
+    record: GenerationRecord = field(default_factory=GenerationRecord)
+
+    def timing(self) -> Timing:
+        now = time.perf_counter()
+        first = self.record.first_token_at or now
+        return Timing(
+            queue_ms=(self.started - self.arrived) * 1e3,
+            time_to_first_token_ms=(first - self.arrived) * 1e3,
+            total_ms=(now - self.arrived) * 1e3,
+        )
 
 
 class ModelManager:
@@ -204,89 +224,79 @@ class ModelManager:
     # ---- inference -------------------------------------------------------
 
     async def infer(self, request: InferenceRequest) -> InferenceResult:
-        pieces: list[str] = []
-        final: StreamChunk | None = None
+        """Unary generation through the backend's own `infer`."""
         request = self._with_request_id(request)
-        async with contextlib.aclosing(self._generate(request)) as chunks:
-            async for chunk in chunks:
-                pieces.append(chunk.text)
-                final = chunk
-        assert final is not None and final.finish_reason is not None
-        assert final.usage is not None and final.timing is not None
-        return InferenceResult(
-            request_id=request.request_id,
-            model=request.model,
-            backend=self._models[request.model].spec.backend,
-            text="".join(pieces),
-            finish_reason=final.finish_reason,
-            usage=final.usage,
-            timing=final.timing,
-        )
+        async with self._admit(request) as run:
+            text, end = await run.model.backend.infer(request, run.max_tokens, run.record)
+            run.outcome = end.finish_reason.value
+            return InferenceResult(
+                request_id=request.request_id,
+                model=request.model,
+                backend=run.model.spec.backend,
+                text=text,
+                finish_reason=end.finish_reason,
+                usage=end.usage,
+                timing=run.timing(),
+            )
 
     def infer_stream(self, request: InferenceRequest) -> tuple[str, AsyncIterator[StreamChunk]]:
         """Return the request ID in use and its chunks; the last chunk carries the outcome."""
         request = self._with_request_id(request)
-        return request.request_id, self._generate(request)
+        return request.request_id, self._stream(request)
+
+    async def _stream(self, request: InferenceRequest) -> AsyncIterator[StreamChunk]:
+        async with self._admit(request) as run:
+            events = run.model.backend.infer_stream(request, run.max_tokens, run.record)
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        yield StreamChunk(event.text)
+                    else:
+                        run.outcome = event.finish_reason.value
+                        yield StreamChunk(
+                            "",
+                            finish_reason=event.finish_reason,
+                            usage=event.usage,
+                            timing=run.timing(),
+                        )
 
     @staticmethod
     def _with_request_id(request: InferenceRequest) -> InferenceRequest:
         return request if request.request_id else replace(request, request_id=uuid.uuid4().hex)
 
-    async def _generate(self, request: InferenceRequest) -> AsyncIterator[StreamChunk]:
+    @contextlib.asynccontextmanager
+    async def _admit(self, request: InferenceRequest) -> AsyncIterator[_Run]:
+        """Validate, queue for a slot, and account for one request, unary or streamed."""
         arrived = time.perf_counter()
         validate_inference_request(request, self._limits)
         model = self._get(request.model)
         self._require_ready(model)
-        max_tokens = self._resolve_max_tokens(model, request)
-        record = GenerationRecord()
-        outcome = "error"
+        run = _Run(model, self._resolve_max_tokens(model, request), arrived)
         async with self._slot(model):
-            started = time.perf_counter()
-            first_token_at: float | None = None
+            run.started = time.perf_counter()
             try:
-                events = model.backend.infer_stream(request, max_tokens, record)
-                async with contextlib.aclosing(events):
-                    async for event in events:
-                        if isinstance(event, TextDelta):
-                            if first_token_at is None:
-                                first_token_at = time.perf_counter()
-                            yield StreamChunk(event.text)
-                        else:
-                            outcome = event.finish_reason.value
-                            yield self._final_chunk(event, arrived, started, first_token_at)
+                yield run
             except (GeneratorExit, asyncio.CancelledError):
                 # The caller went away (cancel or deadline) or stopped reading.
-                outcome = "cancelled"
+                run.outcome = "cancelled"
                 raise
             finally:
+                record = run.record
                 model.generated_tokens_total += record.completion_tokens
                 request_log.info(
                     "request finished",
                     extra={
                         "request_id": request.request_id,
                         "model": request.model,
-                        "outcome": outcome,
+                        "outcome": run.outcome,
                         "prompt_tokens": record.prompt_tokens,
                         "completion_tokens": record.completion_tokens,
                         "cancelled": record.cancelled,
                         "tokens_after_cancel": record.tokens_after_cancel,
-                        "queue_ms": round((started - arrived) * 1e3, 3),
+                        "queue_ms": round((run.started - arrived) * 1e3, 3),
                         "total_ms": round((time.perf_counter() - arrived) * 1e3, 3),
                     },
                 )
-
-    @staticmethod
-    def _final_chunk(
-        end: GenerationEnd, arrived: float, started: float, first_token_at: float | None
-    ) -> StreamChunk:
-        now = time.perf_counter()
-        first = first_token_at if first_token_at is not None else now
-        timing = Timing(
-            queue_ms=(started - arrived) * 1e3,
-            time_to_first_token_ms=(first - arrived) * 1e3,
-            total_ms=(now - arrived) * 1e3,
-        )
-        return StreamChunk("", finish_reason=end.finish_reason, usage=end.usage, timing=timing)
 
     def _resolve_max_tokens(self, model: _ManagedModel, request: InferenceRequest) -> int:
         limit = model.backend.limits().max_output_tokens
