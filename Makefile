@@ -1,14 +1,21 @@
 # inferwire developer entry points. Two matter on a fresh machine:
 #   make serve   set up a virtualenv and serve the bundled model on :50051
-#   make test    set up, then lint, check generated code, and run the tests
+#   make test    set up, then lint, check the contract and generated code, and run
+#                the tests (Python, the Go/TypeScript/Java/Rust clients, grpcurl,
+#                grpc_health_probe); needs go, node, cargo, java and mvn on PATH
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BUF := node_modules/.bin/buf
+TOOLS_STAMP := .tools/bin/.installed
+# Everything `make generate` writes; check-generated fails if any of it changes.
+GENERATED := server/inferwire/v1 clients/go/inferwire clients/typescript/src/gen
+# The released v1 contract; `buf breaking` compares proto/ against it.
+API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup serve test lint generate check-generated pytest bench clean
+.PHONY: setup tools serve test lint breaking update-api-baseline generate check-generated pytest bench clean
 
 setup: $(STAMP) $(BUF)
 
@@ -22,29 +29,48 @@ $(BUF): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+tools: $(TOOLS_STAMP)
+
+# Pinned Go tools: protoc-gen-go(-grpc), grpcurl, grpc-health-probe, ghz.
+$(TOOLS_STAMP): scripts/install_tools.sh
+	scripts/install_tools.sh
+	touch $@
+
 serve: $(STAMP)
 	$(BIN)/inferwire serve $(ARGS)
 
 lint: setup
 	$(BUF) lint
-	$(BIN)/ruff check server tests scripts bench
-	$(BIN)/ruff format --check server tests scripts bench
+	$(BIN)/ruff check server tests scripts bench clients/python
+	$(BIN)/ruff format --check server tests scripts bench clients/python
 
-generate: setup
-	scripts/generate.sh
+# A removed field, a renumbered tag or a renamed RPC fails here. The baseline
+# is the released contract; on a branch, main's proto is checked as well.
+breaking: setup
+	$(BUF) breaking --against $(API_BASELINE)
+	@if [ "$$(git rev-parse --abbrev-ref HEAD)" != main ] && git rev-parse -q --verify main >/dev/null; then \
+		echo "$(BUF) breaking --against '.git#branch=main'"; $(BUF) breaking --against '.git#branch=main'; \
+	fi
+
+# Only for additive releases: a breaking change must go to a new package (v2).
+update-api-baseline: setup
+	$(BUF) build --exclude-source-info -o $(API_BASELINE)
+
+generate: setup tools
+	PATH="$(abspath .tools/bin):$$PATH" scripts/generate.sh
 
 # Regenerate and fail if anything under the generated tree changed or appeared.
 check-generated: generate
-	@changes="$$(git status --porcelain -- server/inferwire/v1)"; \
+	@changes="$$(git status --porcelain -- $(GENERATED))"; \
 	if [ -n "$$changes" ]; then \
 		echo "generated code is stale; run 'make generate' and commit:"; \
-		echo "$$changes"; git --no-pager diff --stat -- server/inferwire/v1; exit 1; \
+		echo "$$changes"; git --no-pager diff --stat -- $(GENERATED); exit 1; \
 	fi
 
-pytest: $(STAMP)
+pytest: $(STAMP) tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test: lint check-generated pytest
+test: lint breaking check-generated pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/stream_throughput.py

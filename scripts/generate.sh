@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate everything derived from proto/: the Python stubs, and the
+# Regenerate everything derived from proto/: the Python, Go and TypeScript stubs
+# (Java and Rust generate at build time from proto/), and the
 # descriptor set (with comments) that server reflection serves to grpcurl.
 # CI runs this and fails if the committed files differ.
 set -euo pipefail

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install the pinned Go tools into .tools/bin: protoc plugins for the Go
+# client, and the real grpcurl, grpc_health_probe and ghz binaries that CI
+# runs against a live server. Re-running is cheap: existing binaries are kept
+# unless their pinned version changed (the version is part of the stamp name).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export GOBIN="$PWD/.tools/bin"
+export GOFLAGS="${GOFLAGS:-} -trimpath"
+mkdir -p "$GOBIN"
+
+TOOLS=(
+  "google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12"
+  "google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2"
+  "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
+  "github.com/grpc-ecosystem/grpc-health-probe@v0.4.62"
+  "github.com/bojand/ghz/cmd/ghz@v0.120.0"
+)
+
+for tool in "${TOOLS[@]}"; do
+  stamp="$GOBIN/.$(echo "$tool" | tr '/@' '__')"
+  [ -f "$stamp" ] && continue
+  echo "go install $tool"
+  go install "$tool"
+  touch "$stamp"
+done

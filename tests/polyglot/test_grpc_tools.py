@@ -1,0 +1,125 @@
+"""The operator tools, as real binaries against a live server: grpcurl (through
+reflection only, no proto files) and grpc_health_probe (the orchestrators'
+probe). Both are installed, pinned, by scripts/install_tools.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from support import ServerProcess, stop_server_process
+
+from .conftest import require_tool, start_serving_server
+
+SERVICE = "inferwire.v1.InferenceService"
+
+# grpc_health_probe's documented exit codes.
+PROBE_SERVING = 0
+PROBE_RPC_FAILURE = 3  # e.g. NOT_FOUND for a service the server does not know
+PROBE_UNHEALTHY = 4  # the service answered NOT_SERVING
+
+
+def grpcurl(target: str, *args: str, data: dict | None = None) -> subprocess.CompletedProcess[str]:
+    command = [require_tool("grpcurl"), "-plaintext"]
+    if data is not None:
+        command += ["-d", json.dumps(data)]
+    return subprocess.run([*command, target, *args], capture_output=True, text=True, timeout=60)
+
+
+def json_messages(text: str) -> list[dict]:
+    """grpcurl prints one pretty-printed JSON object per response message."""
+    decoder = json.JSONDecoder()
+    messages, position = [], 0
+    while (position := _skip_space(text, position)) < len(text):
+        message, position = decoder.raw_decode(text, position)
+        messages.append(message)
+    return messages
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position].isspace():
+        position += 1
+    return position
+
+
+def test_grpcurl_lists_services_through_reflection(live_server: ServerProcess) -> None:
+    result = grpcurl(live_server.target, "list")
+    assert result.returncode == 0, result.stderr
+    services = result.stdout.split()
+    assert SERVICE in services
+    assert "grpc.health.v1.Health" in services
+    assert "grpc.reflection.v1alpha.ServerReflection" in services
+
+
+def test_grpcurl_describe_shows_rpcs_and_their_comments(live_server: ServerProcess) -> None:
+    result = grpcurl(live_server.target, "describe", SERVICE)
+    assert result.returncode == 0, result.stderr
+    for rpc in ("LoadModel", "UnloadModel", "ListModels", "Infer", "InferStream", "Health"):
+        assert f"rpc {rpc} (" in result.stdout
+    assert "// InferStream generates a completion and streams it as text deltas." in result.stdout
+
+
+def test_grpcurl_infer_with_a_json_request(live_server: ServerProcess) -> None:
+    request = {"model": "demo", "prompt": "Hello", "parameters": {"maxTokens": 8}}
+    result = grpcurl(live_server.target, f"{SERVICE}/Infer", data=request)
+    assert result.returncode == 0, result.stderr
+    (response,) = json_messages(result.stdout)
+    assert response["model"] == "demo"
+    assert response["text"]
+    assert response["usage"]["completionTokens"] == 8
+    assert response["finishReason"] == "FINISH_REASON_LENGTH"
+
+
+def test_grpcurl_infer_stream_prints_several_messages(live_server: ServerProcess) -> None:
+    request = {"model": "demo", "prompt": "Hello", "parameters": {"maxTokens": 12}}
+    result = grpcurl(live_server.target, f"{SERVICE}/InferStream", data=request)
+    assert result.returncode == 0, result.stderr
+    messages = json_messages(result.stdout)
+    assert len(messages) > 2
+    assert sum(1 for m in messages if m.get("text")) > 1
+    assert messages[-1]["finishReason"] == "FINISH_REASON_LENGTH"
+
+
+def test_grpcurl_shows_invalid_argument_with_the_field(live_server: ServerProcess) -> None:
+    request = {"model": "demo", "prompt": "Hi", "parameters": {"topP": 1.5}}
+    result = grpcurl(live_server.target, f"{SERVICE}/Infer", data=request)
+    assert result.returncode != 0
+    assert "Code: InvalidArgument" in result.stderr
+    assert "parameters.top_p" in result.stderr
+
+
+@pytest.fixture
+def own_server() -> Iterator[ServerProcess]:
+    """A server of its own: this test unloads `demo`, which others rely on."""
+    server = start_serving_server()
+    try:
+        yield server
+    finally:
+        stop_server_process(server)
+
+
+def probe(target: str, *args: str) -> int:
+    command = [require_tool("grpc-health-probe"), "-addr", target, "-rpc-timeout", "5s", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30).returncode
+
+
+def test_grpc_health_probe_follows_model_lifecycle(own_server: ServerProcess) -> None:
+    target = own_server.target
+    assert probe(target) == PROBE_SERVING
+    assert probe(target, "-service", SERVICE) == PROBE_SERVING
+    assert probe(target, "-service", "model/demo") == PROBE_SERVING
+    assert probe(target, "-service", "model/no-such-model") == PROBE_RPC_FAILURE
+
+    unloaded = grpcurl(target, f"{SERVICE}/UnloadModel", data={"model": "demo"})
+    assert unloaded.returncode == 0, unloaded.stderr
+    assert probe(target, "-service", "model/demo") == PROBE_UNHEALTHY
+    # Documented: "" is SERVING only while every load_on_startup model is ready.
+    assert probe(target) == PROBE_UNHEALTHY
+
+    loaded = grpcurl(target, f"{SERVICE}/LoadModel", data={"model": "demo"})
+    assert loaded.returncode == 0, loaded.stderr
+    assert probe(target, "-service", "model/demo") == PROBE_SERVING
+    assert probe(target) == PROBE_SERVING
