@@ -1,0 +1,35 @@
+"""The Go client, built with the real Go toolchain and run against a live server."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import CLIENTS, assert_example_output, require_tool, run_checked
+
+GO_CLIENT = CLIENTS / "go"
+
+
+@pytest.mark.timeout(600)  # a cold build compiles grpc-go: about 90 s on 2 busy cores
+def test_go_example_infers_streams_checks_health_and_reads_bad_request(live_server) -> None:
+    go = require_tool("go")
+    gofmt = require_tool("gofmt")
+
+    unformatted = run_checked([gofmt, "-l", "."], cwd=GO_CLIENT, timeout=60).stdout
+    assert unformatted == "", f"gofmt would change:\n{unformatted}"
+    # -buildvcs=false: stamping VCS info fails in CI checkouts owned by another user.
+    run_checked(
+        [go, "build", "-buildvcs=false", "-o", "bin/example", "./cmd/example"],
+        cwd=GO_CLIENT,
+        timeout=540,
+    )
+    run_checked([go, "vet", "./..."], cwd=GO_CLIENT, timeout=300)
+
+    result = run_checked(
+        [str(GO_CLIENT / "bin" / "example"), live_server.target, "demo"],
+        cwd=GO_CLIENT,
+        timeout=60,
+    )
+
+    assert_example_output(result.stdout)
+    deltas = sum(line.startswith("DELTA ") for line in result.stdout.splitlines())
+    assert f"deltas={deltas}" in result.stdout, result.stdout
