@@ -8,4 +8,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 buf=node_modules/.bin/buf
 [ -x "$buf" ] || { echo "buf not found: run 'npm ci' first" >&2; exit 1; }
 "$buf" generate
+clients/typescript/scripts/generate-deps.sh
 "$buf" build --output server/inferwire/v1/inference.binpb
