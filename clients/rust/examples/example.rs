@@ -1,0 +1,153 @@
+//! Calls a live inferwire server with the generated client: Infer, InferStream,
+//! the standard grpc.health.v1 Check, and an invalid request whose
+//! google.rpc.BadRequest details name the offending field.
+//!
+//! Usage: cargo run --example example -- [host:port] [model]
+
+use std::process::ExitCode;
+
+use inferwire_client::v1::{
+    FinishReason, GenerationParameters, InferRequest, InferStreamRequest,
+    inference_service_client::InferenceServiceClient,
+};
+use tonic::transport::Channel;
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+use tonic_types::StatusExt;
+
+type Error = Box<dyn std::error::Error>;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let address = args.next().unwrap_or_else(|| "localhost:50051".to_owned());
+    let model = args.next().unwrap_or_else(|| "demo".to_owned());
+    match run(&address, &model).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // tonic's transport errors say little on their own; show the causes.
+            let mut message = format!("example failed: {error}");
+            let mut source = error.source();
+            while let Some(cause) = source {
+                message += &format!(": {cause}");
+                source = cause.source();
+            }
+            eprintln!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(address: &str, model: &str) -> Result<(), Error> {
+    // One HTTP/2 connection, shared by both service clients.
+    let channel = Channel::from_shared(format!("http://{address}"))?
+        .connect()
+        .await?;
+    let mut client = InferenceServiceClient::new(channel.clone());
+
+    // 1. Infer: one request, one response.
+    let response = client
+        .infer(InferRequest {
+            model: model.to_owned(),
+            prompt: "Hello".to_owned(),
+            parameters: Some(GenerationParameters {
+                max_tokens: Some(16),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    println!("INFER {:?}", response.text);
+
+    // 2. InferStream: print each delta as it arrives.
+    let mut stream = client
+        .infer_stream(InferStreamRequest {
+            model: model.to_owned(),
+            prompt: "Tell me a story".to_owned(),
+            parameters: Some(GenerationParameters {
+                max_tokens: Some(24),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let (mut deltas, mut finish_reason) = (0, FinishReason::Unspecified);
+    while let Some(message) = stream.message().await? {
+        if !message.text.is_empty() {
+            deltas += 1;
+            println!("DELTA {:?}", message.text);
+        }
+        finish_reason = message.finish_reason();
+    }
+    println!(
+        "STREAM_END finish_reason={} deltas={deltas}",
+        finish_reason.as_str_name()
+    );
+
+    // 3. The standard health service, per model.
+    let service = format!("model/{model}");
+    let health = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.clone(),
+        })
+        .await?
+        .into_inner();
+    let status = ServingStatus::try_from(health.status).unwrap_or(ServingStatus::Unknown);
+    println!("HEALTH {service} {}", status.as_str_name());
+
+    // 4. An invalid request: INVALID_ARGUMENT with google.rpc.BadRequest details.
+    let invalid = InferRequest {
+        model: model.to_owned(),
+        prompt: "Hello".to_owned(),
+        parameters: Some(GenerationParameters {
+            top_p: Some(1.5),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let status = match client.infer(invalid).await {
+        Ok(_) => return Err("top_p = 1.5 was accepted".into()),
+        Err(status) => status,
+    };
+    let details = status.get_error_details();
+    let bad_request = details
+        .bad_request()
+        .ok_or_else(|| format!("no BadRequest in {status}"))?;
+    for violation in &bad_request.field_violations {
+        println!(
+            "ERROR code={} field={} description={}",
+            code_name(status.code()),
+            violation.field,
+            violation.description
+        );
+    }
+    Ok(())
+}
+
+/// The canonical name of a status code, as in google.rpc.Code
+/// (tonic's Debug gives `InvalidArgument`).
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
