@@ -9,20 +9,21 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BUF := node_modules/.bin/buf
 TOOLS_STAMP := .tools/bin/.installed
+TRITON_STAMP := $(VENV)/.triton-installed
 # Everything `make generate` writes; check-generated fails if any of it changes.
 GENERATED := server/inferwire/v1 clients/go/inferwire clients/typescript/src/gen
 # The released v1 contract; `buf breaking` compares proto/ against it.
 API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup tools serve test lint breaking update-api-baseline generate check-generated pytest bench clean
+.PHONY: setup tools triton serve test lint breaking update-api-baseline generate check-generated pytest bench clean
 
 setup: $(STAMP) $(BUF)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,triton]"
 	touch $@
 
 $(BUF): package.json package-lock.json
@@ -34,6 +35,14 @@ tools: $(TOOLS_STAMP)
 # Pinned Go tools: protoc-gen-go(-grpc), grpcurl, grpc-health-probe, ghz.
 $(TOOLS_STAMP): scripts/install_tools.sh
 	scripts/install_tools.sh
+	touch $@
+
+triton: $(TRITON_STAMP)
+
+# A real tritonserver for tests/triton_backend/: nvidia-pytriton (--no-deps) plus the
+# Debian packages its Python backend stub needs (apt, via sudo when not root).
+$(TRITON_STAMP): scripts/install_triton.sh $(STAMP)
+	scripts/install_triton.sh $(BIN)/python
 	touch $@
 
 serve: $(STAMP)
@@ -67,7 +76,7 @@ check-generated: generate
 		echo "$$changes"; git --no-pager diff --stat -- $(GENERATED); exit 1; \
 	fi
 
-pytest: $(STAMP) tools
+pytest: $(STAMP) tools triton
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint breaking check-generated pytest

@@ -53,7 +53,7 @@ class ModelConfig(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     """The name clients use; also the grpc.health.v1 service `model/<name>`."""
     backend: str = "onnxruntime-genai"
-    """Backend that serves the model: onnxruntime-genai (embedded)."""
+    """Backend that serves the model: onnxruntime-genai (embedded) or triton."""
     load_on_startup: bool = False
     """Load when the server starts; the server reports SERVING only once it is READY."""
     max_concurrency: int = Field(default=8, ge=1)

@@ -29,6 +29,14 @@ class InvalidArgumentError(InferwireError):
         super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
 
 
+class BackendInvalidArgumentError(InvalidArgumentError):
+    """The backend refused the request as invalid; its message says why, no field is known."""
+
+    def __init__(self, message: str) -> None:
+        self.violations = []
+        InferwireError.__init__(self, message)
+
+
 class ModelNotFoundError(InferwireError):
     """The named model is not configured (or not present on its backend)."""
 

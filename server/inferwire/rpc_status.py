@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 STATUS_CODE_BY_ERROR: dict[type[errors.InferwireError], grpc.StatusCode] = {
     # A request field is invalid; details carry google.rpc.BadRequest.
     errors.InvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
+    # The backend (e.g. Triton) refused the request as invalid; its message says why.
+    errors.BackendInvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
     # The model is not configured (or not on its backend).
     errors.ModelNotFoundError: grpc.StatusCode.NOT_FOUND,
     # The model is known but not READY: fail closed.
@@ -53,7 +55,7 @@ def status_code_for(error: BaseException) -> grpc.StatusCode:
 def to_rpc_status(error: errors.InferwireError) -> grpc.Status:
     code = status_code_for(error)
     status = status_pb2.Status(code=getattr(code_pb2, code.name), message=str(error))
-    if isinstance(error, errors.InvalidArgumentError):
+    if isinstance(error, errors.InvalidArgumentError) and error.violations:
         detail = any_pb2.Any()
         detail.Pack(
             error_details_pb2.BadRequest(

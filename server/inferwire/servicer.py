@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -27,7 +28,10 @@ _MODEL_STATE = {
 }
 
 
-def request_from_proto(message: pb.InferRequest | pb.InferStreamRequest) -> types.InferenceRequest:
+def request_from_proto(
+    message: pb.InferRequest | pb.InferStreamRequest, time_remaining: float | None = None
+) -> types.InferenceRequest:
+    """Our request; `time_remaining` is the RPC's deadline in seconds from now, if any."""
     p = message.parameters
     params = types.GenerationParams(
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
@@ -43,6 +47,7 @@ def request_from_proto(message: pb.InferRequest | pb.InferStreamRequest) -> type
         prompt=message.prompt,
         context=tuple(message.context),
         params=params,
+        deadline=None if time_remaining is None else time.monotonic() + time_remaining,
     )
 
 
@@ -127,7 +132,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Infer(
         self, request: pb.InferRequest, context: grpc.aio.ServicerContext
     ) -> pb.InferResponse:
-        result = await self._manager.infer(request_from_proto(request))
+        result = await self._manager.infer(request_from_proto(request, context.time_remaining()))
         return pb.InferResponse(
             request_id=result.request_id,
             model=result.model,
@@ -142,7 +147,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def InferStream(
         self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.InferStreamResponse]:
-        request_id, chunks = self._manager.infer_stream(request_from_proto(request))
+        request_id, chunks = self._manager.infer_stream(
+            request_from_proto(request, context.time_remaining())
+        )
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 message = pb.InferStreamResponse(

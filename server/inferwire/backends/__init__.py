@@ -20,6 +20,7 @@ _REGISTRY: dict[str, tuple[str, str, str, str]] = {
         "onnxruntime_genai",
         "onnxruntime-genai",
     ),
+    "triton": ("inferwire.backends.triton", "TritonBackend", "tritonclient.grpc.aio", "triton"),
 }
 
 

@@ -84,6 +84,14 @@ class Backend(abc.ABC):
     async def unload(self) -> None:
         """Release the model. Called only when no request is in flight."""
 
+    async def release(self) -> None:
+        """Let go of the model at server shutdown; no request is in flight.
+
+        In-process engines unload. A backend whose model lives on a shared server
+        overrides this to disconnect without unloading it there.
+        """
+        await self.unload()
+
     @abc.abstractmethod
     def infer_stream(
         self, request: InferenceRequest, max_tokens: int, record: GenerationRecord

@@ -34,6 +34,7 @@ from inferwire.core.types import (
 )
 from inferwire.core.validation import RequestLimits, require_model_name, validate_inference_request
 from inferwire.errors import (
+    BackendUnavailableError,
     FieldViolation,
     InferwireError,
     InvalidArgumentError,
@@ -151,14 +152,14 @@ class ModelManager:
         await self._publish_health()
 
     async def close(self) -> None:
-        """Stop the health watcher and unload every model."""
+        """Stop the health watcher and release every model (see Backend.release)."""
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         for name in self._models:
             try:
-                await self.unload(name)
+                await self.unload(name, shutting_down=True)
             except Exception:
                 log.exception("unload at shutdown failed", extra={"model": name})
 
@@ -193,6 +194,8 @@ class ModelManager:
                     extra={"model": name, "error": str(exc)},
                     exc_info=not isinstance(exc, InferwireError),
                 )
+                if isinstance(exc, ModelNotFoundError | BackendUnavailableError):
+                    raise  # absent from the backend, or the backend is down: say so
                 raise ModelNotReadyError(f"model {name!r} failed to load: {exc}") from exc
             model.state, model.detail = ModelState.READY, health.detail
             model.backend_healthy = health.healthy
@@ -203,8 +206,12 @@ class ModelManager:
             )
             return model.status()
 
-    async def unload(self, name: str) -> ModelStatus:
-        """Unload a model: refuse new requests at once, let in-flight ones finish. Idempotent."""
+    async def unload(self, name: str, shutting_down: bool = False) -> ModelStatus:
+        """Unload a model: refuse new requests at once, let in-flight ones finish. Idempotent.
+
+        At server shutdown the backend only releases the model: a model on a shared
+        server (Triton) stays loaded for the other gateways that use it.
+        """
         model = self._get(name)
         async with model.lifecycle_lock:
             if model.state in (ModelState.UNLOADED, ModelState.FAILED):
@@ -214,7 +221,7 @@ class ModelManager:
             await self._publish_health()
             await model.idle.wait()
             try:
-                await model.backend.unload()
+                await (model.backend.release() if shutting_down else model.backend.unload())
             finally:
                 model.state, model.backend_healthy = ModelState.UNLOADED, False
                 await self._publish_health()
@@ -417,13 +424,14 @@ class ModelManager:
         while True:
             await asyncio.sleep(self._health_check_interval_s)
             changed = False
-            for model in self._models.values():
-                if model.state is not ModelState.READY:
-                    continue
-                try:
-                    health = await model.backend.health()
-                except Exception as exc:
-                    health_ok, detail = False, f"health check failed: {exc}"
+            # Checked concurrently, so one slow backend cannot delay the others' reports.
+            loaded = [m for m in self._models.values() if m.state is ModelState.READY]
+            results = await asyncio.gather(
+                *(m.backend.health() for m in loaded), return_exceptions=True
+            )
+            for model, health in zip(loaded, results, strict=True):
+                if isinstance(health, BaseException):
+                    health_ok, detail = False, f"health check failed: {health}"
                 else:
                     health_ok, detail = health.healthy, health.detail
                 if model.state is ModelState.READY and (

@@ -45,6 +45,7 @@ class InferenceRequest:
     prompt: str
     context: tuple[str, ...] = ()
     params: GenerationParams = field(default_factory=GenerationParams)
+    deadline: float | None = None  # time.monotonic() by which the caller needs the result
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,167 @@
+"""Unary Infer at concurrency 16: tritonclient straight to Triton vs. through inferwire.
+
+Both runs use the same real `tritonserver` (from nvidia-pytriton), the same test model
+(`trtllm_unary` from tests/triton_models: TensorRT-LLM-style inputs, not decoupled, so
+tritonclient's unary `infer` can call it) and the same prompt and max_tokens, in one
+invocation. The gateway is a real `inferwire serve` process reached over gRPC. The model's
+per-token delay is set to 0, so the numbers show the gateway's own cost.
+Writes bench/results/triton_infer.json and .png.
+
+Run: .venv/bin/python bench/triton_infer.py   (after scripts/install_triton.sh)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import numpy as np
+import tritonclient.grpc as triton_types
+import tritonclient.grpc.aio as triton_aio
+from common import start_server, stop_server, wait_serving, write_boxplot, write_results
+
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "triton_backend"))
+from triton_harness import TRITON_DIR, TritonServer, prepare_python_backend
+
+MODEL = "trtllm_unary"
+PROMPT = "the quick brown fox"
+MAX_TOKENS = 8
+CONCURRENCY = 16
+REQUESTS = 2000
+WARMUP = 200
+
+
+def direct_inputs() -> list[triton_types.InferInput]:
+    inputs = []
+    for name, value, datatype in [
+        ("text_input", np.array([[PROMPT.encode()]], dtype=np.object_), "BYTES"),
+        ("max_tokens", np.array([[MAX_TOKENS]], dtype=np.int32), "INT32"),
+        ("exclude_input_in_output", np.array([[True]]), "BOOL"),
+    ]:
+        tensor = triton_types.InferInput(name, list(value.shape), datatype)
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    return inputs
+
+
+async def run_load(call, requests: int) -> tuple[float, list[float]]:
+    """`requests` calls with CONCURRENCY in flight; return (wall seconds, latencies in ms)."""
+    latencies: list[float] = []
+    remaining = iter(range(requests))
+
+    async def worker() -> None:
+        for _ in remaining:
+            started = time.perf_counter()
+            await call()
+            latencies.append((time.perf_counter() - started) * 1e3)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return time.perf_counter() - started, latencies
+
+
+def summary(wall_s: float, latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    return {
+        "requests": len(ordered),
+        "rps": len(ordered) / wall_s,
+        "p50_ms": statistics.median(ordered),
+        "p99_ms": ordered[int(0.99 * (len(ordered) - 1))],
+        "mean_ms": statistics.fmean(ordered),
+    }
+
+
+async def bench_direct(url: str) -> tuple[dict[str, float], list[float]]:
+    inputs = direct_inputs()
+    expected = None
+    async with triton_aio.InferenceServerClient(url) as client:
+
+        async def call() -> None:
+            result = await client.infer(MODEL, inputs)
+            text = result.as_numpy("text_output").reshape(-1)[0]
+            assert expected is None or text == expected
+
+        expected = (await client.infer(MODEL, inputs)).as_numpy("text_output").reshape(-1)[0]
+        await run_load(call, WARMUP)
+        wall, latencies = await run_load(call, REQUESTS)
+    return summary(wall, latencies), latencies
+
+
+async def bench_gateway(port: int) -> tuple[dict[str, float], list[float]]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        request = pb.InferRequest(
+            model=MODEL, prompt=PROMPT, parameters=pb.GenerationParameters(max_tokens=MAX_TOKENS)
+        )
+
+        async def call() -> None:
+            await stub.Infer(request)
+
+        await run_load(call, WARMUP)
+        wall, latencies = await run_load(call, REQUESTS)
+    return summary(wall, latencies), latencies
+
+
+def main() -> None:
+    if TRITON_DIR is None:
+        raise SystemExit("tritonserver is not installed; run scripts/install_triton.sh")
+    prepare_python_backend(TRITON_DIR)
+    with tempfile.TemporaryDirectory() as scratch:
+        triton = TritonServer(
+            Path(scratch),
+            load_models=(MODEL,),
+            extra_env={"INFERWIRE_TRITON_TOKEN_DELAY_S": "0"},
+        )
+        triton.start()
+        config = Path(scratch) / "inferwire.yaml"
+        config.write_text(
+            f"models:\n  - name: {MODEL}\n    backend: triton\n"
+            f"    load_on_startup: true\n    max_concurrency: {CONCURRENCY}\n"
+            f"    options: {{url: '{triton.url}'}}\n"
+        )
+        try:
+            direct, direct_latencies = asyncio.run(bench_direct(triton.url))
+            process, port, _ = start_server("--config", str(config))
+            try:
+                wait_serving(port)
+                gateway, gateway_latencies = asyncio.run(bench_gateway(port))
+            finally:
+                stop_server(process)
+        finally:
+            triton.kill()
+    results = {
+        "model": MODEL,
+        "prompt": PROMPT,
+        "max_tokens": MAX_TOKENS,
+        "concurrency": CONCURRENCY,
+        "direct_tritonclient": direct,
+        "through_inferwire": gateway,
+        "added_p50_ms": gateway["p50_ms"] - direct["p50_ms"],
+        "rps_ratio": gateway["rps"] / direct["rps"],
+    }
+    path = write_results("triton_infer", results)
+    write_boxplot(
+        "triton_infer",
+        {"tritonclient direct": direct_latencies, "through inferwire": gateway_latencies},
+        ylabel="latency (ms)",
+        title=f"Unary Infer on Triton, concurrency {CONCURRENCY}",
+    )
+    for name in ("direct_tritonclient", "through_inferwire"):
+        r = results[name]
+        print(
+            f"{name:22s} {r['rps']:8.1f} req/s"
+            f"  p50 {r['p50_ms']:6.2f} ms  p99 {r['p99_ms']:6.2f} ms"
+        )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

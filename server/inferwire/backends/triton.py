@@ -1,0 +1,935 @@
+"""The NVIDIA Triton Inference Server backend.
+
+Talks to one or more `tritonserver` processes over Triton's gRPC protocol, with the
+async stubs and result helpers that `tritonclient.grpc` ships, on `grpc.aio` channels:
+nothing blocks the event loop. `tritonclient.grpc.aio.InferenceServerClient` itself is
+not used because its `stream_infer` refuses every `triton_*` request parameter, and
+decoupled streaming needs `triton_enable_empty_final_response`.
+
+- The input convention (vLLM backend or TensorRT-LLM ensemble) is detected from the
+  model's metadata at load time; a model matching neither is refused.
+- Streams use ModelStreamInfer and end on `triton_final_response`. Models that stream
+  cumulative text are turned into deltas.
+- Closing a stream (our client cancelled, or its deadline passed) cancels the Triton
+  call, which cancels the request inside Triton. Our client's deadline, less a margin,
+  is the Triton call's deadline and the request's `timeout` parameter.
+- Several endpoints: each has its own channel; requests go round-robin over the ones
+  that passed the last health check and whose channel is not failing. A request that
+  fails to reach an endpoint before any response moves on to the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import grpc
+import numpy as np
+from pydantic import Field, model_validator
+from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
+
+from inferwire.backends.base import Backend, BackendOptions, GenerationRecord
+from inferwire.core.stop_sequences import StopSequenceMatcher
+from inferwire.core.types import (
+    BackendHealth,
+    Capabilities,
+    FinishReason,
+    GenerationEnd,
+    InferenceRequest,
+    ModelLimits,
+    TextDelta,
+    Usage,
+)
+from inferwire.errors import (
+    BackendInvalidArgumentError,
+    BackendUnavailableError,
+    ConfigurationError,
+    DeadlineExceededError,
+    FieldViolation,
+    InvalidArgumentError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+)
+
+log = logging.getLogger(__name__)
+
+_MAX_MESSAGE_BYTES = 2**31 - 1
+
+
+class Convention(enum.Enum):
+    """How an LLM model on Triton takes its inputs."""
+
+    VLLM = "vllm"
+    TENSORRT_LLM = "tensorrt-llm"
+
+
+class UsageSource(enum.Enum):
+    """Where a model's token counts come from."""
+
+    MODEL = "model outputs"
+    TOKENIZER = "tokenizer"
+    NONE = "unavailable"
+
+
+class TritonOptions(BackendOptions):
+    """`options` for a model served by Triton Inference Server."""
+
+    url: str | None = Field(default=None, description="host:port of Triton's gRPC endpoint.")
+    urls: list[str] = Field(
+        default_factory=list, description="Several Triton gRPC endpoints serving the model."
+    )
+    triton_model: str | None = Field(
+        default=None, description="The model's name on Triton (default: our model name)."
+    )
+    version: str = Field(default="", description="Model version on Triton ('' = Triton's policy).")
+    convention: Literal["auto", "vllm", "tensorrt-llm"] = Field(
+        default="auto", description="Input convention; auto detects it from the model metadata."
+    )
+    stream_output: Literal["auto", "delta", "cumulative"] = Field(
+        default="auto",
+        description="Whether the model streams deltas or cumulative text; auto detects it.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="Directory with genai_config.json and tokenizer.json, used to count "
+        "tokens when the model returns no counts.",
+    )
+    tls: bool = Field(default=False, description="Connect with TLS.")
+    tls_root_cert: str | None = Field(default=None, description="PEM file of trusted roots.")
+    tls_cert: str | None = Field(default=None, description="PEM client certificate chain (mTLS).")
+    tls_key: str | None = Field(default=None, description="PEM client private key (mTLS).")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra request headers, e.g. the --grpc-restricted-protocol key.",
+    )
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, description="Longest a request may run on Triton."
+    )
+    deadline_margin_s: float = Field(
+        default=0.05,
+        ge=0,
+        description="Subtracted from our client's deadline to give Triton's deadline.",
+    )
+    connect_timeout_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a load waits for Triton to accept connections (it may still be "
+        "starting); then the load fails UNAVAILABLE.",
+    )
+    health_timeout_s: float = Field(default=1.0, gt=0, description="Timeout of each health RPC.")
+    control_timeout_s: float = Field(
+        default=120.0, gt=0, description="Timeout of metadata, load and unload RPCs."
+    )
+    max_reconnect_backoff_s: float = Field(
+        default=1.0, gt=0, description="Longest wait between reconnection attempts."
+    )
+    default_max_tokens: int = Field(
+        default=256, ge=1, description="max_tokens for requests that leave it unset."
+    )
+    max_output_tokens: int = Field(
+        default=4096, ge=1, description="Largest max_tokens a request may ask for."
+    )
+    context_separator: str = Field(
+        default="\n\n", description="Joins context passages, and separates them from the prompt."
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_name_endpoints(self) -> TritonOptions:
+        if (self.url is None) == (not self.urls):
+            raise ValueError("set exactly one of url or urls")
+        if len(set(self.endpoints)) != len(self.endpoints):
+            raise ValueError("urls must not repeat")
+        return self
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [self.url] if self.url is not None else list(self.urls)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or any((self.tls_root_cert, self.tls_cert, self.tls_key))
+
+
+@dataclass
+class _Endpoint:
+    """One Triton server: its channel, and what the last health check found."""
+
+    url: str
+    channel: grpc.aio.Channel
+    stub: service_pb2_grpc.GRPCInferenceServiceStub
+    healthy: bool = True
+    detail: str = ""
+
+    def usable(self) -> bool:
+        state = self.channel.get_state(try_to_connect=False)
+        return self.healthy and state is not grpc.ChannelConnectivity.TRANSIENT_FAILURE
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass
+class _ModelSpec:
+    """What load() learned about the model on Triton."""
+
+    convention: Convention
+    decoupled: bool
+    batched: bool
+    inputs: dict[str, _Tensor]
+    outputs: set[str]
+    usage_source: UsageSource
+
+
+@dataclass
+class _Outcome:
+    """What one Triton request returned, gathered across its responses."""
+
+    text: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _DeltaTracker:
+    """Turns each response's text into the delta since the previous response.
+
+    In auto mode the second non-empty response decides: one that extends the text so
+    far is taken as cumulative. A later response that contradicts the decision switches
+    to deltas.
+    """
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self._text = ""
+
+    def feed(self, text: str) -> str:
+        if not text:
+            return ""
+        if self.mode == "auto":
+            if not self._text:
+                self._text = text
+                return text
+            self.mode = "cumulative" if text.startswith(self._text) else "delta"
+        if self.mode == "cumulative":
+            if text.startswith(self._text):
+                delta, self._text = text[len(self._text) :], text
+                return delta
+            log.warning("a cumulative stream rewrote its text; treating responses as deltas")
+            self.mode = "delta"
+        self._text += text
+        return text
+
+
+class TritonBackend(Backend):
+    """A model served by one or more Triton Inference Servers."""
+
+    name = "triton"
+    options_type = TritonOptions
+    options: TritonOptions
+
+    def __init__(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> None:
+        super().__init__(model_name, options, max_concurrency)
+        self.triton_model = self.options.triton_model or model_name
+        self._endpoints: list[_Endpoint] = []
+        self._rotation = itertools.count()
+        self._spec: _ModelSpec | None = None
+        self._tokenizer: Any = None
+        self._metadata = tuple((k.lower(), v) for k, v in self.options.headers.items())
+        self._stream_mode = self.options.stream_output
+
+    # ---- lifecycle -------------------------------------------------------
+
+    async def load(self) -> None:
+        if self.options.tokenizer is not None and self._tokenizer is None:
+            self._tokenizer = await asyncio.to_thread(self._load_tokenizer, self.options.tokenizer)
+        if not self._endpoints:
+            self._endpoints = await self._open_endpoints()
+        results = await asyncio.gather(
+            *(self._load_on(endpoint) for endpoint in self._endpoints), return_exceptions=True
+        )
+        outcomes = list(zip(self._endpoints, results, strict=True))
+        ready = [ep for ep, result in outcomes if not isinstance(result, BaseException)]
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if not ready:
+            await self._close_endpoints()
+            # The most telling failure wins: a missing model over an unreachable server.
+            for kind in (ModelNotFoundError, ModelNotReadyError, BackendUnavailableError):
+                for failure in failures:
+                    if isinstance(failure, kind):
+                        raise failure
+            raise failures[0]
+        for endpoint, result in outcomes:
+            endpoint.healthy = not isinstance(result, BaseException)
+            if isinstance(result, BaseException):
+                log.warning(
+                    "Triton endpoint could not load the model",
+                    extra={"model": self.model_name, "url": endpoint.url, "error": str(result)},
+                )
+        try:
+            self._spec = await self._inspect(ready[0])
+        except BaseException:
+            # Leave Triton as we found it: unload only what this call loaded.
+            loaded = [ep for ep, result in outcomes if result is True]
+            await asyncio.gather(*(self._unload_on(endpoint) for endpoint in loaded))
+            await self._close_endpoints()
+            raise
+        log.info(
+            "model ready on Triton",
+            extra={
+                "model": self.model_name,
+                "triton_model": self.triton_model,
+                "endpoints": [ep.url for ep in ready],
+                "convention": self._spec.convention.value,
+                "decoupled": self._spec.decoupled,
+                "usage": self._spec.usage_source.value,
+            },
+        )
+
+    async def unload(self) -> None:
+        self._spec = None
+        await asyncio.gather(*(self._unload_on(endpoint) for endpoint in self._endpoints))
+        await self._close_endpoints()
+
+    async def release(self) -> None:
+        # Gateway shutdown: other gateways may share these Triton servers, so the
+        # model stays loaded there; only an explicit UnloadModel unloads it.
+        self._spec = None
+        await self._close_endpoints()
+
+    async def _close_endpoints(self) -> None:
+        endpoints, self._endpoints = self._endpoints, []
+        for endpoint in endpoints:
+            await endpoint.channel.close()
+
+    async def _open_endpoints(self) -> list[_Endpoint]:
+        options = [
+            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+            # Reconnect soon after a Triton restart, so health recovers within seconds.
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", int(self.options.max_reconnect_backoff_s * 1000)),
+        ]
+        credentials = None
+        if self.options.uses_tls:
+            files = (self.options.tls_root_cert, self.options.tls_key, self.options.tls_cert)
+            root, key, chain = await asyncio.to_thread(
+                lambda: tuple(Path(p).read_bytes() if p else None for p in files)
+            )
+            credentials = grpc.ssl_channel_credentials(root, key, chain)
+        endpoints = []
+        for url in self.options.endpoints:
+            if credentials is not None:
+                channel = grpc.aio.secure_channel(url, credentials, options=options)
+            else:
+                channel = grpc.aio.insecure_channel(url, options=options)
+            endpoints.append(
+                _Endpoint(url, channel, service_pb2_grpc.GRPCInferenceServiceStub(channel))
+            )
+        return endpoints
+
+    async def _load_on(self, endpoint: _Endpoint) -> bool:
+        """Make the model ready on one endpoint; return whether it had to be loaded.
+
+        A model already ready counts as success; otherwise it is loaded through the
+        repository API, which needs explicit model-control mode.
+        """
+        timeout = self.options.control_timeout_s
+        try:
+            if await self._model_ready(
+                endpoint, self.options.connect_timeout_s, wait_for_ready=True
+            ):
+                return False
+            index = await endpoint.stub.RepositoryIndex(
+                service_pb2.RepositoryIndexRequest(), metadata=self._metadata, timeout=timeout
+            )
+            if self.triton_model not in {m.name for m in index.models}:
+                raise ModelNotFoundError(
+                    self.model_name,
+                    f"model {self.triton_model!r} is not in the model repository of Triton "
+                    f"at {endpoint.url}",
+                )
+            await endpoint.stub.RepositoryModelLoad(
+                service_pb2.RepositoryModelLoadRequest(model_name=self.triton_model),
+                metadata=self._metadata,
+                timeout=timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            details = exc.details() or ""
+            if "protocol is restricted" in details:
+                raise self._domain_error(exc, endpoint) from None
+            if "not allowed" in details or "explicit" in details:
+                raise ModelNotReadyError(
+                    f"model {self.triton_model!r} is not ready on Triton at {endpoint.url}, and "
+                    "that server does not run with --model-control-mode=explicit, so inferwire "
+                    f"cannot load it ({details})"
+                ) from None
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise self._domain_error(exc, endpoint) from None
+            raise ModelNotReadyError(
+                f"Triton at {endpoint.url} failed to load model {self.triton_model!r}: {details}"
+            ) from None
+        if not await self._model_ready(endpoint, timeout):
+            raise ModelNotReadyError(
+                f"Triton at {endpoint.url} loaded model {self.triton_model!r}, but version "
+                f"{self.options.version or '(default)'} is not ready"
+            )
+        return True
+
+    async def _unload_on(self, endpoint: _Endpoint) -> None:
+        timeout = self.options.control_timeout_s
+        try:
+            await endpoint.stub.RepositoryModelUnload(
+                service_pb2.RepositoryModelUnloadRequest(model_name=self.triton_model),
+                metadata=self._metadata,
+                timeout=timeout,
+            )
+            # Triton unloads in the background; return once the model is really gone.
+            deadline = time.monotonic() + timeout
+            while await self._model_ready(endpoint, self.options.health_timeout_s):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the model stayed ready")
+                await asyncio.sleep(0.05)
+        except (grpc.aio.AioRpcError, TimeoutError) as exc:
+            message = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+            log.warning(
+                "Triton did not unload the model",
+                extra={"model": self.model_name, "url": endpoint.url, "error": message},
+            )
+
+    async def _model_ready(
+        self, endpoint: _Endpoint, timeout: float, wait_for_ready: bool = False
+    ) -> bool:
+        response = await endpoint.stub.ModelReady(
+            service_pb2.ModelReadyRequest(name=self.triton_model, version=self.options.version),
+            metadata=self._metadata,
+            timeout=timeout,
+            wait_for_ready=wait_for_ready,
+        )
+        return response.ready
+
+    async def _inspect(self, endpoint: _Endpoint) -> _ModelSpec:
+        """Read the model's metadata and configuration; pick its convention or refuse it."""
+        timeout = self.options.control_timeout_s
+        try:
+            metadata = await endpoint.stub.ModelMetadata(
+                service_pb2.ModelMetadataRequest(
+                    name=self.triton_model, version=self.options.version
+                ),
+                metadata=self._metadata,
+                timeout=timeout,
+            )
+            config = (
+                await endpoint.stub.ModelConfig(
+                    service_pb2.ModelConfigRequest(
+                        name=self.triton_model, version=self.options.version
+                    ),
+                    metadata=self._metadata,
+                    timeout=timeout,
+                )
+            ).config
+        except grpc.aio.AioRpcError as exc:
+            raise self._domain_error(exc, endpoint) from None
+        inputs = {t.name: _Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
+        outputs = {t.name for t in metadata.outputs}
+        required = {i.name for i in config.input if not i.optional}
+        convention = self._detect_convention(inputs, outputs)
+        unknown_required = sorted(required - _KNOWN_INPUTS[convention])
+        if unknown_required:
+            raise ModelNotReadyError(
+                f"model {self.triton_model!r} on Triton requires inputs inferwire cannot fill "
+                f"for the {convention.value} convention: {', '.join(unknown_required)}"
+            )
+        if convention is Convention.VLLM and {"num_input_tokens", "num_output_tokens"} <= (outputs):
+            usage = UsageSource.MODEL
+        elif self._tokenizer is not None:
+            usage = UsageSource.TOKENIZER
+        else:
+            usage = UsageSource.NONE
+        return _ModelSpec(
+            convention=convention,
+            decoupled=config.model_transaction_policy.decoupled,
+            batched=config.max_batch_size > 0,
+            inputs=inputs,
+            outputs=outputs,
+            usage_source=usage,
+        )
+
+    def _detect_convention(self, inputs: dict[str, _Tensor], outputs: set[str]) -> Convention:
+        def has(name: str, datatype: str) -> bool:
+            return name in inputs and inputs[name].datatype == datatype
+
+        matches = []
+        if has("text_input", "BYTES") and has("sampling_parameters", "BYTES"):
+            matches.append(Convention.VLLM)
+        if has("text_input", "BYTES") and has("max_tokens", "INT32"):
+            matches.append(Convention.TENSORRT_LLM)
+        layout = ", ".join(f"{t.name} ({t.datatype})" for t in inputs.values()) or "none"
+        if "text_output" not in outputs:
+            matches = []
+        if self.options.convention != "auto":
+            wanted = Convention(self.options.convention)
+            if wanted not in matches:
+                raise ModelNotReadyError(
+                    f"model {self.triton_model!r} on Triton does not have the inputs and outputs "
+                    f"of the {wanted.value} convention (options.convention); its inputs: "
+                    f"{layout}; its outputs: {', '.join(sorted(outputs)) or 'none'}"
+                )
+            return wanted
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise ModelNotReadyError(
+                f"model {self.triton_model!r} on Triton follows neither the vLLM convention "
+                "(text_input, sampling_parameters -> text_output) nor the TensorRT-LLM one "
+                f"(text_input, max_tokens -> text_output); its inputs: {layout}; its outputs: "
+                f"{', '.join(sorted(outputs)) or 'none'}"
+            )
+        raise ModelNotReadyError(
+            f"model {self.triton_model!r} on Triton matches both the vLLM and the TensorRT-LLM "
+            "conventions; set options.convention"
+        )
+
+    @staticmethod
+    def _load_tokenizer(path: str) -> Any:
+        import onnxruntime_genai as og
+
+        directory = Path(path).expanduser()
+        if not (directory / "genai_config.json").is_file():
+            raise ConfigurationError(
+                f"options.tokenizer: {directory} must be a directory with genai_config.json "
+                "and tokenizer.json (ONNX Runtime GenAI layout)"
+            )
+        return og.Tokenizer(str(directory))
+
+    # ---- health and description -------------------------------------------
+
+    async def health(self) -> BackendHealth:
+        if self._spec is None or not self._endpoints:
+            return BackendHealth(False, "not loaded")
+        await asyncio.gather(*(self._check(endpoint) for endpoint in self._endpoints))
+        ready = [ep for ep in self._endpoints if ep.healthy]
+        version = f" version {self.options.version}" if self.options.version else ""
+        detail = (
+            f"Triton model {self.triton_model!r}{version} ready on {len(ready)} of "
+            f"{len(self._endpoints)} endpoints; {self._spec.convention.value} convention; "
+            f"usage from {self._spec.usage_source.value}"
+        )
+        problems = [f"{ep.url}: {ep.detail}" for ep in self._endpoints if not ep.healthy]
+        if problems:
+            detail += " (" + "; ".join(problems) + ")"
+        return BackendHealth(bool(ready), detail)
+
+    async def _check(self, endpoint: _Endpoint) -> None:
+        """ServerLive, ServerReady and ModelReady for the model we loaded."""
+        timeout = self.options.health_timeout_s
+        try:
+            live = await endpoint.stub.ServerLive(
+                service_pb2.ServerLiveRequest(), metadata=self._metadata, timeout=timeout
+            )
+            ready = await endpoint.stub.ServerReady(
+                service_pb2.ServerReadyRequest(), metadata=self._metadata, timeout=timeout
+            )
+            model_ready = await self._model_ready(endpoint, timeout)
+        except grpc.aio.AioRpcError as exc:
+            endpoint.healthy, endpoint.detail = False, f"{exc.code().name}: {exc.details()}"
+            return
+        if not (live.live and ready.ready):
+            endpoint.healthy, endpoint.detail = False, "server not ready"
+        elif not model_ready:
+            endpoint.healthy, endpoint.detail = False, "model not ready"
+        else:
+            endpoint.healthy, endpoint.detail = True, ""
+
+    def capabilities(self) -> Capabilities:
+        streaming = self._spec is not None and self._spec.decoupled
+        return Capabilities(
+            streaming=streaming,
+            max_concurrency=self.max_concurrency,
+            on_premises=True,
+            modalities=("text",),
+            context_length=0,
+            max_output_tokens=self.options.max_output_tokens,
+        )
+
+    def limits(self) -> ModelLimits:
+        # Triton does not publish a model's context window; the model enforces its own.
+        return ModelLimits(0, self.options.max_output_tokens)
+
+    def default_max_tokens(self) -> int:
+        return min(self.options.default_max_tokens, self.options.max_output_tokens)
+
+    def render_prompt(self, request: InferenceRequest) -> str:
+        separator = self.options.context_separator
+        return "".join(passage + separator for passage in request.context) + request.prompt
+
+    # ---- inference ----------------------------------------------------------
+
+    async def infer(
+        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
+    ) -> tuple[str, GenerationEnd]:
+        """A non-streaming request: one ModelInfer, or stream=false on a decoupled model."""
+        pieces: list[str] = []
+        end: GenerationEnd | None = None
+        events = self._generate(request, max_tokens, record, stream=False)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    pieces.append(event.text)
+                else:
+                    end = event
+        assert end is not None
+        return "".join(pieces), end
+
+    def infer_stream(
+        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
+    ) -> AsyncIterator[TextDelta | GenerationEnd]:
+        return self._generate(request, max_tokens, record, stream=True)
+
+    async def _generate(
+        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord, stream: bool
+    ) -> AsyncIterator[TextDelta | GenerationEnd]:
+        spec = self._spec
+        if spec is None:
+            raise RuntimeError(f"model {self.model_name!r} is not loaded")
+        prompt = self.render_prompt(request)
+        message = self._build_request(spec, request, prompt, max_tokens, stream)
+        timeout = self._timeout(request)
+        if timeout is not None:
+            message.parameters["timeout"].int64_param = int(timeout * 1e6)
+        matcher = StopSequenceMatcher(request.params.stop)
+        tracker = _DeltaTracker(self._stream_mode)
+        outcome = _Outcome()
+        matched = False
+        responses = self._responses(spec, message, timeout)
+        try:
+            async with contextlib.aclosing(responses):
+                async for response in responses:
+                    self._absorb_counts(response, outcome)
+                    delta = tracker.feed(_text_output(response))
+                    if not delta:
+                        continue
+                    if record.first_token_at is None:
+                        record.first_token_at = time.perf_counter()
+                    outcome.text.append(delta)
+                    text, matched = matcher.feed(delta)
+                    if text:
+                        yield TextDelta(text, outcome.completion_tokens or 0)
+                    if matched:
+                        # The rest of the generation is unwanted: closing cancels it.
+                        break
+        except (GeneratorExit, asyncio.CancelledError):
+            record.cancelled = True
+            raise
+        if not matched and (tail := matcher.flush()):
+            yield TextDelta(tail, outcome.completion_tokens or 0)
+        if self._stream_mode == "auto" and tracker.mode != "auto":
+            self._stream_mode = tracker.mode
+        usage = await self._usage(spec, prompt, "".join(outcome.text), outcome)
+        record.prompt_tokens = usage.prompt_tokens
+        record.completion_tokens = usage.completion_tokens
+        yield GenerationEnd(self._finish_reason(outcome, matched, usage, max_tokens), usage)
+
+    def _timeout(self, request: InferenceRequest) -> float | None:
+        """Seconds Triton may take: our client's deadline less the margin, or the option."""
+        limits = []
+        if request.deadline is not None:
+            remaining = request.deadline - time.monotonic() - self.options.deadline_margin_s
+            if remaining <= 0:
+                raise DeadlineExceededError(
+                    f"request {request.request_id!r} reached its deadline before Triton ran it"
+                )
+            limits.append(remaining)
+        if self.options.request_timeout_s is not None:
+            limits.append(self.options.request_timeout_s)
+        return min(limits) if limits else None
+
+    async def _responses(
+        self, spec: _ModelSpec, message: service_pb2.ModelInferRequest, timeout: float | None
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        """The request's responses, from the first endpoint that takes it.
+
+        Moving on to another endpoint is safe only before any response arrived; after
+        that, a lost connection is the caller's UNAVAILABLE.
+        """
+        tried: list[_Endpoint] = []
+        while True:
+            endpoint = self._pick(exclude=tried)
+            tried.append(endpoint)
+            received = False
+            try:
+                if spec.decoupled:
+                    call = endpoint.stub.ModelStreamInfer(
+                        iter([message]), metadata=self._metadata, timeout=timeout
+                    )
+                    try:
+                        async for item in call:
+                            if item.error_message:
+                                raise _in_band_error(self.model_name, item.error_message)
+                            received = True
+                            yield item.infer_response
+                            params = item.infer_response.parameters
+                            if params["triton_final_response"].bool_param:
+                                return
+                    finally:
+                        # Our client went away, or we stopped early: cancel on Triton too.
+                        call.cancel()
+                else:
+                    response = await endpoint.stub.ModelInfer(
+                        message, metadata=self._metadata, timeout=timeout
+                    )
+                    received = True
+                    yield response
+                return
+            except grpc.aio.AioRpcError as exc:
+                error = self._domain_error(exc, endpoint)
+                if (
+                    isinstance(error, BackendUnavailableError)
+                    and not received
+                    and len(tried) < len(self._endpoints)
+                ):
+                    endpoint.healthy, endpoint.detail = False, f"UNAVAILABLE: {exc.details()}"
+                    log.warning(
+                        "Triton endpoint unreachable; trying another",
+                        extra={"model": self.model_name, "url": endpoint.url},
+                    )
+                    continue
+                raise error from None
+
+    def _pick(self, exclude: Sequence[_Endpoint]) -> _Endpoint:
+        """Round-robin over usable endpoints, or over all when none looks usable."""
+        candidates = [ep for ep in self._endpoints if ep not in exclude]
+        if not candidates:
+            raise BackendUnavailableError(f"model {self.model_name!r}: no Triton endpoint left")
+        usable = [ep for ep in candidates if ep.usable()] or candidates
+        return usable[next(self._rotation) % len(usable)]
+
+    def _build_request(
+        self,
+        spec: _ModelSpec,
+        request: InferenceRequest,
+        prompt: str,
+        max_tokens: int,
+        stream: bool,
+    ) -> service_pb2.ModelInferRequest:
+        message = service_pb2.ModelInferRequest(
+            model_name=self.triton_model, model_version=self.options.version, id=request.request_id
+        )
+        if spec.decoupled:
+            message.parameters["triton_enable_empty_final_response"].bool_param = True
+        params = request.params
+        values: dict[str, Any] = {"text_input": [prompt.encode()]}
+        if spec.convention is Convention.VLLM:
+            sampling: dict[str, Any] = {"max_tokens": max_tokens}
+            if params.temperature is not None:
+                sampling["temperature"] = params.temperature
+            if params.top_p is not None:
+                sampling["top_p"] = params.top_p
+            if params.top_k is not None:
+                sampling["top_k"] = params.top_k or -1  # vLLM: -1 means no limit
+            if params.seed is not None:
+                sampling["seed"] = params.seed
+            if params.stop:
+                # Our matcher removes the stop string and reports STOP_SEQUENCE.
+                sampling["stop"] = list(params.stop)
+                sampling["include_stop_str_in_output"] = True
+            values["sampling_parameters"] = [json.dumps(sampling).encode()]
+            for flag in ("exclude_input_in_output", "return_finish_reason"):
+                values[flag] = [True]
+            if spec.usage_source is UsageSource.MODEL:
+                values["return_num_input_tokens"] = [True]
+                values["return_num_output_tokens"] = [True]
+        else:
+            values["max_tokens"] = [max_tokens]
+            values["exclude_input_in_output"] = [True]
+            optional = {
+                "temperature": params.temperature,
+                "top_p": params.top_p,
+                "top_k": params.top_k,
+                "random_seed": params.seed,
+            }
+            if params.temperature == 0:
+                # TensorRT-LLM has no temperature 0; greedy decoding is top_k 1.
+                optional["temperature"], optional["top_k"] = None, 1
+            for name, value in optional.items():
+                if value is None:
+                    continue
+                if name not in spec.inputs:
+                    field = "seed" if name == "random_seed" else name
+                    raise InvalidArgumentError(
+                        [
+                            FieldViolation(
+                                f"parameters.{field}",
+                                f"model {self.model_name!r} on Triton takes no {name!r} input",
+                            )
+                        ]
+                    )
+                values[name] = [value]
+            if params.stop and "stop_words" in spec.inputs:
+                values["stop_words"] = [s.encode() for s in params.stop]
+        # A model that is not decoupled answers once, whatever `stream` says.
+        values["stream"] = [stream and spec.decoupled]
+        for name, value in values.items():
+            tensor = spec.inputs.get(name)
+            if tensor is None:
+                continue  # an optional input this model does not have
+            _add_input(message, tensor, value, spec.batched)
+        return message
+
+    def _absorb_counts(self, response: service_pb2.ModelInferResponse, outcome: _Outcome) -> None:
+        if not response.outputs:
+            return
+        result = InferResult(response)
+        names = {o.name for o in response.outputs}
+        if "finish_reason" in names:
+            value = _first(result.as_numpy("finish_reason"))
+            if value:
+                outcome.finish_reason = value
+        if "num_input_tokens" in names:
+            outcome.prompt_tokens = int(np.asarray(result.as_numpy("num_input_tokens")).sum())
+        if "num_output_tokens" in names:
+            counted = int(np.asarray(result.as_numpy("num_output_tokens")).sum())
+            outcome.completion_tokens = (outcome.completion_tokens or 0) + counted
+
+    async def _usage(self, spec: _ModelSpec, prompt: str, text: str, outcome: _Outcome) -> Usage:
+        """Counts from the model's outputs, else the tokenizer; never invented (0 = unknown)."""
+        if spec.usage_source is UsageSource.MODEL:
+            return Usage(outcome.prompt_tokens or 0, outcome.completion_tokens or 0)
+        if spec.usage_source is UsageSource.TOKENIZER:
+            tokenizer = self._tokenizer
+            prompt_ids, text_ids = await asyncio.to_thread(
+                lambda: (tokenizer.encode(prompt), tokenizer.encode(text) if text else [])
+            )
+            return Usage(len(prompt_ids), len(text_ids))
+        return Usage(0, 0)
+
+    @staticmethod
+    def _finish_reason(
+        outcome: _Outcome, matched: bool, usage: Usage, max_tokens: int
+    ) -> FinishReason:
+        if matched:
+            return FinishReason.STOP_SEQUENCE
+        if outcome.finish_reason is not None:
+            return FinishReason.LENGTH if outcome.finish_reason == "length" else FinishReason.STOP
+        if usage.completion_tokens and usage.completion_tokens >= max_tokens:
+            return FinishReason.LENGTH
+        return FinishReason.STOP
+
+    def _domain_error(self, exc: grpc.aio.AioRpcError, endpoint: _Endpoint) -> Exception:
+        """Triton's status -> our domain error; anything unexpected stays internal."""
+        code, details = exc.code(), exc.details() or ""
+        if "protocol is restricted" in details:
+            # --grpc-restricted-protocol, and our request lacks the key: configuration.
+            return ModelNotReadyError(
+                f"Triton at {endpoint.url} refused model {self.model_name!r}: {details}; set "
+                "options.headers"
+            )
+        if code is grpc.StatusCode.UNAVAILABLE:
+            return BackendUnavailableError(
+                f"Triton at {endpoint.url} is unavailable for model {self.model_name!r}: {details}"
+            )
+        if code is grpc.StatusCode.NOT_FOUND:
+            return ModelNotFoundError(
+                self.model_name, f"Triton at {endpoint.url}: {details or 'model not found'}"
+            )
+        if code is grpc.StatusCode.INVALID_ARGUMENT:
+            return BackendInvalidArgumentError(f"Triton: {details}")
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return DeadlineExceededError(
+                f"model {self.model_name!r} did not finish on Triton before the deadline"
+            )
+        return TritonError(f"Triton at {endpoint.url} answered {code.name}: {details}")
+
+
+class TritonError(RuntimeError):
+    """An unexpected answer from Triton; reported to clients as INTERNAL, details logged."""
+
+
+# Inputs inferwire knows how to fill, per convention. A model that requires any
+# other input is refused at load time rather than sent incomplete requests.
+_KNOWN_INPUTS = {
+    Convention.VLLM: {
+        "text_input",
+        "stream",
+        "sampling_parameters",
+        "exclude_input_in_output",
+        "return_finish_reason",
+        "return_num_input_tokens",
+        "return_num_output_tokens",
+    },
+    Convention.TENSORRT_LLM: {
+        "text_input",
+        "max_tokens",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "random_seed",
+        "stop_words",
+        "exclude_input_in_output",
+    },
+}
+
+
+def _in_band_error(model: str, message: str) -> Exception:
+    """A stream's error message carries no status code; only 'unknown model' is certain."""
+    if "unknown model" in message:
+        return ModelNotFoundError(model, f"Triton: {message}")
+    return TritonError(f"Triton: {message}")
+
+
+def _add_input(
+    message: service_pb2.ModelInferRequest, tensor: _Tensor, values: list[Any], batched: bool
+) -> None:
+    entry = message.inputs.add(name=tensor.name, datatype=tensor.datatype)
+    shape = [len(values)]
+    entry.shape.extend([1, *shape] if batched else shape)
+    contents = entry.contents
+    datatype = tensor.datatype
+    if datatype == "BYTES":
+        contents.bytes_contents.extend(values)
+    elif datatype == "BOOL":
+        contents.bool_contents.extend(bool(v) for v in values)
+    elif datatype in ("INT8", "INT16", "INT32"):
+        contents.int_contents.extend(int(v) for v in values)
+    elif datatype == "INT64":
+        contents.int64_contents.extend(int(v) for v in values)
+    elif datatype in ("UINT8", "UINT16", "UINT32"):
+        contents.uint_contents.extend(int(v) for v in values)
+    elif datatype == "UINT64":
+        contents.uint64_contents.extend(int(v) for v in values)
+    elif datatype == "FP32":
+        contents.fp32_contents.extend(float(v) for v in values)
+    elif datatype == "FP64":
+        contents.fp64_contents.extend(float(v) for v in values)
+    else:
+        raise ModelNotReadyError(f"input {tensor.name!r} has unsupported datatype {datatype}")
+
+
+def _first(array: Any) -> str:
+    if array is None:
+        return ""
+    flat = np.asarray(array).reshape(-1)
+    if flat.size == 0:
+        return ""
+    value = flat[0]
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _text_output(response: service_pb2.ModelInferResponse) -> str:
+    if not any(o.name == "text_output" for o in response.outputs):
+        return ""
+    return _first(InferResult(response).as_numpy("text_output"))

@@ -1,0 +1,327 @@
+"""Real `tritonserver` processes for the Triton backend tests, and test helpers.
+
+The `tritonserver` binary and its Python backend come from the `nvidia-pytriton` wheel
+(installed with `pip install --no-deps nvidia-pytriton`; see scripts/install_triton.sh).
+The test models in tests/triton_models run in Triton's Python backend stub, which embeds
+the system Python (Debian: libpython3.11 and python3-numpy).
+
+Every tritonserver binds 127.0.0.1 port 0; the port is read back from the process's own
+listening socket. Each one runs in its own process group, killed by PID at the end, with
+the Python backend stubs it started.
+
+Servers:
+  main  - vllm_echo, trtllm_echo and plain_identity; most tests
+  pair  - two servers behind one model (`dual`), for balancing and failover
+  solo  - one server behind one model (`solo`), killed and restarted by the health test
+  guarded - started with --grpc-restricted-protocol: RPCs need a key header
+  fixed - model-control-mode none (no repository API) over a copy of vllm_echo and a
+          model that fails to load
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from inferwire.backends.ort_genai import builtin_model_path
+from inferwire.config import load_settings
+
+REPOSITORY = Path(__file__).resolve().parents[1] / "triton_models"
+# The Python backend stub embeds the system Python, whose version picks the stub.
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def _pytriton_dir() -> Path | None:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or spec.origin is None:
+        return None
+    directory = Path(spec.origin).parent / "tritonserver"
+    return directory if (directory / "bin" / "tritonserver").is_file() else None
+
+
+TRITON_DIR = _pytriton_dir()
+SKIP_REASON = (
+    "tritonserver is not installed: pip install --no-deps nvidia-pytriton "
+    "(see scripts/install_triton.sh)"
+)
+
+
+def prepare_python_backend(triton_dir: Path) -> None:
+    """Put the stub for the system Python where the Python backend looks for it."""
+    target = triton_dir / "backends" / "python" / "triton_python_backend_stub"
+    if target.is_file():
+        return
+    version = subprocess.run(
+        [str(SYSTEM_PYTHON), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stub = triton_dir / "python_backend_stubs" / version / "triton_python_backend_stub"
+    shutil.copy2(stub, target)
+
+
+@dataclass
+class TritonServer:
+    """One `tritonserver` process in its own process group."""
+
+    record_dir: Path
+    load_models: tuple[str, ...] = ()
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_args: tuple[str, ...] = ()
+    repository: Path = REPOSITORY
+    model_control_mode: str = "explicit"
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start on `port` (0: any free port), and wait until it is ready."""
+        assert TRITON_DIR is not None
+        self.log_path = self.record_dir / f"tritonserver-{time.monotonic_ns()}.log"
+        args = [
+            str(TRITON_DIR / "bin" / "tritonserver"),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={TRITON_DIR / 'backends'}",
+            f"--model-control-mode={self.model_control_mode}",
+            "--exit-on-error=false",
+            "--grpc-address=127.0.0.1",
+            f"--grpc-port={self.port}",
+            "--allow-http=false",
+            "--allow-metrics=false",
+            "--exit-timeout-secs=2",
+            *(f"--load-model={name}" for name in self.load_models),
+            *self.extra_args,
+        ]
+        env = {
+            **os.environ,
+            "INFERWIRE_TRITON_RECORD_DIR": str(self.record_dir),
+            **self.extra_env,
+        }
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"tritonserver did not start:\n{self.log_path.read_text()}")
+            if self.port == 0:
+                self.port = _listening_port(self.process.pid)
+            if self.port and _server_ready(self.url, tuple(self.headers.items())):
+                return
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL the server and its Python backend stubs (its process group)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.process = None
+
+    def statistics(self, model: str) -> int:
+        """Requests that Triton itself counts as executed for `model`."""
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        with grpc.insecure_channel(self.url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            response = stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name=model))
+        return sum(s.inference_stats.success.count for s in response.model_stats)
+
+    def model_ready(self, model: str) -> bool:
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        with grpc.insecure_channel(self.url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            return stub.ModelReady(service_pb2.ModelReadyRequest(name=model), timeout=5).ready
+
+
+def _listening_port(pid: int) -> int:
+    """The TCP port a process listens on, from /proc (0 until it listens)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    return int(fields[1].rsplit(":", 1)[1], 16)
+    return 0
+
+
+def _server_ready(url: str, metadata: tuple[tuple[str, str], ...]) -> bool:
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    try:
+        with grpc.insecure_channel(url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            request = service_pb2.ServerReadyRequest()
+            return stub.ServerReady(request, metadata=metadata, timeout=1).ready
+    except grpc.RpcError:
+        return False
+
+
+# A server started with --grpc-restricted-protocol wants this header on every RPC.
+GUARD_KEY = "secret-key"
+GUARD_HEADER = "triton-grpc-protocol-inferwire-key"
+GUARD_ARGS = (
+    "--grpc-restricted-protocol="
+    f"health,metadata,inference,model-config,model-repository:inferwire-key={GUARD_KEY}",
+)
+
+
+def fixed_repository(directory: Path) -> Path:
+    """A repository for a server without the repository API: vllm_echo and a broken model."""
+    shutil.copytree(REPOSITORY / "vllm_echo", directory / "vllm_echo")
+    broken = directory / "broken"
+    (broken / "1").mkdir(parents=True)
+    (broken / "config.pbtxt").write_text((REPOSITORY / "vllm_echo" / "config.pbtxt").read_text())
+    (broken / "1" / "model.py").write_text('raise RuntimeError("broken on purpose")\n')
+    return directory
+
+
+def make_settings(servers: dict[str, TritonServer]):
+    main = servers["main"].url
+    return load_settings(
+        server={"address": "127.0.0.1:0", "grace_period_s": 2},
+        models=[
+            {
+                "name": "vllm",
+                "backend": "triton",
+                "load_on_startup": True,
+                "options": {"url": main, "triton_model": "vllm_echo"},
+            },
+            {
+                "name": "trtllm",
+                "backend": "triton",
+                "load_on_startup": True,
+                "options": {
+                    "url": main,
+                    "triton_model": "trtllm_echo",
+                    "tokenizer": str(builtin_model_path()),
+                },
+            },
+            {
+                "name": "trtllm_unary",
+                "backend": "triton",
+                "options": {
+                    "url": main,
+                    "triton_model": "trtllm_unary",
+                    "tokenizer": str(builtin_model_path()),
+                },
+            },
+            {
+                "name": "plain",
+                "backend": "triton",
+                "options": {"url": main, "triton_model": "plain_identity"},
+            },
+            {
+                "name": "missing",
+                "backend": "triton",
+                "options": {"url": main, "triton_model": "no_such_model"},
+            },
+            {
+                "name": "dual",
+                "backend": "triton",
+                "load_on_startup": True,
+                "max_concurrency": 16,
+                "options": {
+                    "urls": [servers["pair_a"].url, servers["pair_b"].url],
+                    "triton_model": "vllm_echo",
+                },
+            },
+            {
+                "name": "guarded",
+                "backend": "triton",
+                "options": {
+                    "url": servers["guarded"].url,
+                    "triton_model": "vllm_echo",
+                    "headers": {GUARD_HEADER: GUARD_KEY},
+                },
+            },
+            {
+                "name": "unguarded",
+                "backend": "triton",
+                "options": {"url": servers["guarded"].url, "triton_model": "vllm_echo"},
+            },
+            {
+                "name": "fixed_ready",
+                "backend": "triton",
+                "options": {"url": servers["fixed"].url, "triton_model": "vllm_echo"},
+            },
+            {
+                "name": "fixed_broken",
+                "backend": "triton",
+                "options": {"url": servers["fixed"].url, "triton_model": "broken"},
+            },
+            {
+                "name": "solo",
+                "backend": "triton",
+                "load_on_startup": True,
+                "options": {"url": servers["solo"].url, "triton_model": "vllm_echo"},
+            },
+        ],
+    )
+
+
+async def health_status(health_stub: health_pb2_grpc.HealthStub, service: str) -> int:
+    response = await health_stub.Check(health_pb2.HealthCheckRequest(service=service))
+    return response.status
+
+
+def read_record(record_dir: Path, model: str, request_id: str) -> dict | None:
+    """What the test model recorded about a request, once the request has ended."""
+    path = record_dir / f"{model}-{request_id}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+async def wait_for_record(record_dir: Path, model: str, request_id: str) -> dict:
+    deadline = time.monotonic() + 30
+    while (record := read_record(record_dir, model, request_id)) is None:
+        assert time.monotonic() < deadline, f"{model} never recorded request {request_id}"
+        await asyncio.sleep(0.02)
+    return record
+
+
+async def read_rest(call) -> list:
+    """Read the remaining messages of a stream already read with `read()`."""
+    messages = []
+    while (message := await call.read()) is not grpc.aio.EOF:
+        messages.append(message)
+    return messages
+
+
+def echo_text(prompt: str, tokens: int) -> str:
+    """What the test models generate: prompt words reversed, cycling, one per token."""
+    words = prompt.split()
+    return " ".join(words[i % len(words)][::-1] for i in range(tokens))
+
+
+PYTHON = sys.executable

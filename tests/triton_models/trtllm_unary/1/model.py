@@ -1,0 +1,1 @@
+../../trtllm_echo/1/model.py
