@@ -81,9 +81,10 @@ pytest: $(STAMP) tools triton
 
 test: lint breaking check-generated pytest
 
-bench: $(STAMP)
+bench: $(STAMP) triton
 	$(BIN)/python bench/stream_throughput.py
 	$(BIN)/python bench/startup_time.py
+	$(BIN)/python bench/triton_infer.py
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache

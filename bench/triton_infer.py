@@ -1,5 +1,10 @@
 """Unary Infer at concurrency 16: tritonclient straight to Triton vs. through inferwire.
 
+Two direct baselines: tritonclient's high-level aio client (numpy in, numpy out: what
+most Python users write, and CPU-heavy on the client), and tritonclient's generated
+gRPC stub with a prebuilt request, which costs the load generator about as little as
+the prebuilt inferwire request does, so it isolates the gateway's added cost.
+
 Both runs use the same real `tritonserver` (from nvidia-pytriton), the same test model
 (`trtllm_unary` from tests/triton_models: TensorRT-LLM-style inputs, not decoupled, so
 tritonclient's unary `infer` can call it) and the same prompt and max_tokens, in one
@@ -24,6 +29,7 @@ import numpy as np
 import tritonclient.grpc as triton_types
 import tritonclient.grpc.aio as triton_aio
 from common import start_server, stop_server, wait_serving, write_boxplot, write_results
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
@@ -95,6 +101,23 @@ async def bench_direct(url: str) -> tuple[dict[str, float], list[float]]:
     return summary(wall, latencies), latencies
 
 
+async def bench_direct_stub(url: str) -> tuple[dict[str, float], list[float]]:
+    request = service_pb2.ModelInferRequest(model_name=MODEL)
+    for tensor in direct_inputs():
+        request.inputs.append(tensor._get_tensor())
+        request.raw_input_contents.append(tensor._get_content())
+    async with grpc.aio.insecure_channel(url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+        async def call() -> None:
+            response = await stub.ModelInfer(request)
+            assert response.outputs[0].name == "text_output"
+
+        await run_load(call, WARMUP)
+        wall, latencies = await run_load(call, REQUESTS)
+    return summary(wall, latencies), latencies
+
+
 async def bench_gateway(port: int) -> tuple[dict[str, float], list[float]]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
@@ -129,6 +152,7 @@ def main() -> None:
         )
         try:
             direct, direct_latencies = asyncio.run(bench_direct(triton.url))
+            direct_stub, direct_stub_latencies = asyncio.run(bench_direct_stub(triton.url))
             process, port, _ = start_server("--config", str(config))
             try:
                 wait_serving(port)
@@ -143,18 +167,23 @@ def main() -> None:
         "max_tokens": MAX_TOKENS,
         "concurrency": CONCURRENCY,
         "direct_tritonclient": direct,
+        "direct_triton_stub": direct_stub,
         "through_inferwire": gateway,
-        "added_p50_ms": gateway["p50_ms"] - direct["p50_ms"],
-        "rps_ratio": gateway["rps"] / direct["rps"],
+        "added_p50_ms_vs_stub": gateway["p50_ms"] - direct_stub["p50_ms"],
+        "rps_ratio_vs_stub": gateway["rps"] / direct_stub["rps"],
     }
     path = write_results("triton_infer", results)
     write_boxplot(
         "triton_infer",
-        {"tritonclient direct": direct_latencies, "through inferwire": gateway_latencies},
+        {
+            "tritonclient client": direct_latencies,
+            "tritonclient stub": direct_stub_latencies,
+            "through inferwire": gateway_latencies,
+        },
         ylabel="latency (ms)",
         title=f"Unary Infer on Triton, concurrency {CONCURRENCY}",
     )
-    for name in ("direct_tritonclient", "through_inferwire"):
+    for name in ("direct_tritonclient", "direct_triton_stub", "through_inferwire"):
         r = results[name]
         print(
             f"{name:22s} {r['rps']:8.1f} req/s"

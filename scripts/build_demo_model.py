@@ -1,20 +1,19 @@
-"""Build the bundled `demo` model: a tiny random-weight Llama in ONNX Runtime GenAI format.
+"""Build the random-weight baseline: a tiny random-weight Llama in ONNX Runtime GenAI format.
 
-Reproducible: fixed seeds, a corpus embedded below, pinned model shape. Needs the
-development-only packages torch, transformers, tokenizers and onnxruntime-genai
-(its model builder); the server itself never imports any of them but the last.
+This used to be the bundled `demo` model. The bundled model is now trained by
+scripts/train_demo_model.py, which runs this script to show that random weights fail
+the word test (tests/test_demo_quality.py). Reproducible: fixed seeds, a corpus embedded
+below, pinned model shape. Needs the development-only packages torch, transformers,
+tokenizers and onnxruntime-genai (its model builder):
 
-    python scripts/build_demo_model.py [--output server/inferwire/models/demo]
+    python scripts/build_demo_model.py --output /tmp/random-demo
 
-The weights are random, so the model generates noise; it exists to exercise the
-real engine end to end (tokenizer, KV cache, sampling, streaming) at a size that
-can be committed. A separate script trains a real demo model.
+The weights are random, so the model generates noise, at a size of 0.8 MB.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -24,7 +23,6 @@ from pathlib import Path
 SEED = 20261129
 VOCAB_SIZE = 512
 CONTEXT_LENGTH = 2048
-EOS_TOKEN = "<|endoftext|>"
 
 # Any fixed text works for a random-weight model: it only shapes the BPE merges.
 CORPUS = """\
@@ -40,33 +38,10 @@ the sun. KING HENRY: Once more unto the breach, dear friends, once more.
 
 
 def train_tokenizer(out_dir: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    # The same byte-level BPE recipe as the trained model, on the embedded corpus.
+    from train_demo_model import train_tokenizer as train_bpe
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
-        special_tokens=[EOS_TOKEN],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator([CORPUS] * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=EOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        unk_token=EOS_TOKEN,
-        model_max_length=CONTEXT_LENGTH,
-    )
-    fast.save_pretrained(out_dir)
-    # ONNX Runtime GenAI's tokenizer picks its implementation from this class.
-    config_path = out_dir / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    config["tokenizer_class"] = "GPT2Tokenizer"
-    config["add_bos_token"] = False
-    config_path.write_text(json.dumps(config, indent=2) + "\n")
+    train_bpe([CORPUS] * 4, VOCAB_SIZE, CONTEXT_LENGTH, out_dir)
 
 
 def build_llama(out_dir: Path) -> None:
@@ -113,11 +88,7 @@ def export(hf_dir: Path, output: Path, cache_dir: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=Path(__file__).resolve().parents[1] / "server/inferwire/models/demo",
-    )
+    parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = Path(tmp, "hf")

@@ -8,7 +8,7 @@ from conftest import model_health, wait_until
 
 from inferwire.v1 import inference_pb2 as pb
 
-MAX_TOKENS = 1500
+MAX_TOKENS = 1000
 
 
 async def finished_record(request_log, request_id: str):

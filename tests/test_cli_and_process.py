@@ -108,7 +108,7 @@ async def test_sigterm_drains_inflight_stream_refuses_new_calls_and_exits_zero()
                 pb.InferStreamRequest(
                     model="demo",
                     prompt="Hello",
-                    parameters=pb.GenerationParameters(max_tokens=1200, temperature=0),
+                    parameters=pb.GenerationParameters(max_tokens=1000, temperature=0),
                 )
             )
             first = await stream.read()
@@ -126,7 +126,7 @@ async def test_sigterm_drains_inflight_stream_refuses_new_calls_and_exits_zero()
             # 3. The in-flight stream still finishes in full.
             rest = await read_rest(stream)
             assert rest[-1].finish_reason == pb.FINISH_REASON_LENGTH
-            assert rest[-1].usage.completion_tokens == 1200
+            assert rest[-1].usage.completion_tokens == 1000
             assert "".join(m.text for m in [first, *rest])
         # 4. The process exits 0.
         assert await asyncio.to_thread(server.process.wait, 30) == 0

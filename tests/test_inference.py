@@ -37,7 +37,7 @@ async def test_max_tokens_bounds_generation_and_reports_length(stub):
             parameters=pb.GenerationParameters(max_tokens=7, temperature=0),
         )
     )
-    # The random-weight model never emits end-of-sequence in 7 greedy tokens.
+    # The bundled model never emits end-of-sequence (its training text has none).
     assert response.finish_reason == pb.FINISH_REASON_LENGTH
     assert response.usage.completion_tokens == 7
 
@@ -141,12 +141,12 @@ async def test_context_passages_are_part_of_the_prompt(stub):
 
 async def test_generation_stops_at_the_context_window(stub):
     capabilities = (await stub.ListModels(pb.ListModelsRequest())).models[0].capabilities
-    assert capabilities.context_length == 2048
+    assert capabilities.context_length == 1024
     response = await stub.Infer(
         pb.InferRequest(
             model="demo",
             prompt="Hello " * 50,
-            parameters=pb.GenerationParameters(max_tokens=2048, temperature=0),
+            parameters=pb.GenerationParameters(max_tokens=1024, temperature=0),
         )
     )
     assert response.finish_reason == pb.FINISH_REASON_LENGTH

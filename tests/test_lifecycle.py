@@ -39,7 +39,7 @@ async def test_load_and_unload_are_idempotent(stub):
     for _ in range(2):
         loaded = await stub.LoadModel(pb.LoadModelRequest(model="spare"))
         assert loaded.model.state == pb.MODEL_STATE_READY
-        assert loaded.model.capabilities.context_length == 2048
+        assert loaded.model.capabilities.context_length == 1024
     response = await stub.Infer(
         pb.InferRequest(
             model="spare", prompt="Hi", parameters=pb.GenerationParameters(max_tokens=2)

@@ -15,7 +15,7 @@ async def test_full_queue_is_resource_exhausted_and_other_models_are_unaffected(
         pb.InferStreamRequest(
             model="tight",
             prompt="Hold the slot",
-            parameters=pb.GenerationParameters(max_tokens=1500),
+            parameters=pb.GenerationParameters(max_tokens=1000),
         )
     )
     await running.read()
