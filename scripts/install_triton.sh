@@ -15,7 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${1:-.venv/bin/python}
 
 "$PYTHON" -m pip install --quiet -e ".[triton]"
-"$PYTHON" -m pip install --quiet --no-deps "nvidia-pytriton>=0.5"
+"$PYTHON" -m pip install --quiet --no-deps "nvidia-pytriton==0.7.0"
 
 missing=()
 ldconfig -p | grep -q "libpython3.11.so.1.0" || missing+=(libpython3.11)
