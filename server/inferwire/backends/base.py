@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferwire.core.types import (
     BackendHealth,
@@ -32,9 +32,19 @@ from inferwire.errors import ConfigurationError
 
 
 class BackendOptions(BaseModel):
-    """Base for a backend's `options` block; unknown keys are a start-up error."""
+    """Base for a backend's `options` block; unknown keys are a start-up error.
+
+    The options here mean the same on every backend.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    default_max_tokens: int = Field(
+        default=256, ge=1, description="max_tokens for requests that leave it unset."
+    )
+    context_separator: str = Field(
+        default="\n\n", description="Joins context passages, and separates them from the prompt."
+    )
 
 
 @dataclass
@@ -107,9 +117,14 @@ class Backend(abc.ABC):
         self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
     ) -> tuple[str, GenerationEnd]:
         """Unary generation: by default the concatenated stream, so both agree."""
+        return await self.join(self.infer_stream(request, max_tokens, record))
+
+    async def join(
+        self, events: AsyncIterator[TextDelta | GenerationEnd]
+    ) -> tuple[str, GenerationEnd]:
+        """The text of a generation's deltas, and its end."""
         pieces: list[str] = []
         end: GenerationEnd | None = None
-        events = self.infer_stream(request, max_tokens, record)
         async with contextlib.aclosing(events):
             async for event in events:
                 if isinstance(event, TextDelta):
@@ -134,4 +149,9 @@ class Backend(abc.ABC):
 
     def default_max_tokens(self) -> int:
         """max_tokens for requests that leave it unset."""
-        return min(256, self.limits().max_output_tokens)
+        return min(self.options.default_max_tokens, self.limits().max_output_tokens)
+
+    def render_prompt(self, request: InferenceRequest) -> str:
+        """The text the model sees: context passages, then the prompt."""
+        separator = self.options.context_separator
+        return "".join(passage + separator for passage in request.context) + request.prompt

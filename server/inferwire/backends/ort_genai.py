@@ -66,12 +66,6 @@ class OrtGenAIOptions(BackendOptions):
         ge=1,
         description="Largest max_tokens a request may ask for (default: context length).",
     )
-    default_max_tokens: int = Field(
-        default=256, ge=1, description="max_tokens for requests that leave it unset."
-    )
-    context_separator: str = Field(
-        default="\n\n", description="Joins context passages, and separates them from the prompt."
-    )
 
 
 def builtin_model_path() -> Path:
@@ -170,13 +164,6 @@ class OrtGenAIBackend(Backend):
     def limits(self) -> ModelLimits:
         max_output = self.options.max_output_tokens or self._context_length
         return ModelLimits(self._context_length, min(max_output, self._context_length))
-
-    def default_max_tokens(self) -> int:
-        return min(self.options.default_max_tokens, self.limits().max_output_tokens)
-
-    def render_prompt(self, request: InferenceRequest) -> str:
-        separator = self.options.context_separator
-        return "".join(passage + separator for passage in request.context) + request.prompt
 
     async def infer_stream(
         self, request: InferenceRequest, max_tokens: int, record: GenerationRecord

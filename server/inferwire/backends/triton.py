@@ -132,14 +132,8 @@ class TritonOptions(BackendOptions):
     max_reconnect_backoff_s: float = Field(
         default=1.0, gt=0, description="Longest wait between reconnection attempts."
     )
-    default_max_tokens: int = Field(
-        default=256, ge=1, description="max_tokens for requests that leave it unset."
-    )
     max_output_tokens: int = Field(
         default=4096, ge=1, description="Largest max_tokens a request may ask for."
-    )
-    context_separator: str = Field(
-        default="\n\n", description="Joins context passages, and separates them from the prompt."
     )
 
     @model_validator(mode="after")
@@ -569,30 +563,13 @@ class TritonBackend(Backend):
         # Triton does not publish a model's context window; the model enforces its own.
         return ModelLimits(0, self.options.max_output_tokens)
 
-    def default_max_tokens(self) -> int:
-        return min(self.options.default_max_tokens, self.options.max_output_tokens)
-
-    def render_prompt(self, request: InferenceRequest) -> str:
-        separator = self.options.context_separator
-        return "".join(passage + separator for passage in request.context) + request.prompt
-
     # ---- inference ----------------------------------------------------------
 
     async def infer(
         self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
     ) -> tuple[str, GenerationEnd]:
         """A non-streaming request: one ModelInfer, or stream=false on a decoupled model."""
-        pieces: list[str] = []
-        end: GenerationEnd | None = None
-        events = self._generate(request, max_tokens, record, stream=False)
-        async with contextlib.aclosing(events):
-            async for event in events:
-                if isinstance(event, TextDelta):
-                    pieces.append(event.text)
-                else:
-                    end = event
-        assert end is not None
-        return "".join(pieces), end
+        return await self.join(self._generate(request, max_tokens, record, stream=False))
 
     def infer_stream(
         self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
@@ -618,8 +595,11 @@ class TritonBackend(Backend):
         try:
             async with contextlib.aclosing(responses):
                 async for response in responses:
-                    self._absorb_counts(response, outcome)
-                    delta = tracker.feed(_text_output(response))
+                    if not response.outputs:
+                        continue  # e.g. the empty final response
+                    result = InferResult(response)
+                    _absorb_counts(result, outcome)
+                    delta = tracker.feed(_first(result.as_numpy("text_output")))
                     if not delta:
                         continue
                     if record.first_token_at is None:
@@ -789,21 +769,6 @@ class TritonBackend(Backend):
             _add_input(message, tensor, value, spec.batched)
         return message
 
-    def _absorb_counts(self, response: service_pb2.ModelInferResponse, outcome: _Outcome) -> None:
-        if not response.outputs:
-            return
-        result = InferResult(response)
-        names = {o.name for o in response.outputs}
-        if "finish_reason" in names:
-            value = _first(result.as_numpy("finish_reason"))
-            if value:
-                outcome.finish_reason = value
-        if "num_input_tokens" in names:
-            outcome.prompt_tokens = int(np.asarray(result.as_numpy("num_input_tokens")).sum())
-        if "num_output_tokens" in names:
-            counted = int(np.asarray(result.as_numpy("num_output_tokens")).sum())
-            outcome.completion_tokens = (outcome.completion_tokens or 0) + counted
-
     async def _usage(self, spec: _ModelSpec, prompt: str, text: str, outcome: _Outcome) -> Usage:
         """Counts from the model's outputs, else the tokenizer; never invented (0 = unknown)."""
         if spec.usage_source is UsageSource.MODEL:
@@ -929,7 +894,12 @@ def _first(array: Any) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _text_output(response: service_pb2.ModelInferResponse) -> str:
-    if not any(o.name == "text_output" for o in response.outputs):
-        return ""
-    return _first(InferResult(response).as_numpy("text_output"))
+def _absorb_counts(result: InferResult, outcome: _Outcome) -> None:
+    """Finish reason and token counts, from the outputs the model has (None when absent)."""
+    if finish_reason := _first(result.as_numpy("finish_reason")):
+        outcome.finish_reason = finish_reason
+    if (prompt_tokens := result.as_numpy("num_input_tokens")) is not None:
+        outcome.prompt_tokens = int(np.asarray(prompt_tokens).sum())
+    if (completion_tokens := result.as_numpy("num_output_tokens")) is not None:
+        counted = int(np.asarray(completion_tokens).sum())
+        outcome.completion_tokens = (outcome.completion_tokens or 0) + counted
