@@ -82,6 +82,9 @@ async def gateway(triton_servers: dict[str, TritonServer]) -> AsyncIterator[Infe
     await server.stop(grace_s=1)
 
 
+# channel, stub and health_stub shadow the root conftest's on purpose: those are
+# session-scoped and bound to the ONNX server, and pytest would hand their cached
+# values to these tests if only the server fixture were overridden.
 @pytest.fixture(scope="session")
 async def channel(gateway: InferwireServer) -> AsyncIterator[grpc.aio.Channel]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.port}") as channel:
