@@ -1,8 +1,11 @@
-# inferwire developer entry points. Two matter on a fresh machine:
+# inferwire developer entry points. Three matter on a fresh machine:
 #   make serve   set up a virtualenv and serve the bundled model on :50051
+#   make check   the quick loop, Python only: ruff, mypy and the unit tests
 #   make test    set up, then lint, check the contract and generated code, and run
-#                the tests (Python, the Go/TypeScript/Java/Rust clients, grpcurl,
-#                grpc_health_probe); needs go, node, cargo, java and mvn on PATH
+#                every test tier (unit, engine, Triton, the Go/TypeScript/Java/Rust
+#                clients, grpcurl, grpc_health_probe); needs go, node, cargo, java
+#                and mvn on PATH
+# The tiers one at a time: make test-unit, test-engine, test-triton, test-polyglot.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -16,7 +19,8 @@ GENERATED := server/inferwire/v1 clients/go/inferwire clients/typescript/src/gen
 API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup tools triton serve test lint breaking update-api-baseline generate check-generated pytest bench clean
+.PHONY: setup tools triton serve check typecheck test test-unit test-engine test-triton \
+	test-polyglot lint breaking update-api-baseline generate check-generated pytest bench clean
 
 setup: $(STAMP) $(BUF)
 
@@ -48,10 +52,22 @@ $(TRITON_STAMP): scripts/install_triton.sh $(STAMP)
 serve: $(STAMP)
 	$(BIN)/inferwire serve $(ARGS)
 
+PY_SOURCES := server tests scripts bench clients/python
+
+# The quick loop: no toolchain but Python, no root, well under a minute.
+check: $(STAMP)
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
+	$(MAKE) --no-print-directory typecheck test-unit
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
 lint: setup
 	$(BUF) lint
-	$(BIN)/ruff check server tests scripts bench clients/python
-	$(BIN)/ruff format --check server tests scripts bench clients/python
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
+	$(BIN)/mypy
 
 # A removed field, a renumbered tag or a renamed RPC fails here. The baseline
 # is the released contract; on a branch, main's proto is checked as well.
@@ -76,15 +92,29 @@ check-generated: generate
 		echo "$$changes"; git --no-pager diff --stat -- $(GENERATED); exit 1; \
 	fi
 
+# One tier each (see the markers in pyproject.toml); `pytest` runs them all at once.
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+test-engine: $(STAMP)
+	$(BIN)/python -m pytest tests/engine $(PYTEST_ARGS)
+
+test-triton: $(STAMP) triton
+	$(BIN)/python -m pytest tests/triton $(PYTEST_ARGS)
+
+test-polyglot: $(STAMP) tools
+	$(BIN)/python -m pytest tests/polyglot $(PYTEST_ARGS)
+
 pytest: $(STAMP) tools triton
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The union of the tiers, in one pytest run, plus every static check; CI runs this.
 test: lint breaking check-generated pytest
 
 bench: $(STAMP) triton
-	$(BIN)/python bench/stream_throughput.py
-	$(BIN)/python bench/startup_time.py
-	$(BIN)/python bench/triton_infer.py
+	$(BIN)/python -m bench.stream_throughput
+	$(BIN)/python -m bench.startup_time
+	$(BIN)/python -m bench.triton_infer
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache

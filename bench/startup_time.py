@@ -11,17 +11,20 @@ import statistics
 import time
 
 import grpc
-from common import start_server, stop_server, write_boxplot, write_results
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench.common import write_boxplot, write_results
+from tests.support.process import start_server_process, stop_server_process
 
 RUNS = 5
 
 
 def one_start() -> tuple[float, float]:
-    process, port, started = start_server()
+    started = time.perf_counter()
+    server = start_server_process()
     try:
         listening = time.perf_counter() - started
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(server.target) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
                 response = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
@@ -29,7 +32,7 @@ def one_start() -> tuple[float, float]:
                     return listening, time.perf_counter() - started
                 time.sleep(0.005)
     finally:
-        stop_server(process)
+        stop_server_process(server, graceful=True)
 
 
 def main() -> None:

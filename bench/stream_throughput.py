@@ -12,11 +12,12 @@ import time
 
 import grpc
 import onnxruntime_genai as og
-from common import start_server, stop_server, wait_serving, write_boxplot, write_results
 
+from bench.common import write_boxplot, write_results
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
+from tests.support.process import start_serving_server, stop_server_process
 
 PROMPT = "Hello"
 MAX_TOKENS = 512
@@ -87,16 +88,15 @@ def main() -> None:
     direct = [direct_engine_run(model, tokenizer) for _ in range(RUNS)]
     del model, tokenizer
 
-    process, port, _ = start_server()
+    server = start_serving_server()
     try:
-        wait_serving(port)
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        with grpc.insecure_channel(server.target) as channel:
             grpc.channel_ready_future(channel).result(timeout=30)
             stub = inference_pb2_grpc.InferenceServiceStub(channel)
             gateway_run(stub)  # warm-up
             through_gateway = [gateway_run(stub) for _ in range(RUNS)]
     finally:
-        stop_server(process)
+        stop_server_process(server, graceful=True)
 
     results = {
         "prompt": PROMPT,

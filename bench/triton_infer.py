@@ -12,14 +12,13 @@ invocation. The gateway is a real `inferwire serve` process reached over gRPC. T
 per-token delay is set to 0, so the numbers show the gateway's own cost.
 Writes bench/results/triton_infer.json and .png.
 
-Run: .venv/bin/python bench/triton_infer.py   (after scripts/install_triton.sh)
+Run: .venv/bin/python -m bench.triton_infer   (after scripts/install_triton.sh)
 """
 
 from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,14 +27,13 @@ import grpc
 import numpy as np
 import tritonclient.grpc as triton_types
 import tritonclient.grpc.aio as triton_aio
-from common import start_server, stop_server, wait_serving, write_boxplot, write_results
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from bench.common import write_boxplot, write_results
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "triton_backend"))
-from triton_harness import TRITON_DIR, TritonServer, prepare_python_backend
+from tests.support.process import start_serving_server, stop_server_process
+from tests.support.triton import TRITON_DIR, TritonServer, prepare_python_backend
 
 MODEL = "trtllm_unary"
 PROMPT = "the quick brown fox"
@@ -153,12 +151,11 @@ def main() -> None:
         try:
             direct, direct_latencies = asyncio.run(bench_direct(triton.url))
             direct_stub, direct_stub_latencies = asyncio.run(bench_direct_stub(triton.url))
-            process, port, _ = start_server("--config", str(config))
+            server = start_serving_server("--config", str(config))
             try:
-                wait_serving(port)
-                gateway, gateway_latencies = asyncio.run(bench_gateway(port))
+                gateway, gateway_latencies = asyncio.run(bench_gateway(server.port))
             finally:
-                stop_server(process)
+                stop_server_process(server, graceful=True)
         finally:
             triton.kill()
     results = {

@@ -69,10 +69,10 @@ def serve(
     log_level: Annotated[str | None, typer.Option("--log-level")] = None,
 ) -> None:
     """Serve the configured models (by default the bundled `demo` model)."""
+    from inferwire.api.server import serve as run_server
     from inferwire.config import load_settings
-    from inferwire.errors import ConfigurationError
+    from inferwire.core.errors import ConfigurationError
     from inferwire.log import configure_logging
-    from inferwire.server import serve as run_server
 
     flags = {
         "address": address,

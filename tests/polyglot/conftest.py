@@ -1,48 +1,17 @@
 """Fixtures for the polyglot tests: generated clients built with their real
 toolchains and run against a live `inferwire serve` process.
 
-This folder is a package (it has __init__.py) so that its conftest does not
-clash with tests/conftest.py under pytest's default import mode.
-
 The server is a real process (not the in-process fixture) because each test
 blocks on a subprocess; the bundled model is served as `demo`.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from support import ServerProcess, start_server_process, stop_server_process
 
-REPO = Path(__file__).resolve().parents[2]
-CLIENTS = REPO / "clients"
-TOOLS_BIN = REPO / ".tools" / "bin"
-
-
-def start_serving_server() -> ServerProcess:
-    """Start `inferwire serve` and wait until its start-up models are loaded."""
-    server = start_server_process()
-    try:
-        with grpc.insecure_channel(server.target) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            deadline = time.monotonic() + 60
-            while health.Check(health_pb2.HealthCheckRequest(), timeout=5).status != (
-                health_pb2.HealthCheckResponse.SERVING
-            ):
-                assert time.monotonic() < deadline, "server never reported SERVING"
-                time.sleep(0.05)
-    except BaseException:
-        stop_server_process(server)
-        raise
-    return server
+from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 
 
 @pytest.fixture(scope="session")
@@ -52,46 +21,3 @@ def live_server() -> Iterator[ServerProcess]:
         yield server
     finally:
         stop_server_process(server)
-
-
-def require_tool(name: str) -> str:
-    """Path to a toolchain binary; fail (not skip) when missing: CI installs them all."""
-    path = shutil.which(name) or (str(TOOLS_BIN / name) if (TOOLS_BIN / name).exists() else None)
-    if path is None:
-        pytest.fail(f"{name} is not installed; run scripts/install_tools.sh or .ci/run")
-    return path
-
-
-def run_checked(
-    args: list[str], cwd: Path, timeout: float, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run a build or example step; on failure show its whole output."""
-    result = subprocess.run(
-        args,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
-    assert result.returncode == 0, (
-        f"{' '.join(args)} exited {result.returncode}\n"
-        f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
-    )
-    return result
-
-
-def assert_example_output(stdout: str, model: str = "demo") -> None:
-    """Check what every language's example prints (see clients/*/README.md):
-    INFER <text>, one DELTA <text> per streamed message, STREAM_END, HEALTH
-    and the INVALID_ARGUMENT field violation."""
-    lines = stdout.splitlines()
-    infer = [line for line in lines if line.startswith("INFER ")]
-    assert len(infer) == 1 and infer[0][len("INFER ") :].strip(" \"'") != "", stdout
-    deltas = [line for line in lines if line.startswith("DELTA ")]
-    assert len(deltas) > 1, stdout
-    assert any(line.startswith("STREAM_END finish_reason=") for line in lines), stdout
-    assert f"HEALTH model/{model} SERVING" in lines, stdout
-    assert any(
-        line.startswith("ERROR code=INVALID_ARGUMENT field=parameters.top_p ") for line in lines
-    ), stdout

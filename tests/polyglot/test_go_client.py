@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
 
 GO_CLIENT = CLIENTS / "go"
 

@@ -10,9 +10,9 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from support import ServerProcess, stop_server_process
 
-from .conftest import require_tool, start_serving_server
+from tests.support.polyglot import require_tool
+from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 
 SERVICE = "inferwire.v1.InferenceService"
 

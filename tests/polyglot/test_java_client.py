@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import ServerProcess
 
-from .conftest import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.process import ServerProcess
 
 CLIENT = CLIENTS / "java"
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from support import ServerProcess
-
-from .conftest import CLIENTS, assert_example_output, run_checked
+from tests.support.polyglot import CLIENTS, assert_example_output, run_checked
+from tests.support.process import ServerProcess
 
 
 def test_python_example_against_live_server(live_server: ServerProcess) -> None:

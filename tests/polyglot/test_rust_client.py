@@ -4,9 +4,9 @@ proto/, with a vendored protoc), then its example run against a live server."""
 from __future__ import annotations
 
 import pytest
-from support import ServerProcess
 
-from .conftest import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.process import ServerProcess
 
 CLIENT = CLIENTS / "rust"
 

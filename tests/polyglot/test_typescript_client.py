@@ -4,9 +4,9 @@ then its example run with node against a live server."""
 from __future__ import annotations
 
 import pytest
-from support import ServerProcess
 
-from .conftest import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.process import ServerProcess
 
 CLIENT = CLIENTS / "typescript"
 

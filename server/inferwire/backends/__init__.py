@@ -1,19 +1,24 @@
 """Backend registry: maps each configured backend name to its implementation.
 
-Implementations are imported lazily so that a missing optional SDK only
+The built-in backends are imported lazily, so a missing optional SDK only
 matters when a model actually uses that backend, and then fails at start-up
-with the extra to install.
+with the extra to install. Other packages add backends through the
+`inferwire.backends` entry point group (see docs/backends.md).
 """
 
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import entry_points
 
-from inferwire.backends.base import Backend
-from inferwire.errors import ConfigurationError, MissingDependencyError
+from inferwire.core.backend import Backend
+from inferwire.core.errors import ConfigurationError, MissingDependencyError
+from inferwire.core.manager import ModelSpec
+
+ENTRY_POINT_GROUP = "inferwire.backends"
 
 # backend name -> (module, class, the third-party module it needs, pip extra)
-_REGISTRY: dict[str, tuple[str, str, str, str]] = {
+_BUILTIN: dict[str, tuple[str, str, str, str]] = {
     "onnxruntime-genai": (
         "inferwire.backends.ort_genai",
         "OrtGenAIBackend",
@@ -25,20 +30,41 @@ _REGISTRY: dict[str, tuple[str, str, str, str]] = {
 
 
 def available_backends() -> list[str]:
-    return sorted(_REGISTRY)
+    plugins = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return sorted(set(_BUILTIN) | plugins)
 
 
 def backend_class(name: str) -> type[Backend]:
     """Resolve a backend name; raise a clear start-up error if it cannot be used."""
-    try:
-        module_name, class_name, sdk_module, extra = _REGISTRY[name]
-    except KeyError:
+    if name in _BUILTIN:
+        module_name, class_name, sdk_module, extra = _BUILTIN[name]
+        try:
+            importlib.import_module(sdk_module)
+        except ImportError:
+            raise MissingDependencyError(name, sdk_module, extra) from None
+        cls = getattr(importlib.import_module(module_name), class_name)
+    else:
+        cls = _plugin_class(name)
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise ConfigurationError(f"backend {name!r} is {cls!r}, not a subclass of Backend")
+    return cls
+
+
+def _plugin_class(name: str) -> object:
+    matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if not matches:
         raise ConfigurationError(
             f"unknown backend {name!r}; available backends: {', '.join(available_backends())}"
-        ) from None
+        )
+    entry_point = matches[0]
     try:
-        importlib.import_module(sdk_module)
-    except ImportError:
-        raise MissingDependencyError(name, sdk_module, extra) from None
-    module = importlib.import_module(module_name)
-    return getattr(module, class_name)
+        return entry_point.load()
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"backend {name!r} ({entry_point.value}) could not be imported: {exc}"
+        ) from None
+
+
+def create_backend(spec: ModelSpec) -> Backend:
+    """The backend factory the server gives the model manager."""
+    return backend_class(spec.backend)(spec.name, spec.options, spec.max_concurrency)

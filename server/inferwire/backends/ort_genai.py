@@ -23,20 +23,20 @@ from typing import Any, Literal
 import onnxruntime_genai as og
 from pydantic import Field
 
-from inferwire.backends.base import Backend, BackendOptions, GenerationRecord
-from inferwire.core.stop_sequences import StopSequenceMatcher
+from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationRecord
+from inferwire.core.errors import ConfigurationError
+from inferwire.core.generation import check_prompt_fits
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
     FinishReason,
     GenerationEnd,
     GenerationParams,
-    InferenceRequest,
+    GenerationRequest,
     ModelLimits,
     TextDelta,
     Usage,
 )
-from inferwire.errors import ConfigurationError, FieldViolation, InvalidArgumentError
 
 log = logging.getLogger(__name__)
 
@@ -163,34 +163,27 @@ class OrtGenAIBackend(Backend):
 
     def limits(self) -> ModelLimits:
         max_output = self.options.max_output_tokens or self._context_length
-        return ModelLimits(self._context_length, min(max_output, self._context_length))
+        return ModelLimits(
+            self._context_length, min(max_output, self._context_length), max_seed=_MAX_SEED
+        )
 
-    async def infer_stream(
-        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
+    def infer_stream(
+        self, request: GenerationRequest, record: GenerationRecord
+    ) -> GenerationEvents:
+        return self._stream(request, record)
+
+    async def _stream(
+        self, request: GenerationRequest, record: GenerationRecord
     ) -> AsyncIterator[TextDelta | GenerationEnd]:
         model, tokenizer, executor = self._model, self._tokenizer, self._executor
         if model is None or tokenizer is None or executor is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        if request.params.seed is not None and request.params.seed > _MAX_SEED:
-            raise InvalidArgumentError(
-                [FieldViolation("parameters.seed", f"must be at most {_MAX_SEED} on this backend")]
-            )
-        encoded = await asyncio.to_thread(tokenizer.encode, self.render_prompt(request))
+        encoded = await asyncio.to_thread(tokenizer.encode, request.prompt)
         input_ids = [int(t) for t in encoded]
         record.prompt_tokens = len(input_ids)
-        if len(input_ids) >= self._context_length:
-            field = "context" if request.context else "prompt"
-            raise InvalidArgumentError(
-                [
-                    FieldViolation(
-                        field,
-                        f"the prompt is {len(input_ids)} tokens; model {self.model_name!r} "
-                        f"has a context window of {self._context_length} tokens",
-                    )
-                ]
-            )
+        check_prompt_fits(request, len(input_ids), self.model_name, self.limits())
         # The context window bounds generation too; reaching it ends with LENGTH.
-        max_tokens = min(max_tokens, self._context_length - len(input_ids))
+        max_tokens = min(request.max_tokens, self._context_length - len(input_ids))
 
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[TextDelta | GenerationEnd | BaseException] = asyncio.Queue()
@@ -257,7 +250,6 @@ class OrtGenAIBackend(Backend):
         generator = og.Generator(model, generator_params)
         generator.append_tokens(input_ids)
         detokenizer = tokenizer.create_stream()
-        matcher = StopSequenceMatcher(params.stop)
         finish = FinishReason.LENGTH
         while record.completion_tokens < max_tokens:
             if stop.is_set():
@@ -275,15 +267,9 @@ class OrtGenAIBackend(Backend):
             if token in self._eos_token_ids:
                 finish = FinishReason.STOP
                 break
-            text, matched = matcher.feed(detokenizer.decode(token))
-            if text:
+            if text := detokenizer.decode(token):
                 self._wait_for_credit(credits, stop)
                 emit(TextDelta(text, record.completion_tokens))
-            if matched:
-                finish = FinishReason.STOP_SEQUENCE
-                break
-        if finish is not FinishReason.STOP_SEQUENCE and (tail := matcher.flush()):
-            emit(TextDelta(tail, record.completion_tokens))
         emit(GenerationEnd(finish, Usage(record.prompt_tokens, record.completion_tokens)))
 
     @staticmethod

@@ -37,19 +37,8 @@ import numpy as np
 from pydantic import Field, model_validator
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
-from inferwire.backends.base import Backend, BackendOptions, GenerationRecord
-from inferwire.core.stop_sequences import StopSequenceMatcher
-from inferwire.core.types import (
-    BackendHealth,
-    Capabilities,
-    FinishReason,
-    GenerationEnd,
-    InferenceRequest,
-    ModelLimits,
-    TextDelta,
-    Usage,
-)
-from inferwire.errors import (
+from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationRecord
+from inferwire.core.errors import (
     BackendInvalidArgumentError,
     BackendUnavailableError,
     ConfigurationError,
@@ -58,6 +47,16 @@ from inferwire.errors import (
     InvalidArgumentError,
     ModelNotFoundError,
     ModelNotReadyError,
+)
+from inferwire.core.types import (
+    BackendHealth,
+    Capabilities,
+    FinishReason,
+    GenerationEnd,
+    GenerationRequest,
+    ModelLimits,
+    TextDelta,
+    Usage,
 )
 
 log = logging.getLogger(__name__)
@@ -565,33 +564,29 @@ class TritonBackend(Backend):
 
     # ---- inference ----------------------------------------------------------
 
-    async def infer(
-        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
-    ) -> tuple[str, GenerationEnd]:
+    def infer(self, request: GenerationRequest, record: GenerationRecord) -> GenerationEvents:
         """A non-streaming request: one ModelInfer, or stream=false on a decoupled model."""
-        return await self.join(self._generate(request, max_tokens, record, stream=False))
+        return self._generate(request, record, stream=False)
 
     def infer_stream(
-        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
-    ) -> AsyncIterator[TextDelta | GenerationEnd]:
-        return self._generate(request, max_tokens, record, stream=True)
+        self, request: GenerationRequest, record: GenerationRecord
+    ) -> GenerationEvents:
+        return self._generate(request, record, stream=True)
 
     async def _generate(
-        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord, stream: bool
+        self, request: GenerationRequest, record: GenerationRecord, stream: bool
     ) -> AsyncIterator[TextDelta | GenerationEnd]:
         spec = self._spec
         if spec is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        prompt = self.render_prompt(request)
-        message = self._build_request(spec, request, prompt, max_tokens, stream)
+        message = self._build_request(spec, request, stream)
         timeout = self._timeout(request)
         if timeout is not None:
             message.parameters["timeout"].int64_param = int(timeout * 1e6)
-        matcher = StopSequenceMatcher(request.params.stop)
         tracker = _DeltaTracker(self._stream_mode)
         outcome = _Outcome()
-        matched = False
         responses = self._responses(spec, message, timeout)
+        finished = False
         try:
             async with contextlib.aclosing(responses):
                 async for response in responses:
@@ -605,25 +600,23 @@ class TritonBackend(Backend):
                     if record.first_token_at is None:
                         record.first_token_at = time.perf_counter()
                     outcome.text.append(delta)
-                    text, matched = matcher.feed(delta)
-                    if text:
-                        yield TextDelta(text, outcome.completion_tokens or 0)
-                    if matched:
-                        # The rest of the generation is unwanted: closing cancels it.
-                        break
+                    yield TextDelta(delta, outcome.completion_tokens)
+            finished = True
         except (GeneratorExit, asyncio.CancelledError):
             record.cancelled = True
             raise
-        if not matched and (tail := matcher.flush()):
-            yield TextDelta(tail, outcome.completion_tokens or 0)
-        if self._stream_mode == "auto" and tracker.mode != "auto":
-            self._stream_mode = tracker.mode
-        usage = await self._usage(spec, prompt, "".join(outcome.text), outcome)
-        record.prompt_tokens = usage.prompt_tokens
-        record.completion_tokens = usage.completion_tokens
-        yield GenerationEnd(self._finish_reason(outcome, matched, usage, max_tokens), usage)
+        finally:
+            # Also when the stream is closed early (a stop string, our client left):
+            # the request log and a stop-sequence result need the counts so far.
+            if self._stream_mode == "auto" and tracker.mode != "auto":
+                self._stream_mode = tracker.mode
+            usage = await self._usage(spec, request.prompt, "".join(outcome.text), outcome)
+            record.prompt_tokens = usage.prompt_tokens
+            record.completion_tokens = usage.completion_tokens
+        if finished:
+            yield GenerationEnd(self._finish_reason(outcome, usage, request.max_tokens), usage)
 
-    def _timeout(self, request: InferenceRequest) -> float | None:
+    def _timeout(self, request: GenerationRequest) -> float | None:
         """Seconds Triton may take: our client's deadline less the margin, or the option."""
         limits = []
         if request.deadline is not None:
@@ -700,9 +693,7 @@ class TritonBackend(Backend):
     def _build_request(
         self,
         spec: _ModelSpec,
-        request: InferenceRequest,
-        prompt: str,
-        max_tokens: int,
+        request: GenerationRequest,
         stream: bool,
     ) -> service_pb2.ModelInferRequest:
         message = service_pb2.ModelInferRequest(
@@ -710,8 +701,8 @@ class TritonBackend(Backend):
         )
         if spec.decoupled:
             message.parameters["triton_enable_empty_final_response"].bool_param = True
-        params = request.params
-        values: dict[str, Any] = {"text_input": [prompt.encode()]}
+        params, max_tokens = request.params, request.max_tokens
+        values: dict[str, Any] = {"text_input": [request.prompt.encode()]}
         if spec.convention is Convention.VLLM:
             sampling: dict[str, Any] = {"max_tokens": max_tokens}
             if params.temperature is not None:
@@ -723,7 +714,7 @@ class TritonBackend(Backend):
             if params.seed is not None:
                 sampling["seed"] = params.seed
             if params.stop:
-                # Our matcher removes the stop string and reports STOP_SEQUENCE.
+                # The core's matcher removes the stop string and reports STOP_SEQUENCE.
                 sampling["stop"] = list(params.stop)
                 sampling["include_stop_str_in_output"] = True
             values["sampling_parameters"] = [json.dumps(sampling).encode()]
@@ -782,11 +773,7 @@ class TritonBackend(Backend):
         return Usage(0, 0)
 
     @staticmethod
-    def _finish_reason(
-        outcome: _Outcome, matched: bool, usage: Usage, max_tokens: int
-    ) -> FinishReason:
-        if matched:
-            return FinishReason.STOP_SEQUENCE
+    def _finish_reason(outcome: _Outcome, usage: Usage, max_tokens: int) -> FinishReason:
         if outcome.finish_reason is not None:
             return FinishReason.LENGTH if outcome.finish_reason == "length" else FinishReason.STOP
         if usage.completion_tokens and usage.completion_tokens >= max_tokens:

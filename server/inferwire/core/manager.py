@@ -18,10 +18,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from inferwire.backends import backend_class
-from inferwire.backends.base import Backend, GenerationRecord
+from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
+from inferwire.core.errors import (
+    BackendUnavailableError,
+    InferwireError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    QueueFullError,
+)
+from inferwire.core.generation import generation_request, join, stop_at_sequences
 from inferwire.core.types import (
     BackendHealthReport,
+    GenerationRequest,
     HealthReport,
     InferenceRequest,
     InferenceResult,
@@ -33,15 +41,6 @@ from inferwire.core.types import (
     Timing,
 )
 from inferwire.core.validation import RequestLimits, require_model_name, validate_inference_request
-from inferwire.errors import (
-    BackendUnavailableError,
-    FieldViolation,
-    InferwireError,
-    InvalidArgumentError,
-    ModelNotFoundError,
-    ModelNotReadyError,
-    QueueFullError,
-)
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger("inferwire.requests")
@@ -59,6 +58,10 @@ class ModelSpec:
     max_concurrency: int
     max_queue: int
     options: dict[str, Any] = field(default_factory=dict)
+
+
+# Builds the backend for a model; the server passes the backend registry's, tests a fake.
+BackendFactory = Callable[["ModelSpec"], Backend]
 
 
 class _ManagedModel:
@@ -88,10 +91,10 @@ class _ManagedModel:
 
 @dataclass
 class _Run:
-    """One admitted request: its model, resolved limits, and what happened to it."""
+    """One admitted request: its model, what its backend runs, and what happened to it."""
 
     model: _ManagedModel
-    max_tokens: int
+    job: GenerationRequest
     arrived: float
     started: float = 0.0
     outcome: str = "error"
@@ -113,6 +116,7 @@ class ModelManager:
     def __init__(
         self,
         specs: list[ModelSpec],
+        backend_factory: BackendFactory,
         limits: RequestLimits,
         health_check_interval_s: float = 2.0,
     ) -> None:
@@ -122,8 +126,7 @@ class ModelManager:
         for spec in specs:
             if spec.name in self._models:
                 raise ValueError(f"model {spec.name!r} is configured twice")
-            backend = backend_class(spec.backend)(spec.name, spec.options, spec.max_concurrency)
-            self._models[spec.name] = _ManagedModel(spec, backend)
+            self._models[spec.name] = _ManagedModel(spec, backend_factory(spec))
         self._listeners: list[HealthListener] = []
         self._accepting = False
         self._watcher: asyncio.Task[None] | None = None
@@ -234,7 +237,7 @@ class ModelManager:
         """Unary generation through the backend's own `infer`."""
         request = self._with_request_id(request)
         async with self._admit(request) as run:
-            text, end = await run.model.backend.infer(request, run.max_tokens, run.record)
+            text, end = await join(self._events(run, unary=True))
             run.outcome = end.finish_reason.value
             return InferenceResult(
                 request_id=request.request_id,
@@ -253,7 +256,7 @@ class ModelManager:
 
     async def _stream(self, request: InferenceRequest) -> AsyncIterator[StreamChunk]:
         async with self._admit(request) as run:
-            events = run.model.backend.infer_stream(request, run.max_tokens, run.record)
+            events = self._events(run, unary=False)
             async with contextlib.aclosing(events):
                 async for event in events:
                     if isinstance(event, TextDelta):
@@ -268,6 +271,12 @@ class ModelManager:
                         )
 
     @staticmethod
+    def _events(run: _Run, unary: bool) -> GenerationEvents:
+        backend = run.model.backend
+        run_backend = backend.infer if unary else backend.infer_stream
+        return stop_at_sequences(run_backend(run.job, run.record), run.job.params.stop, run.record)
+
+    @staticmethod
     def _with_request_id(request: InferenceRequest) -> InferenceRequest:
         return request if request.request_id else replace(request, request_id=uuid.uuid4().hex)
 
@@ -278,7 +287,7 @@ class ModelManager:
         validate_inference_request(request, self._limits)
         model = self._get(request.model)
         self._require_ready(model)
-        run = _Run(model, self._resolve_max_tokens(model, request), arrived)
+        run = _Run(model, generation_request(model.spec.name, model.backend, request), arrived)
         async with self._slot(model):
             run.started = time.perf_counter()
             try:
@@ -298,28 +307,12 @@ class ModelManager:
                         "outcome": run.outcome,
                         "prompt_tokens": record.prompt_tokens,
                         "completion_tokens": record.completion_tokens,
-                        "cancelled": record.cancelled,
+                        "cancelled": run.outcome == "cancelled",
                         "tokens_after_cancel": record.tokens_after_cancel,
                         "queue_ms": round((run.started - arrived) * 1e3, 3),
                         "total_ms": round((time.perf_counter() - arrived) * 1e3, 3),
                     },
                 )
-
-    def _resolve_max_tokens(self, model: _ManagedModel, request: InferenceRequest) -> int:
-        limit = model.backend.limits().max_output_tokens
-        requested = request.params.max_tokens
-        if requested is None:
-            return model.backend.default_max_tokens()
-        if requested > limit:
-            raise InvalidArgumentError(
-                [
-                    FieldViolation(
-                        "parameters.max_tokens",
-                        f"is {requested}; model {model.spec.name!r} allows at most {limit}",
-                    )
-                ]
-            )
-        return requested
 
     @contextlib.asynccontextmanager
     async def _slot(self, model: _ManagedModel) -> AsyncIterator[None]:

@@ -49,6 +49,27 @@ class InferenceRequest:
 
 
 @dataclass(frozen=True)
+class GenerationRequest:
+    """What a backend runs: a validated request with its prompt rendered and limits applied.
+
+    `params.stop` is passed on as a hint for engines that can stop by themselves;
+    the core matches stop strings in the output either way.
+    """
+
+    request_id: str
+    prompt: str  # the text the model sees: context passages, then the prompt
+    max_tokens: int  # resolved against the model's default and limit
+    params: GenerationParams = field(default_factory=GenerationParams)
+    deadline: float | None = None  # time.monotonic() by which the caller needs the result
+    has_context: bool = False  # whether `prompt` includes context passages
+
+    @property
+    def prompt_field(self) -> str:
+        """The request field to name when the rendered prompt is refused."""
+        return "context" if self.has_context else "prompt"
+
+
+@dataclass(frozen=True)
 class Usage:
     prompt_tokens: int
     completion_tokens: int
@@ -63,10 +84,13 @@ class Timing:
 
 @dataclass(frozen=True)
 class TextDelta:
-    """Text generated since the previous delta, with the running token count."""
+    """Text generated since the previous delta, with the running token count.
+
+    `completion_tokens` is None from a backend that counts tokens only at the end.
+    """
 
     text: str
-    completion_tokens: int
+    completion_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -114,8 +138,9 @@ class Capabilities:
 class ModelLimits:
     """Limits a backend enforces on requests for a loaded model."""
 
-    context_length: int
+    context_length: int  # 0: not known; the model enforces its own
     max_output_tokens: int
+    max_seed: int | None = None  # the largest seed the engine takes, if it has a limit
 
 
 @dataclass(frozen=True)

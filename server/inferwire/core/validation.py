@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.types import InferenceRequest
-from inferwire.errors import FieldViolation, InvalidArgumentError
 
 MAX_STOP_SEQUENCES = 16
 MAX_CONTEXT_ENTRIES = 64

@@ -11,8 +11,8 @@ import logging
 import grpc
 import pytest
 
-from inferwire import errors
-from inferwire.rpc_status import STATUS_CODE_BY_ERROR, map_errors
+from inferwire.api.status import STATUS_CODE_BY_ERROR, map_errors
+from inferwire.core import errors
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
@@ -72,13 +72,13 @@ async def test_domain_errors_map_to_their_status_code(raising_stub, kind):
 
 
 async def test_unexpected_errors_are_internal_without_details_and_logged(raising_stub, caplog):
-    caplog.set_level(logging.ERROR, logger="inferwire.rpc_status")
+    caplog.set_level(logging.ERROR, logger="inferwire.api.status")
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await raising_stub.Infer(pb.InferRequest(prompt="bug"))
     assert error.value.code() == grpc.StatusCode.INTERNAL
     assert "secret" not in error.value.details()
     assert "Traceback" not in error.value.details()
-    logged = [r for r in caplog.records if r.name == "inferwire.rpc_status"]
+    logged = [r for r in caplog.records if r.name == "inferwire.api.status"]
     assert logged and "secret internal detail" in str(logged[-1].exc_info[1])
 
 

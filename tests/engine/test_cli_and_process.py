@@ -2,20 +2,17 @@
 
 import asyncio
 import signal
+import subprocess
 
 import grpc
 import pytest
-from conftest import (
-    SLOW_READER_OPTIONS,
-    read_rest,
-    run_cli,
-    start_server_process,
-    stop_server_process,
-)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
+from tests.support.engine import SLOW_READER_OPTIONS
+from tests.support.process import INFERWIRE, run_cli, start_server_process, stop_server_process
+from tests.support.waiting import read_rest
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +130,16 @@ async def test_sigterm_drains_inflight_stream_refuses_new_calls_and_exits_zero()
         assert any('"stopped"' in line for line in server.log_lines)
     finally:
         stop_server_process(server)
+
+
+def test_serve_with_a_bad_config_exits_non_zero_with_a_clear_message(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("models:\n  - name: m\n    backend: tensorflow\n")
+    result = subprocess.run(
+        [str(INFERWIRE), "serve", "--config", str(config), "--address", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "unknown backend 'tensorflow'" in result.stderr

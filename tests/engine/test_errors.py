@@ -2,9 +2,10 @@
 
 import grpc
 import pytest
-from conftest import MAX_PROMPT_BYTES, bad_request_fields
 
 from inferwire.v1 import inference_pb2 as pb
+from tests.support.engine import MAX_PROMPT_BYTES
+from tests.support.status import bad_request_fields
 
 
 def params(**fields) -> pb.GenerationParameters:

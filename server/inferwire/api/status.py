@@ -1,6 +1,8 @@
 """The one place where domain errors become gRPC status codes.
 
-Every servicer method goes through `map_errors`; nothing else builds a status.
+Every RPC of a servicer goes through `map_errors`: `maps_errors_on_every_rpc`
+wraps each method the service descriptor names, and refuses a class that lacks
+one, so a new RPC cannot skip the mapping. Nothing else builds a status.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.descriptor import ServiceDescriptor
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from inferwire import errors
+from inferwire.core import errors
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,8 @@ async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+MAPS_ERRORS = "__inferwire_maps_errors__"
 
 
 def map_errors(method: F) -> F:
@@ -102,6 +107,7 @@ def map_errors(method: F) -> F:
             except Exception as exc:
                 await _abort(context, exc)
 
+        setattr(stream_wrapper, MAPS_ERRORS, True)
         return stream_wrapper  # type: ignore[return-value]
 
     @functools.wraps(method)
@@ -113,4 +119,30 @@ def map_errors(method: F) -> F:
         except Exception as exc:
             await _abort(context, exc)
 
+    setattr(unary_wrapper, MAPS_ERRORS, True)
     return unary_wrapper  # type: ignore[return-value]
+
+
+def maps_errors_on_every_rpc(service: ServiceDescriptor) -> Callable[[type[T]], type[T]]:
+    """Class decorator: wrap every RPC of `service` in `map_errors`.
+
+    A method the service declares but the class does not define (only the generated
+    base's UNIMPLEMENTED stub) is a bug, so it fails at import time, not at call time.
+    """
+
+    def decorate(cls: type[T]) -> type[T]:
+        for method in service.methods:
+            implementation = cls.__dict__.get(method.name)
+            if implementation is None:
+                raise TypeError(
+                    f"{cls.__name__} does not implement {service.full_name}.{method.name}"
+                )
+            setattr(cls, method.name, map_errors(implementation))
+        return cls
+
+    return decorate
+
+
+def maps_errors(method: Callable[..., Any]) -> bool:
+    """Whether a servicer method is wrapped by `map_errors`."""
+    return getattr(method, MAPS_ERRORS, False)

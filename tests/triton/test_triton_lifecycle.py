@@ -8,16 +8,17 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
-from .triton_harness import SKIP_REASON, TRITON_DIR, echo_text, health_status, read_rest
+from tests.support.triton import SKIP_REASON, TRITON_DIR, echo_text, health_status
+from tests.support.waiting import read_rest
 
 if TRITON_DIR is None:
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
 from inferwire.core.types import ModelState
-from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

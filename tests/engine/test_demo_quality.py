@@ -13,7 +13,7 @@ from pathlib import Path
 
 from inferwire.v1 import inference_pb2 as pb
 
-WORDS_FILE = Path(__file__).parent / "data" / "demo_words.txt"
+WORDS_FILE = Path(__file__).resolve().parents[1] / "data" / "demo_words.txt"
 # Keep these in sync with WORD_TEST_* in scripts/train_demo_model.py.
 PROMPTS = ["ROMEO:", "To be, or not", "KING HENRY:", "JULIET:", "First Citizen:"]
 SEEDS = [11, 22, 33, 44, 55]

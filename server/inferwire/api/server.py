@@ -11,12 +11,13 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
+from inferwire.api.health import SERVICE_NAME, HealthServicer
+from inferwire.api.reflection import DocumentedReflectionServicer
+from inferwire.api.servicer import InferenceServicer
+from inferwire.backends import create_backend
 from inferwire.config import Settings
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.validation import RequestLimits
-from inferwire.health import SERVICE_NAME, HealthServicer
-from inferwire.reflection import DocumentedReflectionServicer
-from inferwire.servicer import InferenceServicer
 from inferwire.v1 import inference_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,7 @@ def build_manager(settings: Settings) -> ModelManager:
     ]
     return ModelManager(
         specs,
+        create_backend,
         RequestLimits(max_prompt_bytes=settings.server.max_prompt_bytes),
         health_check_interval_s=settings.server.health_check_interval_s,
     )

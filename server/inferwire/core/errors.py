@@ -1,7 +1,7 @@
 """Domain errors raised by the core and the backends.
 
 These carry no transport detail. The servicer maps each kind to a gRPC status
-code in exactly one place (`inferwire.rpc_status`).
+code in exactly one place (`inferwire.api.status`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
 """Configuration sources and start-up errors."""
 
-import subprocess
 import sys
 import textwrap
 
 import pytest
-from conftest import INFERWIRE
 
+from inferwire.api.server import InferwireServer
 from inferwire.backends import backend_class
 from inferwire.config import load_settings
-from inferwire.errors import ConfigurationError, MissingDependencyError
-from inferwire.server import InferwireServer
+from inferwire.core.errors import ConfigurationError, MissingDependencyError
 
 
 def test_no_file_declares_the_bundled_model_loaded_at_startup(monkeypatch):
@@ -83,16 +81,3 @@ def test_missing_backend_sdk_names_the_extra_to_install(monkeypatch):
 def test_duplicate_model_names_are_rejected():
     with pytest.raises(ValueError, match="declared twice"):
         load_settings(models=[{"name": "a"}, {"name": "a"}])
-
-
-def test_serve_with_a_bad_config_exits_non_zero_with_a_clear_message(tmp_path):
-    config = tmp_path / "bad.yaml"
-    config.write_text("models:\n  - name: m\n    backend: tensorflow\n")
-    result = subprocess.run(
-        [str(INFERWIRE), "serve", "--config", str(config), "--address", "127.0.0.1:0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 2
-    assert "unknown backend 'tensorflow'" in result.stderr

@@ -3,7 +3,7 @@
 import grpc
 import pytest
 
-from .triton_harness import SKIP_REASON, TRITON_DIR, echo_text, read_record, wait_for_record
+from tests.support.triton import SKIP_REASON, TRITON_DIR, echo_text, read_record, wait_for_record
 
 if TRITON_DIR is None:
     pytest.skip(SKIP_REASON, allow_module_level=True)

@@ -5,18 +5,20 @@ import contextlib
 import onnxruntime_genai as og
 import pytest
 
-from inferwire.backends.base import GenerationRecord
+from inferwire.backends import create_backend
 from inferwire.backends.ort_genai import OrtGenAIBackend, builtin_model_path
+from inferwire.core.backend import GenerationRecord
+from inferwire.core.errors import ConfigurationError, ModelNotReadyError
+from inferwire.core.generation import join
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.types import (
     GenerationEnd,
     GenerationParams,
-    InferenceRequest,
+    GenerationRequest,
     ModelState,
     TextDelta,
 )
 from inferwire.core.validation import RequestLimits
-from inferwire.errors import ConfigurationError, ModelNotReadyError
 
 
 @pytest.fixture(scope="module")
@@ -27,18 +29,18 @@ async def backend():
     await backend.unload()
 
 
-def request(max_tokens: int = 64, **params) -> InferenceRequest:
-    return InferenceRequest(
+def request(max_tokens: int = 64, **params) -> GenerationRequest:
+    return GenerationRequest(
         request_id="unit",
-        model="unit",
         prompt="Hello",
+        max_tokens=max_tokens,
         params=GenerationParams(max_tokens=max_tokens, **params),
     )
 
 
 async def test_closing_the_stream_stops_the_engine_within_one_token(backend):
     record = GenerationRecord()
-    events = backend.infer_stream(request(1000, temperature=0), 1000, record)
+    events = backend.infer_stream(request(1000, temperature=0), record)
     consumed = 0
     async with contextlib.aclosing(events):
         async for event in events:
@@ -55,9 +57,9 @@ async def test_closing_the_stream_stops_the_engine_within_one_token(backend):
 
 async def test_unary_equals_concatenated_stream(backend):
     params = {"temperature": 0.8, "seed": 5, "top_k": 20}
-    text, end = await backend.infer(request(48, **params), 48, GenerationRecord())
+    text, end = await join(backend.infer(request(48, **params), GenerationRecord()))
     pieces = []
-    async for event in backend.infer_stream(request(48, **params), 48, GenerationRecord()):
+    async for event in backend.infer_stream(request(48, **params), GenerationRecord()):
         if isinstance(event, TextDelta):
             pieces.append(event.text)
         else:
@@ -85,6 +87,7 @@ async def test_corrupt_model_fails_its_load_and_the_model_turns_failed(tmp_path)
     (tmp_path / "model.onnx").write_bytes(b"this is not an ONNX model")
     manager = ModelManager(
         [ModelSpec("corrupt", "onnxruntime-genai", False, 1, 0, {"path": str(tmp_path)})],
+        create_backend,
         RequestLimits(max_prompt_bytes=1024),
     )
     with pytest.raises(ModelNotReadyError, match="'corrupt' failed to load"):

@@ -1,40 +1,44 @@
-"""The interface every backend implements.
+"""The interface every backend implements; the core owns it, backends import it.
 
 A backend serves exactly one configured model. The model manager owns its
-lifecycle: it calls `load` once, then `infer_stream` for any number of
-concurrent requests (up to the model's `max_concurrency`), `health` from the
+lifecycle: it calls `load` once, then `infer` or `infer_stream` for any number
+of concurrent requests (up to the model's `max_concurrency`), `health` from the
 health watcher, and finally `unload` once no request is in flight.
 
+The core validates each request, renders its prompt, resolves max_tokens and
+matches stop strings; a backend only turns a `GenerationRequest` into text.
 Backends must never block the event loop: run blocking engine calls in a
-thread, and make `infer_stream` stop generating promptly when the consumer
-closes it (that is how cancellation and deadlines reach the engine).
+thread, and make their event streams stop generating promptly when the
+consumer closes them. That is how cancellation, deadlines and a matched stop
+string reach the engine. See docs/backends.md for writing one.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from inferwire.core.errors import ConfigurationError
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
     GenerationEnd,
-    InferenceRequest,
+    GenerationRequest,
     ModelLimits,
     TextDelta,
 )
-from inferwire.errors import ConfigurationError
+
+GenerationEvents = AsyncIterator[TextDelta | GenerationEnd]
 
 
 class BackendOptions(BaseModel):
     """Base for a backend's `options` block; unknown keys are a start-up error.
 
-    The options here mean the same on every backend.
+    The options here mean the same on every backend, and the core applies them.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -51,6 +55,7 @@ class BackendOptions(BaseModel):
 class GenerationRecord:
     """Filled in by the backend while a request runs; read by the core for timing and logs.
 
+    `cancelled` means the consumer closed the stream before its end.
     `tokens_after_cancel` counts tokens the engine produced after it was told
     to stop, which is how we prove cancellation stops generation promptly.
     """
@@ -104,36 +109,22 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def infer_stream(
-        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
-    ) -> AsyncIterator[TextDelta | GenerationEnd]:
+        self, request: GenerationRequest, record: GenerationRecord
+    ) -> GenerationEvents:
         """Generate text deltas, then exactly one GenerationEnd.
 
-        `max_tokens` is already resolved against the model's defaults and limits.
         Raise InvalidArgumentError before the first delta for a prompt the model
-        cannot take (for example, one longer than its context window).
+        cannot take (for example, one longer than its context window). Keep
+        `record` current: the core reads it when it closes the stream early.
         """
 
-    async def infer(
-        self, request: InferenceRequest, max_tokens: int, record: GenerationRecord
-    ) -> tuple[str, GenerationEnd]:
-        """Unary generation: by default the concatenated stream, so both agree."""
-        return await self.join(self.infer_stream(request, max_tokens, record))
+    def infer(self, request: GenerationRequest, record: GenerationRecord) -> GenerationEvents:
+        """Unary generation, as events too, so the core treats both alike.
 
-    async def join(
-        self, events: AsyncIterator[TextDelta | GenerationEnd]
-    ) -> tuple[str, GenerationEnd]:
-        """The text of a generation's deltas, and its end."""
-        pieces: list[str] = []
-        end: GenerationEnd | None = None
-        async with contextlib.aclosing(events):
-            async for event in events:
-                if isinstance(event, TextDelta):
-                    pieces.append(event.text)
-                else:
-                    end = event
-        if end is None:
-            raise RuntimeError(f"backend {self.name!r} ended a stream without a result")
-        return "".join(pieces), end
+        By default the stream itself; a backend with a cheaper non-streaming
+        call (Triton's ModelInfer) yields its whole text as one delta.
+        """
+        return self.infer_stream(request, record)
 
     @abc.abstractmethod
     async def health(self) -> BackendHealth:
@@ -150,8 +141,3 @@ class Backend(abc.ABC):
     def default_max_tokens(self) -> int:
         """max_tokens for requests that leave it unset."""
         return min(self.options.default_max_tokens, self.limits().max_output_tokens)
-
-    def render_prompt(self, request: InferenceRequest) -> str:
-        """The text the model sees: context passages, then the prompt."""
-        separator = self.options.context_separator
-        return "".join(passage + separator for passage in request.context) + request.prompt

@@ -4,9 +4,9 @@ import asyncio
 
 import grpc
 import pytest
-from conftest import model_health, wait_until
 
 from inferwire.v1 import inference_pb2 as pb
+from tests.support.waiting import model_health, wait_until
 
 
 async def test_full_queue_is_resource_exhausted_and_other_models_are_unaffected(stub, slow_stub):

@@ -1,8 +1,4 @@
-"""Test helpers shared by every test folder (importable as `support`).
-
-They live outside conftest.py because sub-folders have conftest files of
-their own, and two modules both named `conftest` cannot import each other.
-"""
+"""`inferwire` as a real process: the server on 127.0.0.1:0, and the CLI."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 INFERWIRE = Path(sys.executable).with_name("inferwire")
 
@@ -66,24 +62,43 @@ def start_server_process(*args: str, env: dict[str, str] | None = None) -> Serve
     return ServerProcess(process, port, lines)
 
 
-def stop_server_process(server: ServerProcess) -> None:
+def wait_serving(server: ServerProcess, timeout_s: float = 60, poll_s: float = 0.01) -> None:
+    """Block until grpc.health.v1 reports the whole server SERVING."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(server.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while health.Check(health_pb2.HealthCheckRequest(), timeout=5).status != (
+            health_pb2.HealthCheckResponse.SERVING
+        ):
+            if time.monotonic() > deadline:
+                raise AssertionError("server never reported SERVING")
+            time.sleep(poll_s)
+
+
+def start_serving_server(*args: str) -> ServerProcess:
+    """Start `inferwire serve` and wait until its start-up models are loaded."""
+    server = start_server_process(*args)
+    try:
+        wait_serving(server)
+    except BaseException:
+        stop_server_process(server)
+        raise
+    return server
+
+
+def stop_server_process(server: ServerProcess, graceful: bool = False) -> None:
+    """Stop by PID: SIGTERM and a drain when `graceful`, else SIGKILL."""
     if server.process.poll() is None:
+        if graceful:
+            server.process.terminate()
+            try:
+                server.process.wait(timeout=30)
+                return
+            except subprocess.TimeoutExpired:
+                pass
         server.process.kill()
     server.process.wait(timeout=10)
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(INFERWIRE), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def bad_request_fields(error: grpc.aio.AioRpcError) -> list[str]:
-    """The field names in an error's google.rpc.BadRequest details."""
-    fields: list[str] = []
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                bad_request = error_details_pb2.BadRequest()
-                if detail.Unpack(bad_request):
-                    fields.extend(v.field for v in bad_request.field_violations)
-    return fields

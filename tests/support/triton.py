@@ -310,14 +310,6 @@ async def wait_for_record(record_dir: Path, model: str, request_id: str) -> dict
     return record
 
 
-async def read_rest(call) -> list:
-    """Read the remaining messages of a stream already read with `read()`."""
-    messages = []
-    while (message := await call.read()) is not grpc.aio.EOF:
-        messages.append(message)
-    return messages
-
-
 def echo_text(prompt: str, tokens: int) -> str:
     """What the test models generate: prompt words reversed, cycling, one per token."""
     words = prompt.split()

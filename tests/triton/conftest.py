@@ -2,7 +2,7 @@
 
 This folder is a package so that its conftest does not clash with tests/conftest.py.
 
-See triton_harness.py for how the servers are started and which ones there are.
+See tests/support/triton.py for how the servers are started and which ones there are.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2_grpc
 
-from inferwire.server import InferwireServer
+from inferwire.api.server import InferwireServer
 from inferwire.v1 import inference_pb2_grpc
-
-from .triton_harness import (
+from tests.support.triton import (
     GUARD_ARGS,
     GUARD_HEADER,
     GUARD_KEY,
@@ -47,7 +46,7 @@ def record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def triton_servers(
     triton_dir: Path, record_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, TritonServer]]:
-    """The servers (see triton_harness), started once for the session, killed at the end."""
+    """The servers (see tests.support.triton), started once for the session, killed at the end."""
     servers = {
         # main: models are loaded through inferwire's LoadModel (explicit mode).
         "main": TritonServer(record_dir),

@@ -4,9 +4,9 @@ import asyncio
 
 import grpc
 import pytest
-from conftest import model_health, read_rest, wait_until
 
 from inferwire.v1 import inference_pb2 as pb
+from tests.support.waiting import model_health, read_rest, wait_until
 
 
 async def state_of(stub, name: str) -> int:

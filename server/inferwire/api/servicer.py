@@ -1,0 +1,90 @@
+"""The gRPC servicer: inferwire.v1.InferenceService over the model manager.
+
+Each method converts the request, calls the core and converts the result; the
+error mapping wraps every RPC of the service (see `maps_errors_on_every_rpc`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from inferwire.api.converters import (
+    FINISH_REASON,
+    health_to_proto,
+    model_status_to_proto,
+    request_from_proto,
+    timing_to_proto,
+    usage_to_proto,
+)
+from inferwire.api.status import maps_errors_on_every_rpc
+from inferwire.core.manager import ModelManager
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+
+
+@maps_errors_on_every_rpc(pb.DESCRIPTOR.services_by_name["InferenceService"])
+class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
+    """inferwire.v1.InferenceService over a ModelManager."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self._manager = manager
+
+    async def LoadModel(
+        self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LoadModelResponse:
+        status = await self._manager.load(request.model)
+        return pb.LoadModelResponse(model=model_status_to_proto(status))
+
+    async def UnloadModel(
+        self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UnloadModelResponse:
+        status = await self._manager.unload(request.model)
+        return pb.UnloadModelResponse(model=model_status_to_proto(status))
+
+    async def Infer(
+        self, request: pb.InferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InferResponse:
+        result = await self._manager.infer(request_from_proto(request, context.time_remaining()))
+        return pb.InferResponse(
+            request_id=result.request_id,
+            model=result.model,
+            backend=result.backend,
+            text=result.text,
+            finish_reason=FINISH_REASON[result.finish_reason],
+            usage=usage_to_proto(result.usage),
+            timing=timing_to_proto(result.timing),
+        )
+
+    async def InferStream(
+        self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.InferStreamResponse]:
+        request_id, chunks = self._manager.infer_stream(
+            request_from_proto(request, context.time_remaining())
+        )
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                message = pb.InferStreamResponse(
+                    request_id=request_id, model=request.model, text=chunk.text
+                )
+                if chunk.finish_reason is not None:
+                    message.finish_reason = FINISH_REASON[chunk.finish_reason]
+                if chunk.usage is not None:
+                    message.usage.CopyFrom(usage_to_proto(chunk.usage))
+                if chunk.timing is not None:
+                    message.timing.CopyFrom(timing_to_proto(chunk.timing))
+                yield message
+
+    async def Health(
+        self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HealthResponse:
+        return health_to_proto(await self._manager.health_report(request.model))
+
+    async def ListModels(
+        self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListModelsResponse:
+        return pb.ListModelsResponse(
+            models=[model_status_to_proto(s) for s in self._manager.list_models()]
+        )

@@ -1,0 +1,122 @@
+"""What the core does around every generation, whatever the backend.
+
+It renders the prompt the model sees, applies the model's limits to the
+request, matches stop strings in the output (closing the backend's stream on
+a match, which cancels the rest of the generation), and joins a unary result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
+from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.stop_sequences import StopSequenceMatcher
+from inferwire.core.types import (
+    FinishReason,
+    GenerationEnd,
+    GenerationParams,
+    GenerationRequest,
+    InferenceRequest,
+    ModelLimits,
+    TextDelta,
+    Usage,
+)
+
+
+def render_prompt(prompt: str, context: Sequence[str], separator: str) -> str:
+    """The text the model sees: each context passage and a separator, then the prompt."""
+    return "".join(passage + separator for passage in context) + prompt
+
+
+def generation_request(
+    model: str, backend: Backend, request: InferenceRequest
+) -> GenerationRequest:
+    """The backend's view of a shape-validated request; raise for a limit the model sets."""
+    limits = backend.limits()
+    params = request.params
+    violations = list(_limit_violations(model, params, limits))
+    if violations:
+        raise InvalidArgumentError(violations)
+    return GenerationRequest(
+        request_id=request.request_id,
+        prompt=render_prompt(request.prompt, request.context, backend.options.context_separator),
+        max_tokens=backend.default_max_tokens() if params.max_tokens is None else params.max_tokens,
+        params=params,
+        deadline=request.deadline,
+        has_context=bool(request.context),
+    )
+
+
+def _limit_violations(model: str, params: GenerationParams, limits: ModelLimits):
+    if params.max_tokens is not None and params.max_tokens > limits.max_output_tokens:
+        yield FieldViolation(
+            "parameters.max_tokens",
+            f"is {params.max_tokens}; model {model!r} allows at most {limits.max_output_tokens}",
+        )
+    if limits.max_seed is not None and params.seed is not None and params.seed > limits.max_seed:
+        yield FieldViolation(
+            "parameters.seed", f"must be at most {limits.max_seed} on this backend"
+        )
+
+
+def check_prompt_fits(
+    request: GenerationRequest, prompt_tokens: int, model: str, limits: ModelLimits
+) -> None:
+    """Refuse a prompt that leaves no room to generate in the model's context window."""
+    if limits.context_length and prompt_tokens >= limits.context_length:
+        raise InvalidArgumentError(
+            [
+                FieldViolation(
+                    request.prompt_field,
+                    f"the prompt is {prompt_tokens} tokens; model {model!r} has a context "
+                    f"window of {limits.context_length} tokens",
+                )
+            ]
+        )
+
+
+async def stop_at_sequences(
+    events: GenerationEvents, stops: Sequence[str], record: GenerationRecord
+) -> AsyncIterator[TextDelta | GenerationEnd]:
+    """The backend's events, cut at the earliest stop string.
+
+    Text that could start a stop string is held back until the next delta decides
+    it, so what is yielded always concatenates to the final text. On a match the
+    backend's stream is closed first (cancelling generation) and the usage is read
+    from its record after that, so a backend that counts at the end has counted.
+    """
+    matcher = StopSequenceMatcher(tuple(stops))
+    matched_at: TextDelta | None = None
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, GenerationEnd):
+                if tail := matcher.flush():
+                    yield TextDelta(tail, event.usage.completion_tokens)
+                yield event
+                return
+            text, matched = matcher.feed(event.text)
+            if text:
+                yield TextDelta(text, event.completion_tokens)
+            if matched:
+                matched_at = event
+                break
+    if matched_at is None:
+        raise RuntimeError("the backend ended a stream without a result")
+    completion_tokens = matched_at.completion_tokens
+    if completion_tokens is None:
+        completion_tokens = record.completion_tokens
+    yield GenerationEnd(FinishReason.STOP_SEQUENCE, Usage(record.prompt_tokens, completion_tokens))
+
+
+async def join(events: AsyncIterator[TextDelta | GenerationEnd]) -> tuple[str, GenerationEnd]:
+    """The text of a generation's deltas, and its end."""
+    pieces: list[str] = []
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, TextDelta):
+                pieces.append(event.text)
+            else:
+                return "".join(pieces), event
+    raise RuntimeError("the backend ended a stream without a result")
