@@ -42,7 +42,7 @@ def _connect(address: str) -> Iterator[grpc.Channel]:
 def _fail(error: grpc.RpcError) -> NoReturn:
     """Print a failed RPC's code, message and field violations; exit 1."""
     typer.echo(f"error: {error.code().name}: {error.details()}", err=True)
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    status = rpc_status.from_call(error)
     if status is not None:
         for detail in status.details:
             if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
@@ -97,6 +97,11 @@ def serve(
         raise typer.Exit(1) from None
 
 
+def _as_stream_request(request: pb.InferRequest) -> pb.InferStreamRequest:
+    """The same request for InferStream: the two messages share their field numbers."""
+    return pb.InferStreamRequest.FromString(request.SerializeToString())
+
+
 @app.command()
 def infer(
     model: Annotated[str, typer.Argument(help="Model name.")],
@@ -132,18 +137,18 @@ def infer(
     ):
         if value is not None:
             setattr(params, name, value)
-    fields = {"model": model, "prompt": prompt, "context": context or [], "parameters": params}
+    request = pb.InferRequest(model=model, prompt=prompt, context=context or [], parameters=params)
     with _connect(address) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         if stream:
             final = None
-            for message in stub.InferStream(pb.InferStreamRequest(**fields), timeout=timeout):
+            for message in stub.InferStream(_as_stream_request(request), timeout=timeout):
                 sys.stdout.write(message.text)
                 sys.stdout.flush()
                 final = message
             sys.stdout.write("\n")
         else:
-            final = stub.Infer(pb.InferRequest(**fields), timeout=timeout)
+            final = stub.Infer(request, timeout=timeout)
             typer.echo(final.text)
     if show_usage and final is not None:
         summary = {

@@ -9,6 +9,7 @@ announcing NOT_SERVING at shutdown instead of holding the drain open.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -68,14 +69,17 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
         return health_pb2.HealthCheckResponse(status=status)
 
+    def _changed_since(self, version: int) -> Callable[[], bool]:
+        return lambda: self._version != version
+
     async def Watch(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
-    ):
+    ) -> AsyncIterator[health_pb2.HealthCheckResponse]:
         last_sent: int | None = None
         seen_version = -1
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda seen=seen_version: self._version != seen)
+                await self._changed.wait_for(self._changed_since(seen_version))
                 seen_version = self._version
                 status = self._statuses.get(request.service, SERVICE_UNKNOWN)
                 shutting_down = self._shutting_down

@@ -16,14 +16,16 @@ from inferwire.api.reflection import DocumentedReflectionServicer
 from inferwire.api.servicer import InferenceServicer
 from inferwire.backends import create_backend
 from inferwire.config import Settings
-from inferwire.core.manager import ModelManager, ModelSpec
+from inferwire.core.manager import BackendFactory, ModelManager, ModelSpec
 from inferwire.core.validation import RequestLimits
 from inferwire.v1 import inference_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 
-def build_manager(settings: Settings) -> ModelManager:
+def build_manager(
+    settings: Settings, backend_factory: BackendFactory = create_backend
+) -> ModelManager:
     """Create the model manager; raises ConfigurationError for a bad model entry."""
     specs = [
         ModelSpec(
@@ -38,7 +40,7 @@ def build_manager(settings: Settings) -> ModelManager:
     ]
     return ModelManager(
         specs,
-        create_backend,
+        backend_factory,
         RequestLimits(max_prompt_bytes=settings.server.max_prompt_bytes),
         health_check_interval_s=settings.server.health_check_interval_s,
     )
@@ -47,10 +49,15 @@ def build_manager(settings: Settings) -> ModelManager:
 class InferwireServer:
     """A configured server. `start()` binds and loads; `stop()` drains in the documented order."""
 
-    def __init__(self, settings: Settings, address: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        address: str | None = None,
+        backend_factory: BackendFactory = create_backend,
+    ) -> None:
         self.settings = settings
         self.address = address or settings.server.address
-        self.manager = build_manager(settings)
+        self.manager = build_manager(settings, backend_factory)
         self.health = HealthServicer()
         self.manager.add_health_listener(self.health.update)
         self._server = grpc.aio.server(

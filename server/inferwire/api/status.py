@@ -11,7 +11,7 @@ import functools
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf import any_pb2
@@ -49,7 +49,7 @@ STATUS_CODE_BY_ERROR: dict[type[errors.InferwireError], grpc.StatusCode] = {
 
 def status_code_for(error: BaseException) -> grpc.StatusCode:
     for kind in type(error).__mro__:
-        code = STATUS_CODE_BY_ERROR.get(kind)  # type: ignore[call-overload]
+        code = STATUS_CODE_BY_ERROR.get(kind)
         if code is not None:
             return code
     return grpc.StatusCode.INTERNAL
@@ -108,7 +108,7 @@ def map_errors(method: F) -> F:
                 await _abort(context, exc)
 
         setattr(stream_wrapper, MAPS_ERRORS, True)
-        return stream_wrapper  # type: ignore[return-value]
+        return cast(F, stream_wrapper)
 
     @functools.wraps(method)
     async def unary_wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -120,7 +120,7 @@ def map_errors(method: F) -> F:
             await _abort(context, exc)
 
     setattr(unary_wrapper, MAPS_ERRORS, True)
-    return unary_wrapper  # type: ignore[return-value]
+    return cast(F, unary_wrapper)
 
 
 def maps_errors_on_every_rpc(service: ServiceDescriptor) -> Callable[[type[T]], type[T]]:

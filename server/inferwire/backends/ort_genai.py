@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -174,7 +174,7 @@ class OrtGenAIBackend(Backend):
 
     async def _stream(
         self, request: GenerationRequest, record: GenerationRecord
-    ) -> AsyncIterator[TextDelta | GenerationEnd]:
+    ) -> GenerationEvents:
         model, tokenizer, executor = self._model, self._tokenizer, self._executor
         if model is None or tokenizer is None or executor is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")

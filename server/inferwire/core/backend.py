@@ -16,7 +16,7 @@ string reach the engine. See docs/backends.md for writing one.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -32,7 +32,7 @@ from inferwire.core.types import (
     TextDelta,
 )
 
-GenerationEvents = AsyncIterator[TextDelta | GenerationEnd]
+GenerationEvents = AsyncGenerator[TextDelta | GenerationEnd, None]
 
 
 class BackendOptions(BaseModel):

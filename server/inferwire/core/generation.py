@@ -8,7 +8,7 @@ a match, which cancels the rest of the generation), and joins a unary result.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
@@ -49,7 +49,9 @@ def generation_request(
     )
 
 
-def _limit_violations(model: str, params: GenerationParams, limits: ModelLimits):
+def _limit_violations(
+    model: str, params: GenerationParams, limits: ModelLimits
+) -> Iterator[FieldViolation]:
     if params.max_tokens is not None and params.max_tokens > limits.max_output_tokens:
         yield FieldViolation(
             "parameters.max_tokens",
@@ -79,7 +81,7 @@ def check_prompt_fits(
 
 async def stop_at_sequences(
     events: GenerationEvents, stops: Sequence[str], record: GenerationRecord
-) -> AsyncIterator[TextDelta | GenerationEnd]:
+) -> GenerationEvents:
     """The backend's events, cut at the earliest stop string.
 
     Text that could start a stop string is held back until the next delta decides
@@ -110,7 +112,7 @@ async def stop_at_sequences(
     yield GenerationEnd(FinishReason.STOP_SEQUENCE, Usage(record.prompt_tokens, completion_tokens))
 
 
-async def join(events: AsyncIterator[TextDelta | GenerationEnd]) -> tuple[str, GenerationEnd]:
+async def join(events: GenerationEvents) -> tuple[str, GenerationEnd]:
     """The text of a generation's deltas, and its end."""
     pieces: list[str] = []
     async with contextlib.aclosing(events):

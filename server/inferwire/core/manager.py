@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -249,12 +249,14 @@ class ModelManager:
                 timing=run.timing(),
             )
 
-    def infer_stream(self, request: InferenceRequest) -> tuple[str, AsyncIterator[StreamChunk]]:
+    def infer_stream(
+        self, request: InferenceRequest
+    ) -> tuple[str, AsyncGenerator[StreamChunk, None]]:
         """Return the request ID in use and its chunks; the last chunk carries the outcome."""
         request = self._with_request_id(request)
         return request.request_id, self._stream(request)
 
-    async def _stream(self, request: InferenceRequest) -> AsyncIterator[StreamChunk]:
+    async def _stream(self, request: InferenceRequest) -> AsyncGenerator[StreamChunk, None]:
         async with self._admit(request) as run:
             events = self._events(run, unary=False)
             async with contextlib.aclosing(events):
@@ -416,30 +418,33 @@ class ModelManager:
     async def _watch_backend_health(self) -> None:
         while True:
             await asyncio.sleep(self._health_check_interval_s)
-            changed = False
-            # Checked concurrently, so one slow backend cannot delay the others' reports.
-            loaded = [m for m in self._models.values() if m.state is ModelState.READY]
-            results = await asyncio.gather(
-                *(m.backend.health() for m in loaded), return_exceptions=True
-            )
-            for model, health in zip(loaded, results, strict=True):
-                if isinstance(health, BaseException):
-                    health_ok, detail = False, f"health check failed: {health}"
-                else:
-                    health_ok, detail = health.healthy, health.detail
-                if model.state is ModelState.READY and (
-                    health_ok != model.backend_healthy or detail != model.detail
-                ):
-                    if health_ok != model.backend_healthy:
-                        log.warning(
-                            "model health changed",
-                            extra={
-                                "model": model.spec.name,
-                                "healthy": health_ok,
-                                "detail": detail,
-                            },
-                        )
-                    model.backend_healthy, model.detail = health_ok, detail
-                    changed = True
-            if changed:
-                await self._publish_health()
+            await self.check_backend_health()
+
+    async def check_backend_health(self) -> None:
+        """Ask every loaded model's backend for its health once; publish what changed.
+
+        The health watcher calls this every `health_check_interval_s`.
+        """
+        changed = False
+        # Checked concurrently, so one slow backend cannot delay the others' reports.
+        loaded = [m for m in self._models.values() if m.state is ModelState.READY]
+        results = await asyncio.gather(
+            *(m.backend.health() for m in loaded), return_exceptions=True
+        )
+        for model, health in zip(loaded, results, strict=True):
+            if isinstance(health, BaseException):
+                health_ok, detail = False, f"health check failed: {health}"
+            else:
+                health_ok, detail = health.healthy, health.detail
+            if model.state is ModelState.READY and (
+                health_ok != model.backend_healthy or detail != model.detail
+            ):
+                if health_ok != model.backend_healthy:
+                    log.warning(
+                        "model health changed",
+                        extra={"model": model.spec.name, "healthy": health_ok, "detail": detail},
+                    )
+                model.backend_healthy, model.detail = health_ok, detail
+                changed = True
+        if changed:
+            await self._publish_health()

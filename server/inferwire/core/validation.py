@@ -8,6 +8,7 @@ by the model manager and the backend.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
@@ -37,7 +38,7 @@ def validate_inference_request(request: InferenceRequest, limits: RequestLimits)
         raise InvalidArgumentError(violations)
 
 
-def _violations(request: InferenceRequest, limits: RequestLimits):
+def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[FieldViolation]:
     if not request.model:
         yield FieldViolation("model", "must be a non-empty model name")
     if not request.prompt:

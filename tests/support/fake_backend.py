@@ -1,0 +1,158 @@
+"""A scriptable fake backend, so the core and the gRPC adapter are tested without an engine.
+
+In the style of MLServer's tests/fixtures.py: each `FakeBackend` is a real `Backend`
+subclass whose behaviour a test sets through its attributes; `FakeBackends` is the
+factory the model manager (or `InferwireServer`) takes, and keeps every backend it
+built by model name. Nothing here waits on wall-clock time: a test that needs a
+request to stay in flight closes a gate and opens it when it is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
+from inferwire.core.manager import ModelSpec
+from inferwire.core.types import (
+    BackendHealth,
+    Capabilities,
+    FinishReason,
+    GenerationEnd,
+    GenerationRequest,
+    ModelLimits,
+    TextDelta,
+    Usage,
+)
+
+FAKE_BACKEND = "fake"
+
+
+class Gate:
+    """An open/closed switch that generation or a load waits on."""
+
+    def __init__(self, is_open: bool = True) -> None:
+        self._event = asyncio.Event()
+        if is_open:
+            self._event.set()
+
+    def close(self) -> None:
+        self._event.clear()
+
+    def open(self) -> None:
+        self._event.set()
+
+    async def passed(self) -> None:
+        await self._event.wait()
+
+
+@dataclass
+class Calls:
+    """What the core asked of a fake backend."""
+
+    loads: int = 0
+    unloads: int = 0
+    releases: int = 0
+    requests: list[GenerationRequest] = field(default_factory=list)
+    unary: int = 0
+    streams_closed_early: int = 0
+
+
+class FakeBackend(Backend):
+    """Emits `pieces` one delta per token, then ends as `finish`; every step is scriptable."""
+
+    name = FAKE_BACKEND
+
+    def __init__(self, model_name: str, options: dict[str, object], max_concurrency: int) -> None:
+        super().__init__(model_name, dict(options), max_concurrency)
+        self.pieces: list[str] = ["Hello", ",", " world"]
+        self.finish = FinishReason.STOP
+        self.prompt_tokens = 3
+        self.limits_ = ModelLimits(context_length=64, max_output_tokens=32, max_seed=1000)
+        self.load_gate = Gate()
+        self.load_error: Exception | None = None
+        self.generation_gate = Gate()
+        self.started = asyncio.Event()  # set once a request reached the backend
+        self.infer_error: Exception | None = None
+        self.error_after_pieces = 0  # raise infer_error after this many deltas
+        self.health_: BackendHealth | Exception = BackendHealth(True, "fake: fine")
+        self.calls = Calls()
+
+    async def load(self) -> None:
+        self.calls.loads += 1
+        await self.load_gate.passed()
+        if self.load_error is not None:
+            raise self.load_error
+
+    async def unload(self) -> None:
+        self.calls.unloads += 1
+
+    async def release(self) -> None:
+        self.calls.releases += 1
+
+    def infer(self, request: GenerationRequest, record: GenerationRecord) -> GenerationEvents:
+        self.calls.unary += 1
+        return self._generate(request, record)
+
+    def infer_stream(
+        self, request: GenerationRequest, record: GenerationRecord
+    ) -> GenerationEvents:
+        return self._generate(request, record)
+
+    async def _generate(
+        self, request: GenerationRequest, record: GenerationRecord
+    ) -> GenerationEvents:
+        self.calls.requests.append(request)
+        record.prompt_tokens = self.prompt_tokens
+        self.started.set()
+        finished = False
+        try:
+            for index, piece in enumerate(self.pieces[: request.max_tokens]):
+                if self.infer_error is not None and index == self.error_after_pieces:
+                    raise self.infer_error
+                await self.generation_gate.passed()
+                record.completion_tokens += 1
+                yield TextDelta(piece, record.completion_tokens)
+            if self.infer_error is not None:
+                raise self.infer_error
+            finished = True
+        finally:
+            if not finished:
+                record.cancelled = True
+                self.calls.streams_closed_early += 1
+        finish = self.finish
+        if len(self.pieces) > request.max_tokens:
+            finish = FinishReason.LENGTH
+        yield GenerationEnd(finish, Usage(record.prompt_tokens, record.completion_tokens))
+
+    async def health(self) -> BackendHealth:
+        if isinstance(self.health_, Exception):
+            raise self.health_
+        return self.health_
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            streaming=True,
+            max_concurrency=self.max_concurrency,
+            on_premises=True,
+            context_length=self.limits_.context_length,
+            max_output_tokens=self.limits_.max_output_tokens,
+        )
+
+    def limits(self) -> ModelLimits:
+        return self.limits_
+
+
+class FakeBackends:
+    """A backend factory that builds FakeBackends and remembers them by model name."""
+
+    def __init__(self) -> None:
+        self.by_model: dict[str, FakeBackend] = {}
+
+    def __call__(self, spec: ModelSpec) -> Backend:
+        backend = FakeBackend(spec.name, spec.options, spec.max_concurrency)
+        self.by_model[spec.name] = backend
+        return backend
+
+    def __getitem__(self, model: str) -> FakeBackend:
+        return self.by_model[model]

@@ -1,0 +1,168 @@
+"""The error path of every RPC: the real server assembly over fake backends, through gRPC.
+
+Every InferenceService RPC is wrapped in the one error mapping; a servicer that lacks
+an RPC of the service cannot even be defined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from inferwire.api.server import InferwireServer
+from inferwire.api.servicer import InferenceServicer
+from inferwire.api.status import maps_errors, maps_errors_on_every_rpc
+from inferwire.config import load_settings
+from inferwire.core.errors import BackendUnavailableError
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
+from tests.support.status import bad_request_fields
+
+SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
+Code = grpc.StatusCode
+
+
+@pytest.fixture(scope="module")
+async def served() -> AsyncIterator[tuple[inference_pb2_grpc.InferenceServiceStub, FakeBackends]]:
+    backends = FakeBackends()
+    settings = load_settings(
+        server={"address": "127.0.0.1:0", "health_check_interval_s": 3600},
+        models=[
+            {"name": "m", "backend": FAKE_BACKEND, "load_on_startup": True},
+            {"name": "idle", "backend": FAKE_BACKEND},
+            {"name": "tight", "backend": FAKE_BACKEND, "max_concurrency": 1, "max_queue": 0},
+        ],
+    )
+    server = InferwireServer(settings, backend_factory=backends)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            yield inference_pb2_grpc.InferenceServiceStub(channel), backends
+    finally:
+        await server.stop(grace_s=0)
+
+
+def test_every_rpc_of_the_service_goes_through_the_error_mapping():
+    for method in SERVICE.methods:
+        assert maps_errors(getattr(InferenceServicer, method.name)), method.name
+
+
+def test_a_servicer_missing_an_rpc_cannot_be_defined():
+    with pytest.raises(
+        TypeError, match=r"does not implement inferwire\.v1\.InferenceService\.UnloadModel"
+    ):
+
+        @maps_errors_on_every_rpc(SERVICE)
+        class Incomplete(inference_pb2_grpc.InferenceServiceServicer):
+            async def LoadModel(self, request: Any, context: Any) -> None: ...
+
+
+async def call(stub: inference_pb2_grpc.InferenceServiceStub, rpc: str, message: Any) -> Any:
+    if rpc == "InferStream":
+        return [m async for m in stub.InferStream(pb.InferStreamRequest(**message))]
+    request_type = {
+        "LoadModel": pb.LoadModelRequest,
+        "UnloadModel": pb.UnloadModelRequest,
+        "Infer": pb.InferRequest,
+        "Health": pb.HealthRequest,
+        "ListModels": pb.ListModelsRequest,
+    }[rpc]
+    return await getattr(stub, rpc)(request_type(**message))
+
+
+@pytest.mark.parametrize("rpc", ["LoadModel", "UnloadModel", "Infer", "InferStream", "Health"])
+async def test_unknown_model_is_not_found_on_every_rpc(served, rpc):
+    stub, _ = served
+    message = {"model": "ghost", "prompt": "hi"} if "Infer" in rpc else {"model": "ghost"}
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await call(stub, rpc, message)
+    assert raised.value.code() is Code.NOT_FOUND
+    assert "'ghost' is not configured" in raised.value.details()
+
+
+@pytest.mark.parametrize("rpc", ["LoadModel", "UnloadModel", "Infer", "InferStream"])
+async def test_empty_model_is_invalid_argument_naming_the_field(served, rpc):
+    stub, _ = served
+    message = {"model": "", "prompt": "hi"} if "Infer" in rpc else {"model": ""}
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await call(stub, rpc, message)
+    assert raised.value.code() is Code.INVALID_ARGUMENT
+    assert bad_request_fields(raised.value) == ["model"]
+
+
+@pytest.mark.parametrize("rpc", ["Infer", "InferStream"])
+async def test_inference_errors_map_to_their_codes(served, rpc):
+    stub, backends = served
+    cases = [
+        ({"model": "idle", "prompt": "hi"}, Code.FAILED_PRECONDITION, "call LoadModel first"),
+        (
+            {"model": "m", "prompt": "hi", "parameters": pb.GenerationParameters(top_p=2)},
+            Code.INVALID_ARGUMENT,
+            "parameters.top_p",
+        ),
+    ]
+    for message, code, text in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await call(stub, rpc, message)
+        assert (raised.value.code(), text in raised.value.details()) == (code, True)
+
+    backend = backends["m"]
+    for error, code, text in [
+        (BackendUnavailableError("triton-0 refused"), Code.UNAVAILABLE, "triton-0 refused"),
+        (RuntimeError("secret detail"), Code.INTERNAL, "internal error; see the server log"),
+    ]:
+        backend.infer_error, backend.error_after_pieces = error, 1
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await call(stub, rpc, {"model": "m", "prompt": "hi"})
+        finally:
+            backend.infer_error = None
+        assert raised.value.code() is code
+        assert (
+            raised.value.details() == text
+            if code is Code.INTERNAL
+            else text in (raised.value.details())
+        )
+    assert "".join(
+        r.text for r in await call(stub, "InferStream", {"model": "m"} | {"prompt": "x"})
+    )
+
+
+async def test_a_full_queue_is_resource_exhausted(served):
+    stub, backends = served
+    backend = backends["tight"]
+    await stub.LoadModel(pb.LoadModelRequest(model="tight"))
+    backend.generation_gate.close()
+    holding = stub.InferStream(pb.InferStreamRequest(model="tight", prompt="hi"))
+    await backend.started.wait()
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.Infer(pb.InferRequest(model="tight", prompt="hi"))
+        assert raised.value.code() is Code.RESOURCE_EXHAUSTED
+    finally:
+        backend.generation_gate.open()
+    assert "".join([m.text async for m in holding]) == "Hello, world"
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (RuntimeError("engine crashed"), Code.FAILED_PRECONDITION),
+        (BackendUnavailableError("triton down"), Code.UNAVAILABLE),
+    ],
+)
+async def test_failed_loads_map_to_their_codes(served, error, code):
+    stub, backends = served
+    backends["idle"].load_error = error
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.LoadModel(pb.LoadModelRequest(model="idle"))
+    finally:
+        backends["idle"].load_error = None
+    assert raised.value.code() is code
+    models = {m.name: m for m in (await stub.ListModels(pb.ListModelsRequest())).models}
+    assert models["idle"].state == pb.MODEL_STATE_FAILED
