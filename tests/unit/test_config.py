@@ -2,13 +2,16 @@
 
 import sys
 import textwrap
+from importlib.metadata import EntryPoint
 
 import pytest
 
+from inferwire import backends
 from inferwire.api.server import InferwireServer
 from inferwire.backends import backend_class
 from inferwire.config import load_settings
 from inferwire.core.errors import ConfigurationError, MissingDependencyError
+from tests.support.fake_backend import FakeBackend
 
 
 def test_no_file_declares_the_bundled_model_loaded_at_startup(monkeypatch):
@@ -81,3 +84,27 @@ def test_missing_backend_sdk_names_the_extra_to_install(monkeypatch):
 def test_duplicate_model_names_are_rejected():
     with pytest.raises(ValueError, match="declared twice"):
         load_settings(models=[{"name": "a"}, {"name": "a"}])
+
+
+def plugin(name: str, value: str) -> EntryPoint:
+    return EntryPoint(name=name, value=value, group=backends.ENTRY_POINT_GROUP)
+
+
+def test_a_backend_from_the_entry_point_group_is_resolved_and_listed(monkeypatch):
+    found = [plugin("scripted", "tests.support.fake_backend:FakeBackend")]
+    monkeypatch.setattr(backends, "entry_points", lambda group: found)
+    assert backends.backend_class("scripted") is FakeBackend
+    assert "scripted" in backends.available_backends()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("tests.support.fake_backend:FakeBackends", "not a subclass of Backend"),
+        ("inferwire_no_such_package:Backend", "could not be imported"),
+    ],
+)
+def test_a_broken_backend_plugin_is_a_startup_error(monkeypatch, value, message):
+    monkeypatch.setattr(backends, "entry_points", lambda group: [plugin("bad", value)])
+    with pytest.raises(ConfigurationError, match=message):
+        backends.backend_class("bad")
