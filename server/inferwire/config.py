@@ -18,6 +18,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from inferwire.core.validation import MODEL_NAME_PATTERN
+
 DEFAULT_MODEL_NAME = "demo"
 
 
@@ -50,7 +52,7 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    name: str = Field(pattern=MODEL_NAME_PATTERN)
     """The name clients use; also the grpc.health.v1 service `model/<name>`."""
     backend: str = "onnxruntime-genai"
     """Backend that serves the model: onnxruntime-genai (embedded) or triton."""

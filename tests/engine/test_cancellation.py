@@ -1,6 +1,7 @@
 """Cancellation and deadlines stop the engine, proven by the tokens it generated."""
 
 import asyncio
+import logging
 
 import grpc
 import pytest
@@ -87,3 +88,30 @@ async def test_unary_deadline_while_queued_is_deadline_exceeded(stub, slow_stub)
         return health.inflight == 0 and health.queued == 0
 
     await wait_until(idle)
+
+
+async def test_a_client_leaving_while_the_server_waits_on_flow_control_logs_no_error(
+    stub, slow_stub, request_log, caplog
+):
+    caplog.set_level(logging.DEBUG, logger="grpc")
+    call = slow_stub.InferStream(
+        pb.InferStreamRequest(
+            model="demo",
+            prompt="Hello",
+            request_id="left-mid-write",
+            parameters=pb.GenerationParameters(max_tokens=MAX_TOKENS, temperature=0),
+        )
+    )
+    await call.read()
+    # Stop reading until the slow reader's window is full and the server's write waits.
+    await asyncio.sleep(1.0)
+    call.cancel()
+    record = await finished_record(request_log, "left-mid-write")
+    assert record.outcome == "cancelled"
+
+    async def drained() -> bool:
+        return (await model_health(stub, "demo")).inflight == 0
+
+    await wait_until(drained)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]

@@ -3,20 +3,54 @@ then its example run with node against a live server."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
 from tests.support.process import ServerProcess
 
 CLIENT = CLIENTS / "typescript"
+HUGE_NAME_SCRIPT = Path(__file__).parent / "scripts" / "grpcjs_huge_model_name.js"
+
+
+@pytest.fixture(scope="module")
+def built_client() -> Path:
+    """npm ci and tsc, once for the module; returns the client's folder."""
+    npm, npx = require_tool("npm"), require_tool("npx")
+    run_checked([npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"], cwd=CLIENT, timeout=600)
+    run_checked([npx, "--no-install", "tsc", "-p", "."], cwd=CLIENT, timeout=300)
+    return CLIENT
 
 
 @pytest.mark.timeout(900)  # a cold npm cache downloads the packages first
-def test_typescript_example_against_live_server(live_server: ServerProcess) -> None:
-    node, npm, npx = require_tool("node"), require_tool("npm"), require_tool("npx")
-    run_checked([npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"], cwd=CLIENT, timeout=600)
-    run_checked([npx, "--no-install", "tsc", "-p", "."], cwd=CLIENT, timeout=300)
+def test_typescript_example_against_live_server(
+    built_client: Path, live_server: ServerProcess
+) -> None:
     result = run_checked(
-        [node, "dist/example.js", live_server.target, "demo"], cwd=CLIENT, timeout=120
+        [require_tool("node"), "dist/example.js", live_server.target, "demo"],
+        cwd=built_client,
+        timeout=120,
     )
     assert_example_output(result.stdout)
+
+
+@pytest.mark.timeout(900)
+def test_grpc_js_gets_bounded_errors_for_a_huge_model_name_and_keeps_its_connection(
+    built_client: Path, live_server: ServerProcess
+) -> None:
+    result = run_checked(
+        [require_tool("node"), str(HUGE_NAME_SCRIPT), str(built_client), live_server.target],
+        cwd=built_client,
+        timeout=120,
+    )
+    outcomes = {line["rpc"]: line for line in map(json.loads, result.stdout.splitlines())}
+    assert len(outcomes) == 6, result.stdout
+    for rpc, outcome in outcomes.items():
+        if rpc == "grpc.health.v1.Health/Check":
+            assert (outcome["code"], outcome["fields"]) == ("NOT_FOUND", []), outcome
+        else:
+            assert (outcome["code"], outcome["fields"]) == ("INVALID_ARGUMENT", ["model"]), outcome
+        assert outcome["message_bytes"] < 512, outcome
+        assert outcome["next_call_ok"], outcome

@@ -1,4 +1,5 @@
-"""The error path of every RPC: the real server assembly over fake backends, through gRPC.
+"""The error path of every RPC: the real server assembly over fake backends, through gRPC
+(the `served` fixture in conftest.py).
 
 Every InferenceService RPC is wrapped in the one error mapping; a servicer that lacks
 an RPC of the service cannot even be defined.
@@ -6,44 +7,20 @@ an RPC of the service cannot even be defined.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.api.servicer import InferenceServicer
 from inferwire.api.status import maps_errors, maps_errors_on_every_rpc
-from inferwire.config import load_settings
 from inferwire.core.errors import BackendUnavailableError
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
-from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 from tests.support.status import bad_request_fields
 
 SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
 Code = grpc.StatusCode
-
-
-@pytest.fixture(scope="module")
-async def served() -> AsyncIterator[tuple[inference_pb2_grpc.InferenceServiceStub, FakeBackends]]:
-    backends = FakeBackends()
-    settings = load_settings(
-        server={"address": "127.0.0.1:0", "health_check_interval_s": 3600},
-        models=[
-            {"name": "m", "backend": FAKE_BACKEND, "load_on_startup": True},
-            {"name": "idle", "backend": FAKE_BACKEND},
-            {"name": "tight", "backend": FAKE_BACKEND, "max_concurrency": 1, "max_queue": 0},
-        ],
-    )
-    server = InferwireServer(settings, backend_factory=backends)
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            yield inference_pb2_grpc.InferenceServiceStub(channel), backends
-    finally:
-        await server.stop(grace_s=0)
 
 
 def test_every_rpc_of_the_service_goes_through_the_error_mapping():
@@ -76,7 +53,7 @@ async def call(stub: inference_pb2_grpc.InferenceServiceStub, rpc: str, message:
 
 @pytest.mark.parametrize("rpc", ["LoadModel", "UnloadModel", "Infer", "InferStream", "Health"])
 async def test_unknown_model_is_not_found_on_every_rpc(served, rpc):
-    stub, _ = served
+    stub, _, _ = served
     message = {"model": "ghost", "prompt": "hi"} if "Infer" in rpc else {"model": "ghost"}
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await call(stub, rpc, message)
@@ -86,7 +63,7 @@ async def test_unknown_model_is_not_found_on_every_rpc(served, rpc):
 
 @pytest.mark.parametrize("rpc", ["LoadModel", "UnloadModel", "Infer", "InferStream"])
 async def test_empty_model_is_invalid_argument_naming_the_field(served, rpc):
-    stub, _ = served
+    stub, _, _ = served
     message = {"model": "", "prompt": "hi"} if "Infer" in rpc else {"model": ""}
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await call(stub, rpc, message)
@@ -96,7 +73,7 @@ async def test_empty_model_is_invalid_argument_naming_the_field(served, rpc):
 
 @pytest.mark.parametrize("rpc", ["Infer", "InferStream"])
 async def test_inference_errors_map_to_their_codes(served, rpc):
-    stub, backends = served
+    stub, backends, _ = served
     cases = [
         ({"model": "idle", "prompt": "hi"}, Code.FAILED_PRECONDITION, "call LoadModel first"),
         (
@@ -133,7 +110,7 @@ async def test_inference_errors_map_to_their_codes(served, rpc):
 
 
 async def test_a_full_queue_is_resource_exhausted(served):
-    stub, backends = served
+    stub, backends, _ = served
     backend = backends["tight"]
     await stub.LoadModel(pb.LoadModelRequest(model="tight"))
     backend.generation_gate.close()
@@ -156,7 +133,7 @@ async def test_a_full_queue_is_resource_exhausted(served):
     ],
 )
 async def test_failed_loads_map_to_their_codes(served, error, code):
-    stub, backends = served
+    stub, backends, _ = served
     backends["idle"].load_error = error
     try:
         with pytest.raises(grpc.aio.AioRpcError) as raised:

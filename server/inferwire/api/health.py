@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from inferwire.api.status import MAX_MESSAGE_BYTES, bounded
+from inferwire.core.validation import model_name_problem
 from inferwire.v1 import inference_pb2
 
 SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
@@ -26,6 +28,15 @@ SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
 
 def model_service(model: str) -> str:
     return MODEL_PREFIX + model
+
+
+def unknown_service(service: str) -> str:
+    """NOT_FOUND's message; names the problem of a malformed model name, bounded."""
+    if service.startswith(MODEL_PREFIX):
+        problem = model_name_problem(service.removeprefix(MODEL_PREFIX))
+        if problem is not None:
+            return f"unknown service: the model name {problem}"
+    return bounded(f"unknown service {service!r}", MAX_MESSAGE_BYTES)
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
@@ -66,7 +77,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     ) -> health_pb2.HealthCheckResponse:
         status = self._statuses.get(request.service)
         if status is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            await context.abort(grpc.StatusCode.NOT_FOUND, unknown_service(request.service))
         return health_pb2.HealthCheckResponse(status=status)
 
     def _changed_since(self, version: int) -> Callable[[], bool]:

@@ -6,10 +6,11 @@ error mapping wraps every RPC of the service (see `maps_errors_on_every_rpc`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 
 import grpc
+from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
 from inferwire.api.converters import (
     FINISH_REASON,
@@ -23,6 +24,9 @@ from inferwire.api.status import maps_errors_on_every_rpc
 from inferwire.core.manager import ModelManager
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
+
+# How long a handler whose write failed waits for grpc to report the cancellation.
+PEER_GONE_GRACE_S = 5.0
 
 
 @maps_errors_on_every_rpc(pb.DESCRIPTOR.services_by_name["InferenceService"])
@@ -60,7 +64,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
 
     async def InferStream(
         self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.InferStreamResponse]:
+    ) -> None:
         request_id, chunks = self._manager.infer_stream(
             request_from_proto(request, context.time_remaining())
         )
@@ -75,7 +79,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                     message.usage.CopyFrom(usage_to_proto(chunk.usage))
                 if chunk.timing is not None:
                     message.timing.CopyFrom(timing_to_proto(chunk.timing))
-                yield message
+                await _write(context, message)
 
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
@@ -88,3 +92,19 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         return pb.ListModelsResponse(
             models=[model_status_to_proto(s) for s in self._manager.list_models()]
         )
+
+
+async def _write(context: grpc.aio.ServicerContext, message: pb.InferStreamResponse) -> None:
+    """Send one stream message; a client that left mid-write ends the RPC as a cancellation.
+
+    Written with the reader-writer API, not `yield`, because grpc.aio logs a failed
+    write of a yielded message at ERROR when the client cancelled while the server was
+    blocked on flow control: the write fails a moment before grpc marks the RPC
+    cancelled. Here the failure is caught, and the cancellation that follows ends the
+    handler the ordinary way (CancelledError, which closes the generation).
+    """
+    try:
+        await context.write(message)
+    except cygrpc.ExecuteBatchError:  # private, but the only name of this failure
+        await asyncio.sleep(PEER_GONE_GRACE_S)
+        raise

@@ -1,4 +1,4 @@
-"""The one place where domain errors become gRPC status codes.
+"""The one place where domain errors become gRPC status codes, and statuses are bounded.
 
 Every RPC of a servicer goes through `map_errors`: `maps_errors_on_every_rpc`
 wraps each method the service descriptor names, and refuses a class that lacks
@@ -55,21 +55,52 @@ def status_code_for(error: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+# Client input reaches statuses through messages and field descriptions (a model name,
+# a stop string, a backend's echo of the prompt). Every status is cut to these sizes, so
+# grpc-message plus grpc-status-details-bin stay far below the 8 KiB of metadata that
+# clients accept, even after percent-encoding (up to 3x) and base64 (4/3).
+MAX_MESSAGE_BYTES = 512
+MAX_FIELD_BYTES = 128
+MAX_DESCRIPTION_BYTES = 256
+MAX_DETAILS_BYTES = 2048
+
+
+def bounded(text: str, max_bytes: int) -> str:
+    """`text` when it fits in `max_bytes` of UTF-8; else its head, an ellipsis and its length."""
+    encoded = text.encode()
+    if len(encoded) <= max_bytes:
+        return text
+    suffix = f"… ({len(text)} characters)"
+    head = encoded[: max_bytes - len(suffix.encode())].decode(errors="ignore")
+    return head + suffix
+
+
+def bad_request(violations: list[errors.FieldViolation]) -> error_details_pb2.BadRequest:
+    """The violations as google.rpc.BadRequest, each bounded, all within MAX_DETAILS_BYTES."""
+    details = error_details_pb2.BadRequest()
+    for index, violation in enumerate(violations):
+        entry = error_details_pb2.BadRequest.FieldViolation(
+            field=bounded(violation.field, MAX_FIELD_BYTES),
+            description=bounded(violation.description, MAX_DESCRIPTION_BYTES),
+        )
+        if details.ByteSize() + entry.ByteSize() + 8 > MAX_DETAILS_BYTES - MAX_DESCRIPTION_BYTES:
+            details.field_violations.add(
+                field=entry.field,
+                description=f"and {len(violations) - index} more violations, not shown",
+            )
+            break
+        details.field_violations.append(entry)
+    return details
+
+
 def to_rpc_status(error: errors.InferwireError) -> grpc.Status:
     code = status_code_for(error)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=str(error))
+    status = status_pb2.Status(
+        code=getattr(code_pb2, code.name), message=bounded(str(error), MAX_MESSAGE_BYTES)
+    )
     if isinstance(error, errors.InvalidArgumentError) and error.violations:
         detail = any_pb2.Any()
-        detail.Pack(
-            error_details_pb2.BadRequest(
-                field_violations=[
-                    error_details_pb2.BadRequest.FieldViolation(
-                        field=v.field, description=v.description
-                    )
-                    for v in error.violations
-                ]
-            )
-        )
+        detail.Pack(bad_request(error.violations))
         status.details.append(detail)
     return rpc_status.to_status(status)
 

@@ -8,6 +8,7 @@ by the model manager and the backend.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -26,9 +27,27 @@ class RequestLimits:
     max_prompt_bytes: int
 
 
-def require_model_name(model: str) -> None:
+# What a model may be called: the configuration enforces it, so a name that does not
+# match cannot be a configured model, and is refused before it is looked up or echoed.
+MAX_MODEL_NAME_CHARS = 128
+MODEL_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_MODEL_NAME_CHARS - 1}}}$"
+_MODEL_NAME = re.compile(MODEL_NAME_PATTERN)
+
+
+def model_name_problem(model: str) -> str | None:
+    """Why `model` cannot name a model, without repeating it; None when it can."""
     if not model:
-        raise InvalidArgumentError([FieldViolation("model", "must be a non-empty model name")])
+        return "must be a non-empty model name"
+    if len(model) > MAX_MODEL_NAME_CHARS:
+        return f"is {len(model)} characters; model names have at most {MAX_MODEL_NAME_CHARS}"
+    if not _MODEL_NAME.match(model):
+        return "must start with a letter or digit and hold only letters, digits, '.', '_' and '-'"
+    return None
+
+
+def require_model_name(model: str) -> None:
+    if (problem := model_name_problem(model)) is not None:
+        raise InvalidArgumentError([FieldViolation("model", problem)])
 
 
 def validate_inference_request(request: InferenceRequest, limits: RequestLimits) -> None:
@@ -39,8 +58,8 @@ def validate_inference_request(request: InferenceRequest, limits: RequestLimits)
 
 
 def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[FieldViolation]:
-    if not request.model:
-        yield FieldViolation("model", "must be a non-empty model name")
+    if (problem := model_name_problem(request.model)) is not None:
+        yield FieldViolation("model", problem)
     if not request.prompt:
         yield FieldViolation("prompt", "must be non-empty")
     prompt_bytes = len(request.prompt.encode())
