@@ -59,7 +59,8 @@ from inferwire.core.types import (
     Usage,
 )
 
-log = logging.getLogger(__name__)
+# One logger for the package, named as when the backend was a single module.
+log = logging.getLogger(__package__)
 
 _MAX_MESSAGE_BYTES = 2**31 - 1
 
