@@ -36,10 +36,10 @@ import grpc
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
+from inferwire.backends.triton.errors import Origin, rpc_error, stream_error
 from inferwire.backends.triton.options import StreamMode, TritonOptions
 from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
 from inferwire.core.errors import (
-    BackendInvalidArgumentError,
     BackendUnavailableError,
     ConfigurationError,
     DeadlineExceededError,
@@ -289,20 +289,7 @@ class TritonBackend(Backend):
                 timeout=timeout,
             )
         except grpc.aio.AioRpcError as exc:
-            details = exc.details() or ""
-            if "protocol is restricted" in details:
-                raise self._domain_error(exc, endpoint) from None
-            if "not allowed" in details or "explicit" in details:
-                raise ModelNotReadyError(
-                    f"model {self.triton_model!r} is not ready on Triton at {endpoint.url}, and "
-                    "that server does not run with --model-control-mode=explicit, so inferwire "
-                    f"cannot load it ({details})"
-                ) from None
-            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise self._domain_error(exc, endpoint) from None
-            raise ModelNotReadyError(
-                f"Triton at {endpoint.url} failed to load model {self.triton_model!r}: {details}"
-            ) from None
+            raise self._error(exc, endpoint, Origin.LOAD) from None
         if not await self._model_ready(endpoint, timeout):
             raise ModelNotReadyError(
                 f"Triton at {endpoint.url} loaded model {self.triton_model!r}, but version "
@@ -363,7 +350,7 @@ class TritonBackend(Backend):
                 )
             ).config
         except grpc.aio.AioRpcError as exc:
-            raise self._domain_error(exc, endpoint) from None
+            raise self._error(exc, endpoint, Origin.RPC) from None
         inputs = {t.name: _Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
         outputs = {t.name for t in metadata.outputs}
         required = {i.name for i in config.input if not i.optional}
@@ -579,7 +566,12 @@ class TritonBackend(Backend):
                     try:
                         async for item in call:
                             if item.error_message:
-                                raise _in_band_error(self.model_name, item.error_message)
+                                raise stream_error(
+                                    item.error_message,
+                                    url=endpoint.url,
+                                    model=self.model_name,
+                                    triton_model=self.triton_model,
+                                )
                             received = True
                             yield item.infer_response
                             params = item.infer_response.parameters
@@ -596,7 +588,7 @@ class TritonBackend(Backend):
                     yield response
                 return
             except grpc.aio.AioRpcError as exc:
-                error = self._domain_error(exc, endpoint)
+                error = self._error(exc, endpoint, Origin.RPC)
                 if (
                     isinstance(error, BackendUnavailableError)
                     and not received
@@ -708,34 +700,10 @@ class TritonBackend(Backend):
             return FinishReason.LENGTH
         return FinishReason.STOP
 
-    def _domain_error(self, exc: grpc.aio.AioRpcError, endpoint: _Endpoint) -> Exception:
-        """Triton's status -> our domain error; anything unexpected stays internal."""
-        code, details = exc.code(), exc.details() or ""
-        if "protocol is restricted" in details:
-            # --grpc-restricted-protocol, and our request lacks the key: configuration.
-            return ModelNotReadyError(
-                f"Triton at {endpoint.url} refused model {self.model_name!r}: {details}; set "
-                "options.headers"
-            )
-        if code is grpc.StatusCode.UNAVAILABLE:
-            return BackendUnavailableError(
-                f"Triton at {endpoint.url} is unavailable for model {self.model_name!r}: {details}"
-            )
-        if code is grpc.StatusCode.NOT_FOUND:
-            return ModelNotFoundError(
-                self.model_name, f"Triton at {endpoint.url}: {details or 'model not found'}"
-            )
-        if code is grpc.StatusCode.INVALID_ARGUMENT:
-            return BackendInvalidArgumentError(f"Triton: {details}")
-        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            return DeadlineExceededError(
-                f"model {self.model_name!r} did not finish on Triton before the deadline"
-            )
-        return TritonError(f"Triton at {endpoint.url} answered {code.name}: {details}")
-
-
-class TritonError(RuntimeError):
-    """An unexpected answer from Triton; reported to clients as INTERNAL, details logged."""
+    def _error(self, exc: grpc.aio.AioRpcError, endpoint: _Endpoint, origin: Origin) -> Exception:
+        return rpc_error(
+            exc, origin, url=endpoint.url, model=self.model_name, triton_model=self.triton_model
+        )
 
 
 # Inputs inferwire knows how to fill, per convention. A model that requires any
@@ -762,13 +730,6 @@ _KNOWN_INPUTS = {
         "exclude_input_in_output",
     },
 }
-
-
-def _in_band_error(model: str, message: str) -> Exception:
-    """A stream's error message carries no status code; only 'unknown model' is certain."""
-    if "unknown model" in message:
-        return ModelNotFoundError(model, f"Triton: {message}")
-    return TritonError(f"Triton: {message}")
 
 
 def _add_input(
