@@ -28,16 +28,23 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
-import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
 from inferwire.backends.triton.errors import Origin, rpc_error, stream_error
-from inferwire.backends.triton.options import StreamMode, TritonOptions
+from inferwire.backends.triton.options import TritonOptions
+from inferwire.backends.triton.streaming import DeltaTracker
+from inferwire.backends.triton.tensors import (
+    Outcome,
+    Tensor,
+    absorb_counts,
+    add_input,
+    first_text,
+)
 from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
 from inferwire.core.errors import (
     BackendUnavailableError,
@@ -95,13 +102,6 @@ class _Endpoint:
         return self.healthy and state is not grpc.ChannelConnectivity.TRANSIENT_FAILURE
 
 
-@dataclass(frozen=True)
-class _Tensor:
-    name: str
-    datatype: str
-    shape: tuple[int, ...]
-
-
 @dataclass
 class _ModelSpec:
     """What load() learned about the model on Triton."""
@@ -109,49 +109,9 @@ class _ModelSpec:
     convention: Convention
     decoupled: bool
     batched: bool
-    inputs: dict[str, _Tensor]
+    inputs: dict[str, Tensor]
     outputs: set[str]
     usage_source: UsageSource
-
-
-@dataclass
-class _Outcome:
-    """What one Triton request returned, gathered across its responses."""
-
-    text: list[str] = field(default_factory=list)
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
-class _DeltaTracker:
-    """Turns each response's text into the delta since the previous response.
-
-    In auto mode the second non-empty response decides: one that extends the text so
-    far is taken as cumulative. A later response that contradicts the decision switches
-    to deltas.
-    """
-
-    def __init__(self, mode: StreamMode) -> None:
-        self.mode: StreamMode = mode
-        self._text = ""
-
-    def feed(self, text: str) -> str:
-        if not text:
-            return ""
-        if self.mode == "auto":
-            if not self._text:
-                self._text = text
-                return text
-            self.mode = "cumulative" if text.startswith(self._text) else "delta"
-        if self.mode == "cumulative":
-            if text.startswith(self._text):
-                delta, self._text = text[len(self._text) :], text
-                return delta
-            log.warning("a cumulative stream rewrote its text; treating responses as deltas")
-            self.mode = "delta"
-        self._text += text
-        return text
 
 
 class TritonBackend(Backend):
@@ -351,7 +311,7 @@ class TritonBackend(Backend):
             ).config
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, endpoint, Origin.RPC) from None
-        inputs = {t.name: _Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
+        inputs = {t.name: Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
         outputs = {t.name for t in metadata.outputs}
         required = {i.name for i in config.input if not i.optional}
         convention = self._detect_convention(inputs, outputs)
@@ -376,7 +336,7 @@ class TritonBackend(Backend):
             usage_source=usage,
         )
 
-    def _detect_convention(self, inputs: dict[str, _Tensor], outputs: set[str]) -> Convention:
+    def _detect_convention(self, inputs: dict[str, Tensor], outputs: set[str]) -> Convention:
         def has(name: str, datatype: str) -> bool:
             return name in inputs and inputs[name].datatype == datatype
 
@@ -498,8 +458,8 @@ class TritonBackend(Backend):
         timeout = self._timeout(request)
         if timeout is not None:
             message.parameters["timeout"].int64_param = int(timeout * 1e6)
-        tracker = _DeltaTracker(self._stream_mode)
-        outcome = _Outcome()
+        tracker = DeltaTracker(self._stream_mode)
+        outcome = Outcome()
         responses = self._responses(spec, message, timeout)
         finished = False
         try:
@@ -508,8 +468,8 @@ class TritonBackend(Backend):
                     if not response.outputs:
                         continue  # e.g. the empty final response
                     result = InferResult(response)
-                    _absorb_counts(result, outcome)
-                    delta = tracker.feed(_first(result.as_numpy("text_output")))
+                    absorb_counts(result, outcome)
+                    delta = tracker.feed(first_text(result.as_numpy("text_output")))
                     if not delta:
                         continue
                     if record.first_token_at is None:
@@ -677,10 +637,10 @@ class TritonBackend(Backend):
             tensor = spec.inputs.get(name)
             if tensor is None:
                 continue  # an optional input this model does not have
-            _add_input(message, tensor, value, spec.batched)
+            add_input(message, tensor, value, spec.batched)
         return message
 
-    async def _usage(self, spec: _ModelSpec, prompt: str, text: str, outcome: _Outcome) -> Usage:
+    async def _usage(self, spec: _ModelSpec, prompt: str, text: str, outcome: Outcome) -> Usage:
         """Counts from the model's outputs, else the tokenizer; never invented (0 = unknown)."""
         if spec.usage_source is UsageSource.MODEL:
             return Usage(outcome.prompt_tokens or 0, outcome.completion_tokens or 0)
@@ -693,7 +653,7 @@ class TritonBackend(Backend):
         return Usage(0, 0)
 
     @staticmethod
-    def _finish_reason(outcome: _Outcome, usage: Usage, max_tokens: int) -> FinishReason:
+    def _finish_reason(outcome: Outcome, usage: Usage, max_tokens: int) -> FinishReason:
         if outcome.finish_reason is not None:
             return FinishReason.LENGTH if outcome.finish_reason == "length" else FinishReason.STOP
         if usage.completion_tokens and usage.completion_tokens >= max_tokens:
@@ -730,52 +690,3 @@ _KNOWN_INPUTS = {
         "exclude_input_in_output",
     },
 }
-
-
-def _add_input(
-    message: service_pb2.ModelInferRequest, tensor: _Tensor, values: list[Any], batched: bool
-) -> None:
-    entry = message.inputs.add(name=tensor.name, datatype=tensor.datatype)
-    shape = [len(values)]
-    entry.shape.extend([1, *shape] if batched else shape)
-    contents = entry.contents
-    datatype = tensor.datatype
-    if datatype == "BYTES":
-        contents.bytes_contents.extend(values)
-    elif datatype == "BOOL":
-        contents.bool_contents.extend(bool(v) for v in values)
-    elif datatype in ("INT8", "INT16", "INT32"):
-        contents.int_contents.extend(int(v) for v in values)
-    elif datatype == "INT64":
-        contents.int64_contents.extend(int(v) for v in values)
-    elif datatype in ("UINT8", "UINT16", "UINT32"):
-        contents.uint_contents.extend(int(v) for v in values)
-    elif datatype == "UINT64":
-        contents.uint64_contents.extend(int(v) for v in values)
-    elif datatype == "FP32":
-        contents.fp32_contents.extend(float(v) for v in values)
-    elif datatype == "FP64":
-        contents.fp64_contents.extend(float(v) for v in values)
-    else:
-        raise ModelNotReadyError(f"input {tensor.name!r} has unsupported datatype {datatype}")
-
-
-def _first(array: Any) -> str:
-    if array is None:
-        return ""
-    flat = np.asarray(array).reshape(-1)
-    if flat.size == 0:
-        return ""
-    value = flat[0]
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _absorb_counts(result: InferResult, outcome: _Outcome) -> None:
-    """Finish reason and token counts, from the outputs the model has (None when absent)."""
-    if finish_reason := _first(result.as_numpy("finish_reason")):
-        outcome.finish_reason = finish_reason
-    if (prompt_tokens := result.as_numpy("num_input_tokens")) is not None:
-        outcome.prompt_tokens = int(np.asarray(prompt_tokens).sum())
-    if (completion_tokens := result.as_numpy("num_output_tokens")) is not None:
-        counted = int(np.asarray(completion_tokens).sum())
-        outcome.completion_tokens = (outcome.completion_tokens or 0) + counted
