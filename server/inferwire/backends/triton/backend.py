@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import itertools
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -35,14 +33,18 @@ from typing import Any
 import grpc
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
+from inferwire.backends.triton.conventions import (
+    ModelSpec,
+    UsageSource,
+    build_request,
+    describe_model,
+)
 from inferwire.backends.triton.errors import Origin, rpc_error, stream_error
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.streaming import DeltaTracker
 from inferwire.backends.triton.tensors import (
     Outcome,
-    Tensor,
     absorb_counts,
-    add_input,
     first_text,
 )
 from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
@@ -50,8 +52,6 @@ from inferwire.core.errors import (
     BackendUnavailableError,
     ConfigurationError,
     DeadlineExceededError,
-    FieldViolation,
-    InvalidArgumentError,
     ModelNotFoundError,
     ModelNotReadyError,
 )
@@ -72,21 +72,6 @@ log = logging.getLogger(__package__)
 _MAX_MESSAGE_BYTES = 2**31 - 1
 
 
-class Convention(enum.Enum):
-    """How an LLM model on Triton takes its inputs."""
-
-    VLLM = "vllm"
-    TENSORRT_LLM = "tensorrt-llm"
-
-
-class UsageSource(enum.Enum):
-    """Where a model's token counts come from."""
-
-    MODEL = "model outputs"
-    TOKENIZER = "tokenizer"
-    NONE = "unavailable"
-
-
 @dataclass
 class _Endpoint:
     """One Triton server: its channel, and what the last health check found."""
@@ -102,18 +87,6 @@ class _Endpoint:
         return self.healthy and state is not grpc.ChannelConnectivity.TRANSIENT_FAILURE
 
 
-@dataclass
-class _ModelSpec:
-    """What load() learned about the model on Triton."""
-
-    convention: Convention
-    decoupled: bool
-    batched: bool
-    inputs: dict[str, Tensor]
-    outputs: set[str]
-    usage_source: UsageSource
-
-
 class TritonBackend(Backend):
     """A model served by one or more Triton Inference Servers."""
 
@@ -126,7 +99,7 @@ class TritonBackend(Backend):
         self.triton_model = self.options.triton_model or model_name
         self._endpoints: list[_Endpoint] = []
         self._rotation = itertools.count()
-        self._spec: _ModelSpec | None = None
+        self._spec: ModelSpec | None = None
         self._tokenizer: Any = None
         self._metadata = tuple((k.lower(), v) for k, v in self.options.headers.items())
         self._stream_mode = self.options.stream_output
@@ -289,7 +262,7 @@ class TritonBackend(Backend):
         )
         return response.ready
 
-    async def _inspect(self, endpoint: _Endpoint) -> _ModelSpec:
+    async def _inspect(self, endpoint: _Endpoint) -> ModelSpec:
         """Read the model's metadata and configuration; pick its convention or refuse it."""
         timeout = self.options.control_timeout_s
         try:
@@ -311,64 +284,12 @@ class TritonBackend(Backend):
             ).config
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc, endpoint, Origin.RPC) from None
-        inputs = {t.name: Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
-        outputs = {t.name for t in metadata.outputs}
-        required = {i.name for i in config.input if not i.optional}
-        convention = self._detect_convention(inputs, outputs)
-        unknown_required = sorted(required - _KNOWN_INPUTS[convention])
-        if unknown_required:
-            raise ModelNotReadyError(
-                f"model {self.triton_model!r} on Triton requires inputs inferwire cannot fill "
-                f"for the {convention.value} convention: {', '.join(unknown_required)}"
-            )
-        if convention is Convention.VLLM and {"num_input_tokens", "num_output_tokens"} <= (outputs):
-            usage = UsageSource.MODEL
-        elif self._tokenizer is not None:
-            usage = UsageSource.TOKENIZER
-        else:
-            usage = UsageSource.NONE
-        return _ModelSpec(
-            convention=convention,
-            decoupled=config.model_transaction_policy.decoupled,
-            batched=config.max_batch_size > 0,
-            inputs=inputs,
-            outputs=outputs,
-            usage_source=usage,
-        )
-
-    def _detect_convention(self, inputs: dict[str, Tensor], outputs: set[str]) -> Convention:
-        def has(name: str, datatype: str) -> bool:
-            return name in inputs and inputs[name].datatype == datatype
-
-        matches = []
-        if has("text_input", "BYTES") and has("sampling_parameters", "BYTES"):
-            matches.append(Convention.VLLM)
-        if has("text_input", "BYTES") and has("max_tokens", "INT32"):
-            matches.append(Convention.TENSORRT_LLM)
-        layout = ", ".join(f"{t.name} ({t.datatype})" for t in inputs.values()) or "none"
-        if "text_output" not in outputs:
-            matches = []
-        if self.options.convention != "auto":
-            wanted = Convention(self.options.convention)
-            if wanted not in matches:
-                raise ModelNotReadyError(
-                    f"model {self.triton_model!r} on Triton does not have the inputs and outputs "
-                    f"of the {wanted.value} convention (options.convention); its inputs: "
-                    f"{layout}; its outputs: {', '.join(sorted(outputs)) or 'none'}"
-                )
-            return wanted
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise ModelNotReadyError(
-                f"model {self.triton_model!r} on Triton follows neither the vLLM convention "
-                "(text_input, sampling_parameters -> text_output) nor the TensorRT-LLM one "
-                f"(text_input, max_tokens -> text_output); its inputs: {layout}; its outputs: "
-                f"{', '.join(sorted(outputs)) or 'none'}"
-            )
-        raise ModelNotReadyError(
-            f"model {self.triton_model!r} on Triton matches both the vLLM and the TensorRT-LLM "
-            "conventions; set options.convention"
+        return describe_model(
+            metadata,
+            config,
+            choice=self.options.convention,
+            has_tokenizer=self._tokenizer is not None,
+            triton_model=self.triton_model,
         )
 
     @staticmethod
@@ -454,7 +375,14 @@ class TritonBackend(Backend):
         spec = self._spec
         if spec is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        message = self._build_request(spec, request, stream)
+        message = build_request(
+            spec,
+            request,
+            stream=stream,
+            model_name=self.model_name,
+            triton_model=self.triton_model,
+            version=self.options.version,
+        )
         timeout = self._timeout(request)
         if timeout is not None:
             message.parameters["timeout"].int64_param = int(timeout * 1e6)
@@ -506,7 +434,7 @@ class TritonBackend(Backend):
         return min(limits) if limits else None
 
     async def _responses(
-        self, spec: _ModelSpec, message: service_pb2.ModelInferRequest, timeout: float | None
+        self, spec: ModelSpec, message: service_pb2.ModelInferRequest, timeout: float | None
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
         """The request's responses, from the first endpoint that takes it.
 
@@ -570,77 +498,7 @@ class TritonBackend(Backend):
         usable = [ep for ep in candidates if ep.usable()] or candidates
         return usable[next(self._rotation) % len(usable)]
 
-    def _build_request(
-        self,
-        spec: _ModelSpec,
-        request: GenerationRequest,
-        stream: bool,
-    ) -> service_pb2.ModelInferRequest:
-        message = service_pb2.ModelInferRequest(
-            model_name=self.triton_model, model_version=self.options.version, id=request.request_id
-        )
-        if spec.decoupled:
-            message.parameters["triton_enable_empty_final_response"].bool_param = True
-        params, max_tokens = request.params, request.max_tokens
-        values: dict[str, Any] = {"text_input": [request.prompt.encode()]}
-        if spec.convention is Convention.VLLM:
-            sampling: dict[str, Any] = {"max_tokens": max_tokens}
-            if params.temperature is not None:
-                sampling["temperature"] = params.temperature
-            if params.top_p is not None:
-                sampling["top_p"] = params.top_p
-            if params.top_k is not None:
-                sampling["top_k"] = params.top_k or -1  # vLLM: -1 means no limit
-            if params.seed is not None:
-                sampling["seed"] = params.seed
-            if params.stop:
-                # The core's matcher removes the stop string and reports STOP_SEQUENCE.
-                sampling["stop"] = list(params.stop)
-                sampling["include_stop_str_in_output"] = True
-            values["sampling_parameters"] = [json.dumps(sampling).encode()]
-            for flag in ("exclude_input_in_output", "return_finish_reason"):
-                values[flag] = [True]
-            if spec.usage_source is UsageSource.MODEL:
-                values["return_num_input_tokens"] = [True]
-                values["return_num_output_tokens"] = [True]
-        else:
-            values["max_tokens"] = [max_tokens]
-            values["exclude_input_in_output"] = [True]
-            optional = {
-                "temperature": params.temperature,
-                "top_p": params.top_p,
-                "top_k": params.top_k,
-                "random_seed": params.seed,
-            }
-            if params.temperature == 0:
-                # TensorRT-LLM has no temperature 0; greedy decoding is top_k 1.
-                optional["temperature"], optional["top_k"] = None, 1
-            for name, value in optional.items():
-                if value is None:
-                    continue
-                if name not in spec.inputs:
-                    field = "seed" if name == "random_seed" else name
-                    raise InvalidArgumentError(
-                        [
-                            FieldViolation(
-                                f"parameters.{field}",
-                                f"model {self.model_name!r} on Triton takes no {name!r} input",
-                            )
-                        ]
-                    )
-                values[name] = [value]
-            if params.stop and "stop_words" in spec.inputs:
-                values["stop_words"] = [s.encode() for s in params.stop]
-        # A model that is not decoupled answers once, whatever `stream` says.
-        values["stream"] = [stream and spec.decoupled]
-        for name, value in values.items():
-            tensor = spec.inputs.get(name)
-            if tensor is None:
-                continue  # an optional input this model does not have
-            add_input(message, tensor, value, spec.batched)
-        return message
-
-    async def _usage(self, spec: _ModelSpec, prompt: str, text: str, outcome: Outcome) -> Usage:
+    async def _usage(self, spec: ModelSpec, prompt: str, text: str, outcome: Outcome) -> Usage:
         """Counts from the model's outputs, else the tokenizer; never invented (0 = unknown)."""
         if spec.usage_source is UsageSource.MODEL:
             return Usage(outcome.prompt_tokens or 0, outcome.completion_tokens or 0)
@@ -664,29 +522,3 @@ class TritonBackend(Backend):
         return rpc_error(
             exc, origin, url=endpoint.url, model=self.model_name, triton_model=self.triton_model
         )
-
-
-# Inputs inferwire knows how to fill, per convention. A model that requires any
-# other input is refused at load time rather than sent incomplete requests.
-_KNOWN_INPUTS = {
-    Convention.VLLM: {
-        "text_input",
-        "stream",
-        "sampling_parameters",
-        "exclude_input_in_output",
-        "return_finish_reason",
-        "return_num_input_tokens",
-        "return_num_output_tokens",
-    },
-    Convention.TENSORRT_LLM: {
-        "text_input",
-        "max_tokens",
-        "stream",
-        "temperature",
-        "top_p",
-        "top_k",
-        "random_seed",
-        "stop_words",
-        "exclude_input_in_output",
-    },
-}
