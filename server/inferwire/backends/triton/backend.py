@@ -1,37 +1,24 @@
-"""The NVIDIA Triton Inference Server backend.
+"""TritonBackend: the model's lifecycle on Triton, and the generation loop.
 
-Talks to one or more `tritonserver` processes over Triton's gRPC protocol, with the
-async stubs and result helpers that `tritonclient.grpc` ships, on `grpc.aio` channels:
-nothing blocks the event loop. `tritonclient.grpc.aio.InferenceServerClient` itself is
-not used because its `stream_infer` refuses every `triton_*` request parameter, and
-decoupled streaming needs `triton_enable_empty_final_response`.
-
-- The input convention (vLLM backend or TensorRT-LLM ensemble) is detected from the
-  model's metadata at load time; a model matching neither is refused.
-- Streams use ModelStreamInfer and end on `triton_final_response`. Models that stream
-  cumulative text are turned into deltas.
-- Closing a stream (our client cancelled, or its deadline passed) cancels the Triton
-  call, which cancels the request inside Triton. Our client's deadline, less a margin,
-  is the Triton call's deadline and the request's `timeout` parameter.
-- Several endpoints: each has its own channel; requests go round-robin over the ones
-  that passed the last health check and whose channel is not failing. A request that
-  fails to reach an endpoint before any response moves on to the next one.
+- load makes the model ready on every endpoint (through the repository API where
+  Triton runs in explicit mode), then reads its metadata to pick its convention.
+- unload unloads it there; release, at gateway shutdown, only disconnects.
+- A generation sends one request, turns the responses' text into deltas, and ends
+  with the finish reason and the usage.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
-from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
+from tritonclient.grpc import InferResult, service_pb2
 
 from inferwire.backends.triton.conventions import (
     ModelSpec,
@@ -39,14 +26,11 @@ from inferwire.backends.triton.conventions import (
     build_request,
     describe_model,
 )
-from inferwire.backends.triton.errors import Origin, rpc_error, stream_error
+from inferwire.backends.triton.endpoints import Endpoint, EndpointPool
+from inferwire.backends.triton.errors import Origin
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.streaming import DeltaTracker
-from inferwire.backends.triton.tensors import (
-    Outcome,
-    absorb_counts,
-    first_text,
-)
+from inferwire.backends.triton.tensors import Outcome, absorb_counts, first_text
 from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
 from inferwire.core.errors import (
     BackendUnavailableError,
@@ -69,23 +53,6 @@ from inferwire.core.types import (
 # One logger for the package, named as when the backend was a single module.
 log = logging.getLogger(__package__)
 
-_MAX_MESSAGE_BYTES = 2**31 - 1
-
-
-@dataclass
-class _Endpoint:
-    """One Triton server: its channel, and what the last health check found."""
-
-    url: str
-    channel: grpc.aio.Channel
-    stub: service_pb2_grpc.GRPCInferenceServiceStub
-    healthy: bool = True
-    detail: str = ""
-
-    def usable(self) -> bool:
-        state = self.channel.get_state(try_to_connect=False)
-        return self.healthy and state is not grpc.ChannelConnectivity.TRANSIENT_FAILURE
-
 
 class TritonBackend(Backend):
     """A model served by one or more Triton Inference Servers."""
@@ -97,11 +64,9 @@ class TritonBackend(Backend):
     def __init__(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> None:
         super().__init__(model_name, options, max_concurrency)
         self.triton_model = self.options.triton_model or model_name
-        self._endpoints: list[_Endpoint] = []
-        self._rotation = itertools.count()
+        self._pool = EndpointPool(model_name, self.triton_model, self.options)
         self._spec: ModelSpec | None = None
         self._tokenizer: Any = None
-        self._metadata = tuple((k.lower(), v) for k, v in self.options.headers.items())
         self._stream_mode = self.options.stream_output
 
     # ---- lifecycle -------------------------------------------------------
@@ -109,16 +74,15 @@ class TritonBackend(Backend):
     async def load(self) -> None:
         if self.options.tokenizer is not None and self._tokenizer is None:
             self._tokenizer = await asyncio.to_thread(self._load_tokenizer, self.options.tokenizer)
-        if not self._endpoints:
-            self._endpoints = await self._open_endpoints()
+        await self._pool.open()
         results = await asyncio.gather(
-            *(self._load_on(endpoint) for endpoint in self._endpoints), return_exceptions=True
+            *(self._load_on(endpoint) for endpoint in self._pool.endpoints), return_exceptions=True
         )
-        outcomes = list(zip(self._endpoints, results, strict=True))
+        outcomes = list(zip(self._pool.endpoints, results, strict=True))
         ready = [ep for ep, result in outcomes if not isinstance(result, BaseException)]
         failures = [r for r in results if isinstance(r, BaseException)]
         if not ready:
-            await self._close_endpoints()
+            await self._pool.close()
             # The most telling failure wins: a missing model over an unreachable server.
             for kind in (ModelNotFoundError, ModelNotReadyError, BackendUnavailableError):
                 for failure in failures:
@@ -138,7 +102,7 @@ class TritonBackend(Backend):
             # Leave Triton as we found it: unload only what this call loaded.
             loaded = [ep for ep, result in outcomes if result is True]
             await asyncio.gather(*(self._unload_on(endpoint) for endpoint in loaded))
-            await self._close_endpoints()
+            await self._pool.close()
             raise
         log.info(
             "model ready on Triton",
@@ -154,48 +118,16 @@ class TritonBackend(Backend):
 
     async def unload(self) -> None:
         self._spec = None
-        await asyncio.gather(*(self._unload_on(endpoint) for endpoint in self._endpoints))
-        await self._close_endpoints()
+        await asyncio.gather(*(self._unload_on(endpoint) for endpoint in self._pool.endpoints))
+        await self._pool.close()
 
     async def release(self) -> None:
         # Gateway shutdown: other gateways may share these Triton servers, so the
         # model stays loaded there; only an explicit UnloadModel unloads it.
         self._spec = None
-        await self._close_endpoints()
+        await self._pool.close()
 
-    async def _close_endpoints(self) -> None:
-        endpoints, self._endpoints = self._endpoints, []
-        for endpoint in endpoints:
-            await endpoint.channel.close()
-
-    async def _open_endpoints(self) -> list[_Endpoint]:
-        options = [
-            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
-            # Reconnect soon after a Triton restart, so health recovers within seconds.
-            ("grpc.initial_reconnect_backoff_ms", 200),
-            ("grpc.min_reconnect_backoff_ms", 200),
-            ("grpc.max_reconnect_backoff_ms", int(self.options.max_reconnect_backoff_s * 1000)),
-        ]
-        credentials = None
-        if self.options.uses_tls:
-            files = (self.options.tls_root_cert, self.options.tls_key, self.options.tls_cert)
-            root, key, chain = await asyncio.to_thread(
-                lambda: tuple(Path(p).read_bytes() if p else None for p in files)
-            )
-            credentials = grpc.ssl_channel_credentials(root, key, chain)
-        endpoints = []
-        for url in self.options.endpoints:
-            if credentials is not None:
-                channel = grpc.aio.secure_channel(url, credentials, options=options)
-            else:
-                channel = grpc.aio.insecure_channel(url, options=options)
-            endpoints.append(
-                _Endpoint(url, channel, service_pb2_grpc.GRPCInferenceServiceStub(channel))
-            )
-        return endpoints
-
-    async def _load_on(self, endpoint: _Endpoint) -> bool:
+    async def _load_on(self, endpoint: Endpoint) -> bool:
         """Make the model ready on one endpoint; return whether it had to be loaded.
 
         A model already ready counts as success; otherwise it is loaded through the
@@ -203,12 +135,12 @@ class TritonBackend(Backend):
         """
         timeout = self.options.control_timeout_s
         try:
-            if await self._model_ready(
+            if await self._pool.model_ready(
                 endpoint, self.options.connect_timeout_s, wait_for_ready=True
             ):
                 return False
             index = await endpoint.stub.RepositoryIndex(
-                service_pb2.RepositoryIndexRequest(), metadata=self._metadata, timeout=timeout
+                service_pb2.RepositoryIndexRequest(), metadata=self._pool.metadata, timeout=timeout
             )
             if self.triton_model not in {m.name for m in index.models}:
                 raise ModelNotFoundError(
@@ -218,29 +150,29 @@ class TritonBackend(Backend):
                 )
             await endpoint.stub.RepositoryModelLoad(
                 service_pb2.RepositoryModelLoadRequest(model_name=self.triton_model),
-                metadata=self._metadata,
+                metadata=self._pool.metadata,
                 timeout=timeout,
             )
         except grpc.aio.AioRpcError as exc:
-            raise self._error(exc, endpoint, Origin.LOAD) from None
-        if not await self._model_ready(endpoint, timeout):
+            raise self._pool.error(exc, endpoint, Origin.LOAD) from None
+        if not await self._pool.model_ready(endpoint, timeout):
             raise ModelNotReadyError(
                 f"Triton at {endpoint.url} loaded model {self.triton_model!r}, but version "
                 f"{self.options.version or '(default)'} is not ready"
             )
         return True
 
-    async def _unload_on(self, endpoint: _Endpoint) -> None:
+    async def _unload_on(self, endpoint: Endpoint) -> None:
         timeout = self.options.control_timeout_s
         try:
             await endpoint.stub.RepositoryModelUnload(
                 service_pb2.RepositoryModelUnloadRequest(model_name=self.triton_model),
-                metadata=self._metadata,
+                metadata=self._pool.metadata,
                 timeout=timeout,
             )
             # Triton unloads in the background; return once the model is really gone.
             deadline = time.monotonic() + timeout
-            while await self._model_ready(endpoint, self.options.health_timeout_s):
+            while await self._pool.model_ready(endpoint, self.options.health_timeout_s):
                 if time.monotonic() > deadline:
                     raise TimeoutError("the model stayed ready")
                 await asyncio.sleep(0.05)
@@ -251,18 +183,7 @@ class TritonBackend(Backend):
                 extra={"model": self.model_name, "url": endpoint.url, "error": message},
             )
 
-    async def _model_ready(
-        self, endpoint: _Endpoint, timeout: float, wait_for_ready: bool = False
-    ) -> bool:
-        response = await endpoint.stub.ModelReady(
-            service_pb2.ModelReadyRequest(name=self.triton_model, version=self.options.version),
-            metadata=self._metadata,
-            timeout=timeout,
-            wait_for_ready=wait_for_ready,
-        )
-        return response.ready
-
-    async def _inspect(self, endpoint: _Endpoint) -> ModelSpec:
+    async def _inspect(self, endpoint: Endpoint) -> ModelSpec:
         """Read the model's metadata and configuration; pick its convention or refuse it."""
         timeout = self.options.control_timeout_s
         try:
@@ -270,7 +191,7 @@ class TritonBackend(Backend):
                 service_pb2.ModelMetadataRequest(
                     name=self.triton_model, version=self.options.version
                 ),
-                metadata=self._metadata,
+                metadata=self._pool.metadata,
                 timeout=timeout,
             )
             config = (
@@ -278,12 +199,12 @@ class TritonBackend(Backend):
                     service_pb2.ModelConfigRequest(
                         name=self.triton_model, version=self.options.version
                     ),
-                    metadata=self._metadata,
+                    metadata=self._pool.metadata,
                     timeout=timeout,
                 )
             ).config
         except grpc.aio.AioRpcError as exc:
-            raise self._error(exc, endpoint, Origin.RPC) from None
+            raise self._pool.error(exc, endpoint, Origin.RPC) from None
         return describe_model(
             metadata,
             config,
@@ -307,41 +228,20 @@ class TritonBackend(Backend):
     # ---- health and description -------------------------------------------
 
     async def health(self) -> BackendHealth:
-        if self._spec is None or not self._endpoints:
+        if self._spec is None or not self._pool.endpoints:
             return BackendHealth(False, "not loaded")
-        await asyncio.gather(*(self._check(endpoint) for endpoint in self._endpoints))
-        ready = [ep for ep in self._endpoints if ep.healthy]
+        await self._pool.check()
+        ready = [ep for ep in self._pool.endpoints if ep.healthy]
         version = f" version {self.options.version}" if self.options.version else ""
         detail = (
             f"Triton model {self.triton_model!r}{version} ready on {len(ready)} of "
-            f"{len(self._endpoints)} endpoints; {self._spec.convention.value} convention; "
+            f"{len(self._pool.endpoints)} endpoints; {self._spec.convention.value} convention; "
             f"usage from {self._spec.usage_source.value}"
         )
-        problems = [f"{ep.url}: {ep.detail}" for ep in self._endpoints if not ep.healthy]
+        problems = [f"{ep.url}: {ep.detail}" for ep in self._pool.endpoints if not ep.healthy]
         if problems:
             detail += " (" + "; ".join(problems) + ")"
         return BackendHealth(bool(ready), detail)
-
-    async def _check(self, endpoint: _Endpoint) -> None:
-        """ServerLive, ServerReady and ModelReady for the model we loaded."""
-        timeout = self.options.health_timeout_s
-        try:
-            live = await endpoint.stub.ServerLive(
-                service_pb2.ServerLiveRequest(), metadata=self._metadata, timeout=timeout
-            )
-            ready = await endpoint.stub.ServerReady(
-                service_pb2.ServerReadyRequest(), metadata=self._metadata, timeout=timeout
-            )
-            model_ready = await self._model_ready(endpoint, timeout)
-        except grpc.aio.AioRpcError as exc:
-            endpoint.healthy, endpoint.detail = False, f"{exc.code().name}: {exc.details()}"
-            return
-        if not (live.live and ready.ready):
-            endpoint.healthy, endpoint.detail = False, "server not ready"
-        elif not model_ready:
-            endpoint.healthy, endpoint.detail = False, "model not ready"
-        else:
-            endpoint.healthy, endpoint.detail = True, ""
 
     def capabilities(self) -> Capabilities:
         streaming = self._spec is not None and self._spec.decoupled
@@ -388,7 +288,7 @@ class TritonBackend(Backend):
             message.parameters["timeout"].int64_param = int(timeout * 1e6)
         tracker = DeltaTracker(self._stream_mode)
         outcome = Outcome()
-        responses = self._responses(spec, message, timeout)
+        responses = self._pool.responses(message, decoupled=spec.decoupled, timeout=timeout)
         finished = False
         try:
             async with contextlib.aclosing(responses):
@@ -433,71 +333,6 @@ class TritonBackend(Backend):
             limits.append(self.options.request_timeout_s)
         return min(limits) if limits else None
 
-    async def _responses(
-        self, spec: ModelSpec, message: service_pb2.ModelInferRequest, timeout: float | None
-    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
-        """The request's responses, from the first endpoint that takes it.
-
-        Moving on to another endpoint is safe only before any response arrived; after
-        that, a lost connection is the caller's UNAVAILABLE.
-        """
-        tried: list[_Endpoint] = []
-        while True:
-            endpoint = self._pick(exclude=tried)
-            tried.append(endpoint)
-            received = False
-            try:
-                if spec.decoupled:
-                    call = endpoint.stub.ModelStreamInfer(
-                        iter([message]), metadata=self._metadata, timeout=timeout
-                    )
-                    try:
-                        async for item in call:
-                            if item.error_message:
-                                raise stream_error(
-                                    item.error_message,
-                                    url=endpoint.url,
-                                    model=self.model_name,
-                                    triton_model=self.triton_model,
-                                )
-                            received = True
-                            yield item.infer_response
-                            params = item.infer_response.parameters
-                            if params["triton_final_response"].bool_param:
-                                return
-                    finally:
-                        # Our client went away, or we stopped early: cancel on Triton too.
-                        call.cancel()
-                else:
-                    response = await endpoint.stub.ModelInfer(
-                        message, metadata=self._metadata, timeout=timeout
-                    )
-                    received = True
-                    yield response
-                return
-            except grpc.aio.AioRpcError as exc:
-                error = self._error(exc, endpoint, Origin.RPC)
-                if (
-                    isinstance(error, BackendUnavailableError)
-                    and not received
-                    and len(tried) < len(self._endpoints)
-                ):
-                    endpoint.healthy, endpoint.detail = False, f"UNAVAILABLE: {exc.details()}"
-                    log.warning(
-                        "Triton endpoint unreachable; trying another",
-                        extra={"model": self.model_name, "url": endpoint.url},
-                    )
-                    continue
-                raise error from None
-
-    def _pick(self, exclude: Sequence[_Endpoint]) -> _Endpoint:
-        """Round-robin over usable endpoints, or over all when none looks usable."""
-        candidates = [ep for ep in self._endpoints if ep not in exclude]
-        if not candidates:
-            raise BackendUnavailableError(f"model {self.model_name!r}: no Triton endpoint left")
-        usable = [ep for ep in candidates if ep.usable()] or candidates
-        return usable[next(self._rotation) % len(usable)]
-
     async def _usage(self, spec: ModelSpec, prompt: str, text: str, outcome: Outcome) -> Usage:
         """Counts from the model's outputs, else the tokenizer; never invented (0 = unknown)."""
         if spec.usage_source is UsageSource.MODEL:
@@ -517,8 +352,3 @@ class TritonBackend(Backend):
         if usage.completion_tokens and usage.completion_tokens >= max_tokens:
             return FinishReason.LENGTH
         return FinishReason.STOP
-
-    def _error(self, exc: grpc.aio.AioRpcError, endpoint: _Endpoint, origin: Origin) -> Exception:
-        return rpc_error(
-            exc, origin, url=endpoint.url, model=self.model_name, triton_model=self.triton_model
-        )
