@@ -1,0 +1,245 @@
+"""The LLM model conventions on Triton: how to recognise each one and fill its inputs.
+
+- vLLM backend: `text_input`, `stream` and `sampling_parameters` (JSON) -> `text_output`,
+  with optional finish reason and token counts.
+- TensorRT-LLM ensemble: `text_input`, `max_tokens` and one tensor per sampling
+  parameter -> `text_output`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tritonclient.grpc import model_config_pb2, service_pb2
+
+from inferwire.backends.triton.tensors import Scalar, Tensor, add_input
+from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
+from inferwire.core.types import GenerationRequest
+
+
+class Convention(enum.Enum):
+    """How an LLM model on Triton takes its inputs."""
+
+    VLLM = "vllm"
+    TENSORRT_LLM = "tensorrt-llm"
+
+
+class UsageSource(enum.Enum):
+    """Where a model's token counts come from."""
+
+    MODEL = "model outputs"
+    TOKENIZER = "tokenizer"
+    NONE = "unavailable"
+
+
+@dataclass
+class ModelSpec:
+    """What load() learned about the model on Triton."""
+
+    convention: Convention
+    decoupled: bool
+    batched: bool
+    inputs: dict[str, Tensor]
+    outputs: set[str]
+    usage_source: UsageSource
+
+
+# Input name -> its elements, in the order they go into the request.
+InputValues = dict[str, list[Scalar]]
+
+
+def _vllm_inputs(spec: ModelSpec, request: GenerationRequest, model_name: str) -> InputValues:
+    params = request.params
+    sampling: dict[str, Any] = {"max_tokens": request.max_tokens}
+    if params.temperature is not None:
+        sampling["temperature"] = params.temperature
+    if params.top_p is not None:
+        sampling["top_p"] = params.top_p
+    if params.top_k is not None:
+        sampling["top_k"] = params.top_k or -1  # vLLM: -1 means no limit
+    if params.seed is not None:
+        sampling["seed"] = params.seed
+    if params.stop:
+        # The core's matcher removes the stop string and reports STOP_SEQUENCE.
+        sampling["stop"] = list(params.stop)
+        sampling["include_stop_str_in_output"] = True
+    values: InputValues = {"sampling_parameters": [json.dumps(sampling).encode()]}
+    for flag in ("exclude_input_in_output", "return_finish_reason"):
+        values[flag] = [True]
+    if spec.usage_source is UsageSource.MODEL:
+        values["return_num_input_tokens"] = [True]
+        values["return_num_output_tokens"] = [True]
+    return values
+
+
+def _tensorrt_llm_inputs(
+    spec: ModelSpec, request: GenerationRequest, model_name: str
+) -> InputValues:
+    params = request.params
+    values: InputValues = {"max_tokens": [request.max_tokens], "exclude_input_in_output": [True]}
+    optional: dict[str, int | float | None] = {
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k,
+        "random_seed": params.seed,
+    }
+    if params.temperature == 0:
+        # TensorRT-LLM has no temperature 0; greedy decoding is top_k 1.
+        optional["temperature"], optional["top_k"] = None, 1
+    for name, value in optional.items():
+        if value is None:
+            continue
+        if name not in spec.inputs:
+            field = "seed" if name == "random_seed" else name
+            raise InvalidArgumentError(
+                [
+                    FieldViolation(
+                        f"parameters.{field}",
+                        f"model {model_name!r} on Triton takes no {name!r} input",
+                    )
+                ]
+            )
+        values[name] = [value]
+    if params.stop and "stop_words" in spec.inputs:
+        values["stop_words"] = [s.encode() for s in params.stop]
+    return values
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How a convention is recognised, and how inferwire fills its inputs."""
+
+    signature: dict[str, str]  # inputs (name: datatype) that, with text_output, identify it
+    # Inputs inferwire knows how to fill. A model that requires any other input is
+    # refused at load time rather than sent incomplete requests.
+    known_inputs: frozenset[str]
+    build: Callable[[ModelSpec, GenerationRequest, str], InputValues]
+
+
+# Inputs every convention takes.
+_COMMON_INPUTS = frozenset({"text_input", "stream", "exclude_input_in_output"})
+
+_LAYOUTS: dict[Convention, _Layout] = {
+    Convention.VLLM: _Layout(
+        signature={"text_input": "BYTES", "sampling_parameters": "BYTES"},
+        known_inputs=_COMMON_INPUTS
+        | {"sampling_parameters", "return_finish_reason"}
+        | {"return_num_input_tokens", "return_num_output_tokens"},
+        build=_vllm_inputs,
+    ),
+    Convention.TENSORRT_LLM: _Layout(
+        signature={"text_input": "BYTES", "max_tokens": "INT32"},
+        known_inputs=_COMMON_INPUTS
+        | {"max_tokens", "stop_words"}
+        | {"temperature", "top_p", "top_k", "random_seed"},
+        build=_tensorrt_llm_inputs,
+    ),
+}
+
+
+def detect_convention(
+    inputs: dict[str, Tensor], outputs: set[str], choice: str, triton_model: str
+) -> Convention:
+    """The convention the model's inputs and outputs follow; `choice` ('auto' or a
+    Convention value, from options.convention) settles a model that matches both."""
+    matches = [
+        convention
+        for convention, layout in _LAYOUTS.items()
+        if "text_output" in outputs
+        and all(
+            name in inputs and inputs[name].datatype == datatype
+            for name, datatype in layout.signature.items()
+        )
+    ]
+    layout = ", ".join(f"{t.name} ({t.datatype})" for t in inputs.values()) or "none"
+    if choice != "auto":
+        wanted = Convention(choice)
+        if wanted not in matches:
+            raise ModelNotReadyError(
+                f"model {triton_model!r} on Triton does not have the inputs and outputs "
+                f"of the {wanted.value} convention (options.convention); its inputs: "
+                f"{layout}; its outputs: {', '.join(sorted(outputs)) or 'none'}"
+            )
+        return wanted
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ModelNotReadyError(
+            f"model {triton_model!r} on Triton follows neither the vLLM convention "
+            "(text_input, sampling_parameters -> text_output) nor the TensorRT-LLM one "
+            f"(text_input, max_tokens -> text_output); its inputs: {layout}; its outputs: "
+            f"{', '.join(sorted(outputs)) or 'none'}"
+        )
+    raise ModelNotReadyError(
+        f"model {triton_model!r} on Triton matches both the vLLM and the TensorRT-LLM "
+        "conventions; set options.convention"
+    )
+
+
+def describe_model(
+    metadata: service_pb2.ModelMetadataResponse,
+    config: model_config_pb2.ModelConfig,
+    *,
+    choice: str,
+    has_tokenizer: bool,
+    triton_model: str,
+) -> ModelSpec:
+    """The model's spec from its metadata and configuration; ModelNotReadyError for a
+    model inferwire cannot serve."""
+    inputs = {t.name: Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
+    outputs = {t.name for t in metadata.outputs}
+    required = {i.name for i in config.input if not i.optional}
+    convention = detect_convention(inputs, outputs, choice, triton_model)
+    unknown_required = sorted(required - _LAYOUTS[convention].known_inputs)
+    if unknown_required:
+        raise ModelNotReadyError(
+            f"model {triton_model!r} on Triton requires inputs inferwire cannot fill "
+            f"for the {convention.value} convention: {', '.join(unknown_required)}"
+        )
+    if convention is Convention.VLLM and {"num_input_tokens", "num_output_tokens"} <= outputs:
+        usage = UsageSource.MODEL
+    elif has_tokenizer:
+        usage = UsageSource.TOKENIZER
+    else:
+        usage = UsageSource.NONE
+    return ModelSpec(
+        convention=convention,
+        decoupled=config.model_transaction_policy.decoupled,
+        batched=config.max_batch_size > 0,
+        inputs=inputs,
+        outputs=outputs,
+        usage_source=usage,
+    )
+
+
+def build_request(
+    spec: ModelSpec,
+    request: GenerationRequest,
+    *,
+    stream: bool,
+    model_name: str,
+    triton_model: str,
+    version: str,
+) -> service_pb2.ModelInferRequest:
+    """The ModelInferRequest for `request`, with the inputs of the model's convention."""
+    message = service_pb2.ModelInferRequest(
+        model_name=triton_model, model_version=version, id=request.request_id
+    )
+    if spec.decoupled:
+        message.parameters["triton_enable_empty_final_response"].bool_param = True
+    values: InputValues = {
+        "text_input": [request.prompt.encode()],
+        **_LAYOUTS[spec.convention].build(spec, request, model_name),
+        # A model that is not decoupled answers once, whatever `stream` says.
+        "stream": [stream and spec.decoupled],
+    }
+    for name, value in values.items():
+        tensor = spec.inputs.get(name)
+        if tensor is None:
+            continue  # an optional input this model does not have
+        add_input(message, tensor, value, spec.batched)
+    return message

@@ -1,0 +1,196 @@
+"""The Triton servers behind one model: channels, health, round-robin and failover.
+
+Each endpoint has its own channel. Requests go round-robin over the endpoints that
+passed the last health check and whose channel is not failing. A request that fails to
+reach an endpoint before any response moves on to the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from inferwire.backends.triton.errors import Origin, rpc_error, stream_error
+from inferwire.backends.triton.options import TritonOptions
+from inferwire.core.errors import BackendUnavailableError
+
+log = logging.getLogger(__package__)
+
+_MAX_MESSAGE_BYTES = 2**31 - 1
+
+
+@dataclass
+class Endpoint:
+    """One Triton server: its channel, and what the last health check found."""
+
+    url: str
+    channel: grpc.aio.Channel
+    stub: service_pb2_grpc.GRPCInferenceServiceStub
+    healthy: bool = True
+    detail: str = ""
+
+    def usable(self) -> bool:
+        state = self.channel.get_state(try_to_connect=False)
+        return self.healthy and state is not grpc.ChannelConnectivity.TRANSIENT_FAILURE
+
+
+class EndpointPool:
+    """The endpoints serving one model; empty until opened, and again once closed."""
+
+    def __init__(self, model_name: str, triton_model: str, options: TritonOptions) -> None:
+        self.model_name = model_name
+        self.triton_model = triton_model
+        self.options = options
+        self.endpoints: list[Endpoint] = []
+        # Request headers, e.g. the --grpc-restricted-protocol key.
+        self.metadata = tuple((k.lower(), v) for k, v in options.headers.items())
+        self._rotation = itertools.count()
+
+    async def open(self) -> None:
+        """Open a channel to each configured endpoint, unless they are open."""
+        if self.endpoints:
+            return
+        options = [
+            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+            # Reconnect soon after a Triton restart, so health recovers within seconds.
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", int(self.options.max_reconnect_backoff_s * 1000)),
+        ]
+        credentials = None
+        if self.options.uses_tls:
+            files = (self.options.tls_root_cert, self.options.tls_key, self.options.tls_cert)
+            root, key, chain = await asyncio.to_thread(
+                lambda: tuple(Path(p).read_bytes() if p else None for p in files)
+            )
+            credentials = grpc.ssl_channel_credentials(root, key, chain)
+        endpoints = []
+        for url in self.options.endpoints:
+            if credentials is not None:
+                channel = grpc.aio.secure_channel(url, credentials, options=options)
+            else:
+                channel = grpc.aio.insecure_channel(url, options=options)
+            endpoints.append(
+                Endpoint(url, channel, service_pb2_grpc.GRPCInferenceServiceStub(channel))
+            )
+        self.endpoints = endpoints
+
+    async def close(self) -> None:
+        endpoints, self.endpoints = self.endpoints, []
+        for endpoint in endpoints:
+            await endpoint.channel.close()
+
+    def pick(self, exclude: Sequence[Endpoint] = ()) -> Endpoint:
+        """Round-robin over usable endpoints, or over all when none looks usable."""
+        candidates = [ep for ep in self.endpoints if ep not in exclude]
+        if not candidates:
+            raise BackendUnavailableError(f"model {self.model_name!r}: no Triton endpoint left")
+        usable = [ep for ep in candidates if ep.usable()] or candidates
+        return usable[next(self._rotation) % len(usable)]
+
+    def error(self, exc: grpc.aio.AioRpcError, endpoint: Endpoint, origin: Origin) -> Exception:
+        """What `endpoint` answered, as a domain error about this model."""
+        return rpc_error(
+            exc, origin, url=endpoint.url, model=self.model_name, triton_model=self.triton_model
+        )
+
+    async def model_ready(
+        self, endpoint: Endpoint, timeout: float, wait_for_ready: bool = False
+    ) -> bool:
+        response = await endpoint.stub.ModelReady(
+            service_pb2.ModelReadyRequest(name=self.triton_model, version=self.options.version),
+            metadata=self.metadata,
+            timeout=timeout,
+            wait_for_ready=wait_for_ready,
+        )
+        return bool(response.ready)
+
+    async def check(self) -> None:
+        """Refresh every endpoint's health."""
+        await asyncio.gather(*(self._check(endpoint) for endpoint in self.endpoints))
+
+    async def _check(self, endpoint: Endpoint) -> None:
+        """ServerLive, ServerReady and ModelReady for the model we loaded."""
+        timeout = self.options.health_timeout_s
+        try:
+            live = await endpoint.stub.ServerLive(
+                service_pb2.ServerLiveRequest(), metadata=self.metadata, timeout=timeout
+            )
+            ready = await endpoint.stub.ServerReady(
+                service_pb2.ServerReadyRequest(), metadata=self.metadata, timeout=timeout
+            )
+            model_ready = await self.model_ready(endpoint, timeout)
+        except grpc.aio.AioRpcError as exc:
+            endpoint.healthy, endpoint.detail = False, f"{exc.code().name}: {exc.details()}"
+            return
+        if not (live.live and ready.ready):
+            endpoint.healthy, endpoint.detail = False, "server not ready"
+        elif not model_ready:
+            endpoint.healthy, endpoint.detail = False, "model not ready"
+        else:
+            endpoint.healthy, endpoint.detail = True, ""
+
+    async def responses(
+        self, message: service_pb2.ModelInferRequest, *, decoupled: bool, timeout: float | None
+    ) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
+        """The request's responses, from the first endpoint that takes it.
+
+        Moving on to another endpoint is safe only before any response arrived; after
+        that, a lost connection is the caller's UNAVAILABLE.
+        """
+        tried: list[Endpoint] = []
+        while True:
+            endpoint = self.pick(exclude=tried)
+            tried.append(endpoint)
+            received = False
+            try:
+                if decoupled:
+                    call = endpoint.stub.ModelStreamInfer(
+                        iter([message]), metadata=self.metadata, timeout=timeout
+                    )
+                    try:
+                        async for item in call:
+                            if item.error_message:
+                                raise stream_error(
+                                    item.error_message,
+                                    url=endpoint.url,
+                                    model=self.model_name,
+                                    triton_model=self.triton_model,
+                                )
+                            received = True
+                            yield item.infer_response
+                            params = item.infer_response.parameters
+                            if params["triton_final_response"].bool_param:
+                                return
+                    finally:
+                        # Our client went away, or we stopped early: cancel on Triton too.
+                        call.cancel()
+                else:
+                    response = await endpoint.stub.ModelInfer(
+                        message, metadata=self.metadata, timeout=timeout
+                    )
+                    received = True
+                    yield response
+                return
+            except grpc.aio.AioRpcError as exc:
+                error = self.error(exc, endpoint, Origin.RPC)
+                if (
+                    isinstance(error, BackendUnavailableError)
+                    and not received
+                    and len(tried) < len(self.endpoints)
+                ):
+                    endpoint.healthy, endpoint.detail = False, f"UNAVAILABLE: {exc.details()}"
+                    log.warning(
+                        "Triton endpoint unreachable; trying another",
+                        extra={"model": self.model_name, "url": endpoint.url},
+                    )
+                    continue
+                raise error from None

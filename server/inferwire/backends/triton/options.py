@@ -1,0 +1,85 @@
+"""`options` of a model served by Triton: the keys a configuration may set."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from inferwire.core.backend import BackendOptions
+
+# Whether a model streams deltas or its whole text so far; auto detects it.
+StreamMode = Literal["auto", "delta", "cumulative"]
+
+
+class TritonOptions(BackendOptions):
+    """`options` for a model served by Triton Inference Server."""
+
+    url: str | None = Field(default=None, description="host:port of Triton's gRPC endpoint.")
+    urls: list[str] = Field(
+        default_factory=list, description="Several Triton gRPC endpoints serving the model."
+    )
+    triton_model: str | None = Field(
+        default=None, description="The model's name on Triton (default: our model name)."
+    )
+    version: str = Field(default="", description="Model version on Triton ('' = Triton's policy).")
+    convention: Literal["auto", "vllm", "tensorrt-llm"] = Field(
+        default="auto", description="Input convention; auto detects it from the model metadata."
+    )
+    stream_output: StreamMode = Field(
+        default="auto",
+        description="Whether the model streams deltas or cumulative text; auto detects it.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="Directory with genai_config.json and tokenizer.json, used to count "
+        "tokens when the model returns no counts.",
+    )
+    tls: bool = Field(default=False, description="Connect with TLS.")
+    tls_root_cert: str | None = Field(default=None, description="PEM file of trusted roots.")
+    tls_cert: str | None = Field(default=None, description="PEM client certificate chain (mTLS).")
+    tls_key: str | None = Field(default=None, description="PEM client private key (mTLS).")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra request headers, e.g. the --grpc-restricted-protocol key.",
+    )
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, description="Longest a request may run on Triton."
+    )
+    deadline_margin_s: float = Field(
+        default=0.05,
+        ge=0,
+        description="Subtracted from our client's deadline to give Triton's deadline.",
+    )
+    connect_timeout_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long a load waits for Triton to accept connections (it may still be "
+        "starting); then the load fails UNAVAILABLE.",
+    )
+    health_timeout_s: float = Field(default=1.0, gt=0, description="Timeout of each health RPC.")
+    control_timeout_s: float = Field(
+        default=120.0, gt=0, description="Timeout of metadata, load and unload RPCs."
+    )
+    max_reconnect_backoff_s: float = Field(
+        default=1.0, gt=0, description="Longest wait between reconnection attempts."
+    )
+    max_output_tokens: int = Field(
+        default=4096, ge=1, description="Largest max_tokens a request may ask for."
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_name_endpoints(self) -> TritonOptions:
+        if (self.url is None) == (not self.urls):
+            raise ValueError("set exactly one of url or urls")
+        if len(set(self.endpoints)) != len(self.endpoints):
+            raise ValueError("urls must not repeat")
+        return self
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [self.url] if self.url is not None else list(self.urls)
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or any((self.tls_root_cert, self.tls_cert, self.tls_key))

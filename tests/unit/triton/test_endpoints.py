@@ -1,0 +1,91 @@
+"""Picking endpoints round-robin, and failing over before the first response.
+
+Channels to 127.0.0.1:1 and :2 never connect unless a call is made on them; the
+failover test makes one, refused at once, next to an in-process loopback server.
+"""
+
+import logging
+
+import grpc
+import pytest
+
+pytest.importorskip("tritonclient.grpc")
+
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from inferwire.backends.triton.endpoints import EndpointPool
+from inferwire.backends.triton.options import TritonOptions
+from inferwire.core.errors import BackendUnavailableError
+
+URLS = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+
+
+async def open_pool(urls: list[str]) -> EndpointPool:
+    pool = EndpointPool("llama", "llama-3", TritonOptions(urls=urls))
+    await pool.open()
+    return pool
+
+
+@pytest.fixture
+async def pool():
+    pool = await open_pool(URLS)
+    yield pool
+    await pool.close()
+
+
+def urls(pool: EndpointPool, picks: int, exclude=()) -> list[str]:
+    return [pool.pick(exclude).url for _ in range(picks)]
+
+
+async def test_pool_opens_one_channel_per_url_once_and_closing_empties_it(pool):
+    endpoints = list(pool.endpoints)
+    assert [ep.url for ep in endpoints] == URLS
+    await pool.open()
+    assert pool.endpoints == endpoints
+    await pool.close()
+    assert pool.endpoints == []
+
+
+async def test_picks_go_round_robin_over_healthy_endpoints(pool):
+    pool.endpoints[1].healthy = False
+    assert urls(pool, 4) == [URLS[0], URLS[2], URLS[0], URLS[2]]
+
+
+async def test_picks_go_over_every_endpoint_when_none_is_healthy(pool):
+    for endpoint in pool.endpoints:
+        endpoint.healthy = False
+    assert urls(pool, 3) == URLS
+
+
+async def test_endpoints_already_tried_are_not_picked_again(pool):
+    assert set(urls(pool, 4, exclude=pool.endpoints[:1])) == set(URLS[1:])
+    with pytest.raises(BackendUnavailableError, match=r"^model 'llama': no Triton endpoint left$"):
+        pool.pick(exclude=pool.endpoints)
+
+
+class Answering(service_pb2_grpc.GRPCInferenceServiceServicer):
+    async def ModelInfer(self, request, context):
+        return service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
+
+
+async def test_request_that_cannot_reach_an_endpoint_moves_on_to_the_next(caplog):
+    server = grpc.aio.server()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Answering(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    pool = await open_pool(["127.0.0.1:1", f"127.0.0.1:{port}"])
+    refusing = pool.endpoints[0]
+    message = service_pb2.ModelInferRequest(model_name="llama-3", id="r-1")
+    try:
+        with caplog.at_level(logging.WARNING, logger="inferwire.backends.triton"):
+            answers = [r async for r in pool.responses(message, decoupled=False, timeout=5)]
+    finally:
+        await pool.close()
+        await server.stop(None)
+    assert [a.id for a in answers] == ["r-1"]
+    assert not refusing.healthy
+    assert refusing.detail.startswith("UNAVAILABLE: ")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Triton endpoint unreachable; trying another"
+    ]
+    assert caplog.records[0].url == "127.0.0.1:1"
