@@ -166,22 +166,3 @@ async def test_unary_deadline_is_deadline_exceeded_and_cancels_inside_triton(stu
     record = await wait_for_record(record_dir, "trtllm_echo", request_id)
     assert record["cancelled"] is True
     assert read_record(record_dir, "trtllm_echo", request_id)["tokens"] < 1200
-
-
-@pytest.mark.parametrize(
-    ("mode", "responses", "deltas"),
-    [
-        ("auto", ["a", "a b", "a b c", "a b c"], ["a", " b", " c", ""]),
-        ("auto", ["a", " b", " c"], ["a", " b", " c"]),
-        ("auto", ["ab", "ab"], ["ab", ""]),  # ambiguous; taken as cumulative
-        ("delta", ["ab", "ab"], ["ab", "ab"]),
-        ("cumulative", ["x", "xy", ""], ["x", "y", ""]),
-        # A "cumulative" stream that rewrites its text is treated as deltas from then on.
-        ("cumulative", ["ab", "abc", "zz"], ["ab", "c", "zz"]),
-    ],
-)
-def test_stream_responses_become_deltas(mode, responses, deltas):
-    from inferwire.backends.triton import _DeltaTracker
-
-    tracker = _DeltaTracker(mode)
-    assert [tracker.feed(text) for text in responses] == deltas

@@ -45,3 +45,20 @@ def test_cumulative_stream_that_rewrites_its_text_switches_to_deltas(caplog):
     assert record.getMessage() == (
         "a cumulative stream rewrote its text; treating responses as deltas"
     )
+
+
+@pytest.mark.parametrize(
+    ("mode", "responses", "deltas"),
+    [
+        ("auto", ["a", "a b", "a b c", "a b c"], ["a", " b", " c", ""]),
+        ("auto", ["a", " b", " c"], ["a", " b", " c"]),
+        ("auto", ["ab", "ab"], ["ab", ""]),  # ambiguous; taken as cumulative
+        ("delta", ["ab", "ab"], ["ab", "ab"]),
+        ("cumulative", ["x", "xy", ""], ["x", "y", ""]),
+        # A "cumulative" stream that rewrites its text is treated as deltas from then on.
+        ("cumulative", ["ab", "abc", "zz"], ["ab", "c", "zz"]),
+    ],
+)
+def test_stream_responses_become_deltas(mode, responses, deltas):
+    tracker = DeltaTracker(mode)
+    assert [tracker.feed(text) for text in responses] == deltas

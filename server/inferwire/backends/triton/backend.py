@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +270,7 @@ class TritonBackend(Backend):
 
     async def _generate(
         self, request: GenerationRequest, record: GenerationRecord, stream: bool
-    ) -> AsyncIterator[TextDelta | GenerationEnd]:
+    ) -> GenerationEvents:
         spec = self._spec
         if spec is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
