@@ -14,11 +14,10 @@ The weights are random, so the model generates noise, at a size of 0.8 MB.
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from demo_model.export import export, install
 
 SEED = 20261129
 VOCAB_SIZE = 512
@@ -65,27 +64,6 @@ def build_llama(out_dir: Path) -> None:
     model.save_pretrained(out_dir)
 
 
-def export(hf_dir: Path, output: Path, cache_dir: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "onnxruntime_genai.models.builder",
-            "-i",
-            str(hf_dir),
-            "-o",
-            str(output),
-            "-p",
-            "fp32",
-            "-e",
-            "cpu",
-            "-c",
-            str(cache_dir),
-        ],
-        check=True,
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, required=True)
@@ -96,12 +74,8 @@ def main() -> None:
         train_tokenizer(hf_dir)
         build_llama(hf_dir)
         staged = Path(tmp, "onnx")
-        export(hf_dir, staged, Path(tmp, "cache"))
-        if args.output.exists():
-            shutil.rmtree(args.output)
-        args.output.mkdir(parents=True)
-        for name in sorted(p.name for p in staged.iterdir()):
-            shutil.copy2(staged / name, args.output / name)
+        export(hf_dir, staged, Path(tmp, "cache"), "fp32")
+        install(staged, args.output)
     total = sum(p.stat().st_size for p in args.output.iterdir())
     print(f"wrote {args.output} ({total / 1e6:.2f} MB)")
 

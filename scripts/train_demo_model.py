@@ -51,6 +51,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from demo_model.export import REPETITION_PENALTY, export, install, set_search_defaults
+
 REPO = Path(__file__).resolve().parents[1]
 SEED = 20261129
 
@@ -110,7 +112,6 @@ DEV_PACKAGES = [
     "numpy",
 ]
 EOS_TOKEN = "<|endoftext|>"
-REPETITION_PENALTY = 1.2
 WORK_SEPARATOR = "\n\n\n"
 
 # The word test, mirrored from tests/test_demo_quality.py (keep the two in sync).
@@ -501,36 +502,6 @@ def train(model, train_ids, heldout_ids, shape: Shape, s: Schedule, log) -> dict
     }
 
 
-def export(hf_dir: Path, staged: Path, cache: Path, precision: str, log) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "onnxruntime_genai.models.builder",
-            "-i",
-            str(hf_dir),
-            "-o",
-            str(staged),
-            "-p",
-            precision,
-            "-e",
-            "cpu",
-            "-c",
-            str(cache),
-        ],
-        check=True,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    # Greedy by default: an unset temperature means greedy decoding for this model. A
-    # mild repetition penalty keeps greedy text from looping on one line.
-    config_path = staged / "genai_config.json"
-    config = json.loads(config_path.read_text())
-    config["search"]["do_sample"] = False
-    config["search"]["repetition_penalty"] = REPETITION_PENALTY
-    config_path.write_text(json.dumps(config, indent=4) + "\n")
-
-
 # ---- model card -----------------------------------------------------------------------
 
 
@@ -794,6 +765,7 @@ def main() -> int:
         shutil.rmtree(staged)
     with (work / "export.log").open("w") as export_log:
         export(hf_dir, staged, work / "cache", args.precision, export_log)
+    set_search_defaults(staged)
     onnx_total, onnx_count = onnx_nll(staged, heldout_ids, window)
     onnx_ppl = math.exp(onnx_total / onnx_count)
     log(f"ONNX ({args.precision}) held-out perplexity {onnx_ppl:.1f}")
@@ -824,11 +796,7 @@ def main() -> int:
         log("not writing the model: a check failed")
         return 1
 
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    args.out.mkdir(parents=True)
-    for name in sorted(p.name for p in staged.iterdir()):
-        shutil.copy2(staged / name, args.out / name)
+    install(staged, args.out)
     args.words_file.parent.mkdir(parents=True, exist_ok=True)
     args.words_file.write_text("\n".join(vocabulary) + "\n")
 
