@@ -43,7 +43,6 @@ import platform
 import random
 import re
 import shutil
-import string
 import subprocess
 import sys
 import tarfile
@@ -51,6 +50,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from demo_model import quality
 from demo_model.export import REPETITION_PENALTY, export, install, set_search_defaults
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,16 +113,6 @@ DEV_PACKAGES = [
 ]
 EOS_TOKEN = "<|endoftext|>"
 WORK_SEPARATOR = "\n\n\n"
-
-# The word test, mirrored from tests/test_demo_quality.py (keep the two in sync).
-WORD_TEST_PROMPTS = ["ROMEO:", "To be, or not", "KING HENRY:", "JULIET:", "First Citizen:"]
-WORD_TEST_SEEDS = [11, 22, 33, 44, 55]
-WORD_TEST_MAX_TOKENS = 64
-WORD_TEST_TEMPERATURE = 0.8
-WORD_TEST_TOP_P = 0.95
-WORD_TEST_THRESHOLD = 0.70
-WORDS_FILE = REPO / "tests/data/demo_words.txt"
-_PUNCTUATION = string.punctuation + "\u2018\u2019\u201c\u201d"
 
 
 @dataclass(frozen=True)
@@ -255,16 +245,6 @@ def split_works(works: dict[str, str]) -> tuple[list[str], list[str]]:
     return train, sorted(heldout)
 
 
-def normalize_words(text: str) -> list[str]:
-    """Whitespace-separated words, lower-cased, stripped of surrounding punctuation."""
-    words = []
-    for raw in text.replace("--", " ").split():
-        word = raw.strip(_PUNCTUATION).lower()
-        if word:
-            words.append(word)
-    return words
-
-
 # ---- tokenizer ------------------------------------------------------------------------
 
 
@@ -374,14 +354,14 @@ def generate(model_dir: Path, prompt: str, seed: int | None) -> str:
     model = og.Model(str(model_dir))
     tokenizer = og.Tokenizer(model)
     ids = tokenizer.encode(prompt)
-    options: dict = {"max_length": len(ids) + WORD_TEST_MAX_TOKENS, "batch_size": 1}
+    options: dict = {"max_length": len(ids) + quality.MAX_TOKENS, "batch_size": 1}
     if seed is None:
         options["do_sample"] = False
     else:
         options.update(
             do_sample=True,
-            temperature=WORD_TEST_TEMPERATURE,
-            top_p=WORD_TEST_TOP_P,
+            temperature=quality.TEMPERATURE,
+            top_p=quality.TOP_P,
             random_seed=seed,
         )
     params = og.GeneratorParams(model)
@@ -402,16 +382,13 @@ def generate(model_dir: Path, prompt: str, seed: int | None) -> str:
 
 
 def word_test(model_dir: Path, vocabulary: set[str]) -> tuple[float, list[tuple[str, str, str]]]:
+    """(share of known words, the completions as (mode, prompt, text)) over quality.CASES."""
     samples = []
-    known = total = 0
-    for mode, seeds in (("greedy", [None] * 5), ("sampled", WORD_TEST_SEEDS)):
-        for prompt, seed in zip(WORD_TEST_PROMPTS, seeds, strict=True):
-            text = generate(model_dir, prompt, seed)
-            words = normalize_words(text)
-            known += sum(w in vocabulary for w in words)
-            total += len(words)
-            samples.append((mode if seed is None else f"{mode}, seed {seed}", prompt, text))
-    return known / max(total, 1), samples
+    for prompt, seed in quality.CASES:
+        text = generate(model_dir, prompt, seed)
+        samples.append(("greedy" if seed is None else f"sampled, seed {seed}", prompt, text))
+    share, _ = quality.known_share((text for _, _, text in samples), vocabulary)
+    return share, samples
 
 
 # ---- training -------------------------------------------------------------------------
@@ -625,10 +602,10 @@ most 0.2, and the script fails otherwise.
 ## Word test
 
 `tests/test_demo_quality.py` generates 5 greedy and 5 sampled (temperature
-{WORD_TEST_TEMPERATURE}, top_p {WORD_TEST_TOP_P}, seeds {WORD_TEST_SEEDS}) completions of
-{WORD_TEST_MAX_TOKENS} tokens through the running server, from the prompts
-{", ".join(f"`{p}`" for p in WORD_TEST_PROMPTS)}, and requires at least
-{WORD_TEST_THRESHOLD:.0%} of the words (lower-cased, stripped of punctuation) to be in
+{quality.TEMPERATURE}, top_p {quality.TOP_P}, seeds {quality.SEEDS}) completions of
+{quality.MAX_TOKENS} tokens through the running server, from the prompts
+{", ".join(f"`{p}`" for p in quality.PROMPTS)}, and requires at least
+{quality.THRESHOLD:.0%} of the words (lower-cased, stripped of punctuation) to be in
 `tests/data/demo_words.txt`: the {f["word_count"]:,} distinct words of the training works.
 Measured by this script with the same engine and parameters:
 
@@ -639,7 +616,7 @@ Measured by this script with the same engine and parameters:
 
 ## Samples
 
-Generated with the bundled model, {WORD_TEST_MAX_TOKENS} tokens each (the word-test completions):
+Generated with the bundled model, {quality.MAX_TOKENS} tokens each (the word-test completions):
 
 {samples}
 
@@ -695,7 +672,7 @@ def main() -> int:
         help="skip training and reuse the model a previous run left in --work-dir",
     )
     parser.add_argument(
-        "--words-file", type=Path, default=WORDS_FILE, help="where to write the word list"
+        "--words-file", type=Path, default=quality.WORDS_FILE, help="where to write the word list"
     )
     args = parser.parse_args()
 
@@ -734,7 +711,7 @@ def main() -> int:
     train_ids = encode_works(tokenizer, train_texts)
     heldout_ids = encode_works(tokenizer, [works[n] for n in heldout_names])
     log(f"tokens: train {len(train_ids):,}, held-out {len(heldout_ids):,}")
-    vocabulary = sorted({w for text in train_texts for w in normalize_words(text)})
+    vocabulary = sorted({w for text in train_texts for w in quality.normalize_words(text)})
 
     window = shape.context_length
     unigram_ppl = unigram_perplexity(train_ids, heldout_ids, shape.vocab_size, window)
@@ -783,7 +760,7 @@ def main() -> int:
     log(f"word test: trained {word_score:.1%}, random {random_score:.1%}")
 
     gate_ok = torch_ppl <= unigram_ppl / 5 and onnx_ppl <= unigram_ppl / 5
-    words_ok = word_score >= WORD_TEST_THRESHOLD > random_score
+    words_ok = word_score >= quality.THRESHOLD > random_score
     total_bytes = sum(p.stat().st_size for p in staged.iterdir())
     size_ok = total_bytes <= 20_000_000
     log(
