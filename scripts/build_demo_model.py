@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from demo_model.export import export, install
+from demo_model.tokenizer import train_tokenizer
 
 SEED = 20261129
 VOCAB_SIZE = 512
@@ -34,13 +35,6 @@ But soft, what light through yonder window breaks? It is the east, and Juliet is
 the sun. KING HENRY: Once more unto the breach, dear friends, once more.
 0123456789 + - * / = ( ) [ ] { } < > , . ; : ! ? ' " # $ % & @ ^ _ ` | ~
 """
-
-
-def train_tokenizer(out_dir: Path) -> None:
-    # The same byte-level BPE recipe as the trained model, on the embedded corpus.
-    from train_demo_model import train_tokenizer as train_bpe
-
-    train_bpe([CORPUS] * 4, VOCAB_SIZE, CONTEXT_LENGTH, out_dir)
 
 
 def build_llama(out_dir: Path) -> None:
@@ -71,7 +65,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = Path(tmp, "hf")
         hf_dir.mkdir()
-        train_tokenizer(hf_dir)
+        # The same byte-level BPE recipe as the trained model, on the embedded corpus.
+        train_tokenizer([CORPUS] * 4, VOCAB_SIZE, CONTEXT_LENGTH, hf_dir)
         build_llama(hf_dir)
         staged = Path(tmp, "onnx")
         export(hf_dir, staged, Path(tmp, "cache"), "fp32")
