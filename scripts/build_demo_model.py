@@ -2,9 +2,9 @@
 
 This used to be the bundled `demo` model. The bundled model is now trained by
 scripts/train_demo_model.py, which runs this script to show that random weights fail
-the word test (tests/test_demo_quality.py). Reproducible: fixed seeds, a corpus embedded
-below, pinned model shape. Needs the development-only packages torch, transformers,
-tokenizers and onnxruntime-genai (its model builder):
+the word test (tests/engine/test_demo_quality.py). Reproducible: fixed seeds, a corpus
+embedded below, pinned model shape. Needs the development-only packages torch,
+transformers, tokenizers and onnxruntime-genai (its model builder):
 
     python scripts/build_demo_model.py --output /tmp/random-demo
 

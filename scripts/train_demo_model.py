@@ -25,7 +25,7 @@ What it does, fixed-seed from start to finish:
    exported ONNX model; the script exits non-zero otherwise.
 7. Exports with `onnxruntime_genai.models.builder` (int8 weight-only by default),
    writes the model, `MODEL_CARD.md` and the word list used by
-   `tests/test_demo_quality.py`.
+   `tests/engine/test_demo_quality.py`.
 
 Bit-exact results are expected on the same machine and package versions; other CPUs
 may differ in the last float bits. Downloads, checkpoints and logs go under
