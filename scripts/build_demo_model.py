@@ -2,9 +2,9 @@
 
 This used to be the bundled `demo` model. The bundled model is now trained by
 scripts/train_demo_model.py, which runs this script to show that random weights fail
-the word test (tests/test_demo_quality.py). Reproducible: fixed seeds, a corpus embedded
-below, pinned model shape. Needs the development-only packages torch, transformers,
-tokenizers and onnxruntime-genai (its model builder):
+the word test (tests/engine/test_demo_quality.py). Reproducible: fixed seeds, a corpus
+embedded below, pinned model shape. Needs the development-only packages torch,
+transformers, tokenizers and onnxruntime-genai (its model builder):
 
     python scripts/build_demo_model.py --output /tmp/random-demo
 
@@ -14,11 +14,11 @@ The weights are random, so the model generates noise, at a size of 0.8 MB.
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from demo_model.export import export, install
+from demo_model.tokenizer import train_tokenizer
 
 SEED = 20261129
 VOCAB_SIZE = 512
@@ -35,13 +35,6 @@ But soft, what light through yonder window breaks? It is the east, and Juliet is
 the sun. KING HENRY: Once more unto the breach, dear friends, once more.
 0123456789 + - * / = ( ) [ ] { } < > , . ; : ! ? ' " # $ % & @ ^ _ ` | ~
 """
-
-
-def train_tokenizer(out_dir: Path) -> None:
-    # The same byte-level BPE recipe as the trained model, on the embedded corpus.
-    from train_demo_model import train_tokenizer as train_bpe
-
-    train_bpe([CORPUS] * 4, VOCAB_SIZE, CONTEXT_LENGTH, out_dir)
 
 
 def build_llama(out_dir: Path) -> None:
@@ -65,27 +58,6 @@ def build_llama(out_dir: Path) -> None:
     model.save_pretrained(out_dir)
 
 
-def export(hf_dir: Path, output: Path, cache_dir: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "onnxruntime_genai.models.builder",
-            "-i",
-            str(hf_dir),
-            "-o",
-            str(output),
-            "-p",
-            "fp32",
-            "-e",
-            "cpu",
-            "-c",
-            str(cache_dir),
-        ],
-        check=True,
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, required=True)
@@ -93,15 +65,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = Path(tmp, "hf")
         hf_dir.mkdir()
-        train_tokenizer(hf_dir)
+        # The same byte-level BPE recipe as the trained model, on the embedded corpus.
+        train_tokenizer([CORPUS] * 4, VOCAB_SIZE, CONTEXT_LENGTH, hf_dir)
         build_llama(hf_dir)
         staged = Path(tmp, "onnx")
-        export(hf_dir, staged, Path(tmp, "cache"))
-        if args.output.exists():
-            shutil.rmtree(args.output)
-        args.output.mkdir(parents=True)
-        for name in sorted(p.name for p in staged.iterdir()):
-            shutil.copy2(staged / name, args.output / name)
+        export(hf_dir, staged, Path(tmp, "cache"), "fp32")
+        install(staged, args.output)
     total = sum(p.stat().st_size for p in args.output.iterdir())
     print(f"wrote {args.output} ({total / 1e6:.2f} MB)")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the Triton backend and its integration tests (tests/triton_backend/) need:
+# Installs what the Triton backend and its integration tests (tests/triton/) need:
 #   - inferwire's `triton` extra (tritonclient) into the Python environment;
 #   - nvidia-pytriton, only for the real `tritonserver` binary and Python backend that
 #     the tests launch. --no-deps: the wheel pins numpy<2, and its own Python binding

@@ -1,37 +1,25 @@
 """The bundled model writes mostly real words, streamed through the running server.
 
 `tests/data/demo_words.txt` holds every distinct word of the model's training works
-(written by scripts/train_demo_model.py from the corpus, never from generated text).
-The random-weight model this one replaced scores 18.6% here (the trained one 96.5%); see
+(written by scripts/train_demo_model.py from the corpus, never from generated text). The
+prompts, sampling parameters, word normalisation and threshold come from
+scripts/demo_model/quality.py, which the training script uses too. The random-weight
+model this one replaced scores 18.6% here (the trained one 96.5%); see
 server/inferwire/models/demo/MODEL_CARD.md.
 """
 
 from __future__ import annotations
 
-import string
-from pathlib import Path
-
 from inferwire.v1 import inference_pb2 as pb
-
-WORDS_FILE = Path(__file__).resolve().parents[1] / "data" / "demo_words.txt"
-# Keep these in sync with WORD_TEST_* in scripts/train_demo_model.py.
-PROMPTS = ["ROMEO:", "To be, or not", "KING HENRY:", "JULIET:", "First Citizen:"]
-SEEDS = [11, 22, 33, 44, 55]
-MAX_TOKENS = 64
-TEMPERATURE = 0.8
-TOP_P = 0.95
-THRESHOLD = 0.70
-_PUNCTUATION = string.punctuation + "\u2018\u2019\u201c\u201d"
-
-
-def normalize_words(text: str) -> list[str]:
-    """Whitespace-separated words, lower-cased, stripped of surrounding punctuation."""
-    words = []
-    for raw in text.replace("--", " ").split():
-        word = raw.strip(_PUNCTUATION).lower()
-        if word:
-            words.append(word)
-    return words
+from scripts.demo_model.quality import (
+    CASES,
+    MAX_TOKENS,
+    TEMPERATURE,
+    THRESHOLD,
+    TOP_P,
+    WORDS_FILE,
+    known_share,
+)
 
 
 async def complete(stub, model: str, prompt: str, seed: int | None) -> pb.InferStreamResponse:
@@ -50,22 +38,17 @@ async def complete(stub, model: str, prompt: str, seed: int | None) -> pb.InferS
     return last
 
 
-CASES = [(prompt, None) for prompt in PROMPTS] + list(zip(PROMPTS, SEEDS, strict=True))
-
-
 async def word_score(stub, model: str = "demo") -> tuple[float, int, list[str], list[int]]:
     """Over the 10 completions: (share of known words, words, completions, token counts)."""
     vocabulary = set(WORDS_FILE.read_text().split())
-    known = total = 0
-    completions, token_counts = [], []
+    texts, completions, token_counts = [], [], []
     for prompt, seed in CASES:
         last = await complete(stub, model, prompt, seed)
-        words = normalize_words(last.text)
-        known += sum(word in vocabulary for word in words)
-        total += len(words)
+        texts.append(last.text)
         completions.append(f"{prompt!r} (seed {seed}): {last.text!r}")
         token_counts.append(last.usage.completion_tokens)
-    return known / max(total, 1), total, completions, token_counts
+    score, total = known_share(texts, vocabulary)
+    return score, total, completions, token_counts
 
 
 async def test_generated_text_is_mostly_real_words(stub):

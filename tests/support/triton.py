@@ -310,10 +310,4 @@ async def wait_for_record(record_dir: Path, model: str, request_id: str) -> dict
     return record
 
 
-def echo_text(prompt: str, tokens: int) -> str:
-    """What the test models generate: prompt words reversed, cycling, one per token."""
-    words = prompt.split()
-    return " ".join(words[i % len(words)][::-1] for i in range(tokens))
-
-
 PYTHON = sys.executable

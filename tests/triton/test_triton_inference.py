@@ -3,7 +3,8 @@
 import grpc
 import pytest
 
-from tests.support.triton import SKIP_REASON, TRITON_DIR, echo_text, read_record, wait_for_record
+from tests.support.triton import SKIP_REASON, TRITON_DIR, read_record, wait_for_record
+from tests.triton_models.echo_engine import echo_text
 
 if TRITON_DIR is None:
     pytest.skip(SKIP_REASON, allow_module_level=True)

@@ -8,8 +8,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
-from tests.support.triton import SKIP_REASON, TRITON_DIR, echo_text, health_status
+from tests.support.triton import SKIP_REASON, TRITON_DIR, health_status
 from tests.support.waiting import read_rest
+from tests.triton_models.echo_engine import echo_text
 
 if TRITON_DIR is None:
     pytest.skip(SKIP_REASON, allow_module_level=True)

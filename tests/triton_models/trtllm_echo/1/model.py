@@ -10,12 +10,10 @@ prompts longer than its context window.
 """
 
 import json
-import os
-import threading
-import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from echo_engine import Generation, ThreadPerRequest, token_delay_s
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 OPTIONAL_SCALARS = ("temperature", "top_p", "top_k", "random_seed")
@@ -30,23 +28,13 @@ def _scalar(request, name):
     return value if isinstance(value, bytes) else value.item()
 
 
-def _record(model, request_id, record):
-    directory = os.environ.get("INFERWIRE_TRITON_RECORD_DIR")
-    if not directory or not request_id:
-        return
-    path = os.path.join(directory, f"{model}-{request_id}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)
-
-
 def _text_tensor(text):
     return pb_utils.Tensor("text_output", np.array([[text.encode()]], dtype=np.object_))
 
 
-class TritonPythonModel:
+class TritonPythonModel(ThreadPerRequest):
     def initialize(self, args):
-        self.delay_s = float(os.environ.get("INFERWIRE_TRITON_TOKEN_DELAY_S", "0.005"))
+        self.delay_s = token_delay_s()
         self.name = args["model_name"]
         config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
@@ -54,9 +42,7 @@ class TritonPythonModel:
     def execute(self, requests):
         if not self.decoupled:
             return [self._respond(request) for request in requests]
-        for request in requests:
-            threading.Thread(target=self._run, args=(request,), daemon=True).start()
-        return None
+        return super().execute(requests)
 
     def _respond(self, request):
         """Non-decoupled: one response per request, returned from execute."""
@@ -73,13 +59,9 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
         return responses[-1]
 
-    def _run(self, request):
-        sender = request.get_response_sender()
-        try:
-            self._generate(request, sender)
-        except Exception as exc:
-            error = pb_utils.TritonError(f"{type(exc).__name__}: {exc}")
-            sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+    def _fail(self, sender, message):
+        error = pb_utils.TritonError(message)
+        sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def _generate(self, request, sender):
         prompt = _scalar(request, "text_input").decode()
@@ -90,67 +72,35 @@ class TritonPythonModel:
         stops = []
         if stop_tensor is not None:
             stops = [s.decode() for s in stop_tensor.as_numpy().reshape(-1) if s]
-        words = prompt.split() or ["?"]
-        natural_end = 3 * len(words)
-        if len(words) > MAX_PROMPT_WORDS:
+        # TensorRT-LLM keeps the stop word in its output.
+        generation = Generation(prompt, max_tokens, stops, include_stop=True)
+        words = len(generation.words)
+        if words > MAX_PROMPT_WORDS:
             error = pb_utils.TritonError(
-                f"the prompt has {len(words)} words; {self.name} takes at most {MAX_PROMPT_WORDS}",
+                f"the prompt has {words} words; {self.name} takes at most {MAX_PROMPT_WORDS}",
                 pb_utils.TritonError.INVALID_ARG,
             )
             sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
             return
 
-        tokens = 0
-        text = ""
-        cancelled = False
-        finish = None
-        while finish is None:
-            if request.is_cancelled():
-                cancelled = True
-                break
-            if tokens >= max_tokens:
-                finish = "length"
-                break
-            if tokens >= natural_end:
-                finish = "stop"
-                break
-            time.sleep(self.delay_s)
-            word = words[tokens % len(words)][::-1]
-            delta = f" {word}" if text else word
-            text += delta
-            tokens += 1
-            for stop in stops:
-                index = text.find(stop)
-                if index >= 0:
-                    # TensorRT-LLM keeps the stop word in its output.
-                    cut = len(text) - (index + len(stop))
-                    delta = delta[: len(delta) - cut] if cut else delta
-                    text = text[: index + len(stop)]
-                    finish = "stop"
-                    break
+        for delta in generation.run(request.is_cancelled, self.delay_s):
             if stream and delta:
                 sender.send(pb_utils.InferenceResponse(output_tensors=[_text_tensor(delta)]))
-        _record(
+        generation.record(
             self.name,
             request.request_id(),
+            stream,
             {
-                "tokens": tokens,
-                "cancelled": cancelled,
-                "finish": finish,
-                "stream": stream,
-                "params": {
-                    "max_tokens": max_tokens,
-                    "stop": stops,
-                    **{name: _scalar(request, name) for name in OPTIONAL_SCALARS},
-                },
-                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "stop": stops,
+                **{name: _scalar(request, name) for name in OPTIONAL_SCALARS},
             },
         )
-        if cancelled:
+        if generation.cancelled:
             error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
             sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
         elif stream:
             sender.send(flags=FINAL)
         else:
-            full = text if exclude_input else prompt + text
+            full = generation.text if exclude_input else prompt + generation.text
             sender.send(pb_utils.InferenceResponse(output_tensors=[_text_tensor(full)]), FINAL)

@@ -8,12 +8,10 @@ flag with the last response. `num_output_tokens` counts the tokens of each respo
 """
 
 import json
-import os
-import threading
-import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from echo_engine import Generation, ThreadPerRequest, token_delay_s
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -23,32 +21,13 @@ def _flag(request, name):
     return bool(tensor.as_numpy().reshape(-1)[0]) if tensor is not None else False
 
 
-def _record(model, request_id, record):
-    directory = os.environ.get("INFERWIRE_TRITON_RECORD_DIR")
-    if not directory or not request_id:
-        return
-    path = os.path.join(directory, f"{model}-{request_id}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f)
-    os.replace(path + ".tmp", path)
-
-
-class TritonPythonModel:
+class TritonPythonModel(ThreadPerRequest):
     def initialize(self, args):
-        self.delay_s = float(os.environ.get("INFERWIRE_TRITON_TOKEN_DELAY_S", "0.005"))
+        self.delay_s = token_delay_s()
 
-    def execute(self, requests):
-        for request in requests:
-            threading.Thread(target=self._run, args=(request,), daemon=True).start()
-        return None
-
-    def _run(self, request):
-        sender = request.get_response_sender()
-        try:
-            self._generate(request, sender)
-        except Exception as exc:
-            error = pb_utils.TritonError(f"{type(exc).__name__}: {exc}")
-            sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+    def _fail(self, sender, message):
+        error = pb_utils.TritonError(message)
+        sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def _generate(self, request, sender):
         prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
@@ -63,8 +42,8 @@ class TritonPythonModel:
         include_stop = bool(params.get("include_stop_str_in_output", False))
         max_tokens = int(params.get("max_tokens", 16))
         prepend = not _flag(request, "exclude_input_in_output") and not stream
-        words = prompt.split() or ["?"]
-        natural_end = 3 * len(words)
+        generation = Generation(prompt, max_tokens, stops, include_stop)
+        input_tokens = len(generation.words)
         flags = {
             name: _flag(request, f"return_{name}")
             for name in ("finish_reason", "num_input_tokens", "num_output_tokens")
@@ -78,7 +57,7 @@ class TritonPythonModel:
                 )
             if flags["num_input_tokens"]:
                 tensors.append(
-                    pb_utils.Tensor("num_input_tokens", np.array([len(words)], dtype=np.uint32))
+                    pb_utils.Tensor("num_input_tokens", np.array([input_tokens], dtype=np.uint32))
                 )
             if flags["num_output_tokens"]:
                 tensors.append(
@@ -86,47 +65,14 @@ class TritonPythonModel:
                 )
             return pb_utils.InferenceResponse(output_tensors=tensors)
 
-        tokens = 0
         sent_tokens = 0
-        text = ""
-        finish = None
-        cancelled = False
-        while finish is None:
-            if request.is_cancelled():
-                cancelled = True
-                break
-            if tokens >= max_tokens:
-                finish = "length"
-                break
-            if tokens >= natural_end:
-                finish = "stop"
-                break
-            time.sleep(self.delay_s)
-            word = words[tokens % len(words)][::-1]
-            text = f"{text} {word}" if text else word
-            tokens += 1
-            for stop in stops:
-                index = text.find(stop)
-                if index >= 0:
-                    text = text[: index + len(stop)] if include_stop else text[:index]
-                    finish = "stop"
-                    break
-            if stream and finish is None:
-                sender.send(response(text, tokens - sent_tokens, None))
-                sent_tokens = tokens
-        _record(
-            "vllm_echo",
-            request.request_id(),
-            {
-                "tokens": tokens,
-                "cancelled": cancelled,
-                "finish": finish,
-                "stream": stream,
-                "params": params,
-                "prompt": prompt,
-            },
-        )
-        if cancelled:
+        for _ in generation.run(request.is_cancelled, self.delay_s):
+            if stream and generation.finish is None:
+                sender.send(response(generation.text, generation.tokens - sent_tokens, None))
+                sent_tokens = generation.tokens
+        generation.record("vllm_echo", request.request_id(), stream, params)
+        text, tokens, finish = generation.text, generation.tokens, generation.finish
+        if generation.cancelled:
             error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
             sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
         elif stream:

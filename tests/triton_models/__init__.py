@@ -1,0 +1,1 @@
+"""A package only so that the Triton tests can import `echo_engine`; Triton ignores it."""
