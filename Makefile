@@ -43,7 +43,7 @@ $(TOOLS_STAMP): scripts/install_tools.sh
 
 triton: $(TRITON_STAMP)
 
-# A real tritonserver for tests/triton_backend/: nvidia-pytriton (--no-deps) plus the
+# A real tritonserver for tests/triton/: nvidia-pytriton (--no-deps) plus the
 # Debian packages its Python backend stub needs (apt, via sudo when not root).
 $(TRITON_STAMP): scripts/install_triton.sh $(STAMP)
 	scripts/install_triton.sh $(BIN)/python

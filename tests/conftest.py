@@ -1,13 +1,21 @@
-"""Marks every test with its tier, taken from its folder (see pyproject's markers).
+"""Marks every test with its tier, taken from its folder (see pyproject's markers), and
+gives every tier the same stubs over its own channel.
 
 `pytest -m unit` (or `make check`) runs only the quick tier; the folders are the tiers.
+A tier that serves inferwire defines a session-scoped `channel` to its server; `stub`
+and `health_stub` are cheap, so they are function-scoped here and always use the
+channel of the requesting test's tier.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2_grpc
+
+from inferwire.v1 import inference_pb2_grpc
 
 TIERS = ("unit", "engine", "triton", "polyglot")
 TESTS = Path(__file__).resolve().parent
@@ -18,3 +26,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         tier = item.path.relative_to(TESTS).parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture
+def stub(channel: grpc.aio.Channel) -> inference_pb2_grpc.InferenceServiceStub:
+    return inference_pb2_grpc.InferenceServiceStub(channel)
+
+
+@pytest.fixture
+def health_stub(channel: grpc.aio.Channel) -> health_pb2_grpc.HealthStub:
+    return health_pb2_grpc.HealthStub(channel)

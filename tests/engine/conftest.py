@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2_grpc
 
 from inferwire.api.server import InferwireServer
 from inferwire.v1 import inference_pb2_grpc
@@ -34,16 +33,6 @@ def target(server: InferwireServer) -> str:
 async def channel(target: str) -> AsyncIterator[grpc.aio.Channel]:
     async with grpc.aio.insecure_channel(target) as channel:
         yield channel
-
-
-@pytest.fixture(scope="session")
-def stub(channel: grpc.aio.Channel) -> inference_pb2_grpc.InferenceServiceStub:
-    return inference_pb2_grpc.InferenceServiceStub(channel)
-
-
-@pytest.fixture(scope="session")
-def health_stub(channel: grpc.aio.Channel) -> health_pb2_grpc.HealthStub:
-    return health_pb2_grpc.HealthStub(channel)
 
 
 @pytest.fixture

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2_grpc
 
 from inferwire.api.server import InferwireServer
-from inferwire.v1 import inference_pb2_grpc
 from tests.support.triton import (
     GUARD_ARGS,
     GUARD_HEADER,
@@ -81,20 +79,8 @@ async def gateway(triton_servers: dict[str, TritonServer]) -> AsyncIterator[Infe
     await server.stop(grace_s=1)
 
 
-# channel, stub and health_stub shadow the root conftest's on purpose: those are
-# session-scoped and bound to the ONNX server, and pytest would hand their cached
-# values to these tests if only the server fixture were overridden.
+# The Triton tier's own channel: tests/conftest.py builds `stub` and `health_stub` on it.
 @pytest.fixture(scope="session")
 async def channel(gateway: InferwireServer) -> AsyncIterator[grpc.aio.Channel]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{gateway.port}") as channel:
         yield channel
-
-
-@pytest.fixture(scope="session")
-def stub(channel: grpc.aio.Channel) -> inference_pb2_grpc.InferenceServiceStub:
-    return inference_pb2_grpc.InferenceServiceStub(channel)
-
-
-@pytest.fixture(scope="session")
-def health_stub(channel: grpc.aio.Channel) -> health_pb2_grpc.HealthStub:
-    return health_pb2_grpc.HealthStub(channel)

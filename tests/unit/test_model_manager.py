@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -176,14 +177,20 @@ async def test_limits_the_model_sets_are_field_violations():
     assert "allows at most 32" in str(raised.value)
 
 
+async def hold_one_and_queue_one(harness: Harness) -> tuple[asyncio.Task[Any], ...]:
+    """One request holding model m's only slot (its gate closed), and one queued behind it."""
+    harness.backends["m"].generation_gate.close()
+    holding = asyncio.create_task(harness.manager.infer(request()))
+    await harness.backends["m"].started.wait()
+    queued = asyncio.create_task(harness.manager.infer(request()))
+    await asyncio.sleep(0)
+    return holding, queued
+
+
 async def test_a_full_queue_is_refused_and_queued_requests_run_when_a_slot_frees():
     async with running(Harness(spec("m", startup=True, concurrency=1, queue=1))) as harness:
         backend = harness.backends["m"]
-        backend.generation_gate.close()
-        running_request = asyncio.create_task(harness.manager.infer(request()))
-        await backend.started.wait()
-        queued = asyncio.create_task(harness.manager.infer(request()))
-        await asyncio.sleep(0)
+        running_request, queued = await hold_one_and_queue_one(harness)
         report = (await harness.manager.health_report("m")).models[0]
         assert (report.inflight, report.queued) == (1, 1)
         with pytest.raises(QueueFullError, match="max_queue 1"):
@@ -214,11 +221,7 @@ async def test_unload_refuses_new_requests_at_once_and_waits_for_inflight_ones()
 async def test_a_queued_request_whose_model_starts_unloading_is_refused_not_run():
     async with running(Harness(spec("m", startup=True, concurrency=1, queue=4))) as harness:
         backend = harness.backends["m"]
-        backend.generation_gate.close()
-        first = asyncio.create_task(harness.manager.infer(request()))
-        await backend.started.wait()
-        queued = asyncio.create_task(harness.manager.infer(request()))
-        await asyncio.sleep(0)
+        first, queued = await hold_one_and_queue_one(harness)
         unloading = asyncio.create_task(harness.manager.unload("m"))
         await asyncio.sleep(0)
         backend.generation_gate.open()

@@ -21,6 +21,7 @@ from tests.support.status import bad_request_fields
 
 SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
 Code = grpc.StatusCode
+RPCS_WITH_A_MODEL = ("LoadModel", "UnloadModel", "Infer", "InferStream", "Health")
 
 
 def test_every_rpc_of_the_service_goes_through_the_error_mapping():
@@ -51,24 +52,22 @@ async def call(stub: inference_pb2_grpc.InferenceServiceStub, rpc: str, message:
     return await getattr(stub, rpc)(request_type(**message))
 
 
-@pytest.mark.parametrize("rpc", ["LoadModel", "UnloadModel", "Infer", "InferStream", "Health"])
-async def test_unknown_model_is_not_found_on_every_rpc(served, rpc):
+@pytest.mark.parametrize(
+    ("rpc", "model", "code"),
+    [(rpc, "ghost", Code.NOT_FOUND) for rpc in RPCS_WITH_A_MODEL]
+    # An empty model in Health asks about every model, so it is no error there.
+    + [(rpc, "", Code.INVALID_ARGUMENT) for rpc in RPCS_WITH_A_MODEL if rpc != "Health"],
+)
+async def test_unknown_and_empty_model_names_get_their_codes_on_every_rpc(served, rpc, model, code):
     stub, _, _ = served
-    message = {"model": "ghost", "prompt": "hi"} if "Infer" in rpc else {"model": "ghost"}
+    message = {"model": model, "prompt": "hi"} if "Infer" in rpc else {"model": model}
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await call(stub, rpc, message)
-    assert raised.value.code() is Code.NOT_FOUND
-    assert "'ghost' is not configured" in raised.value.details()
-
-
-@pytest.mark.parametrize("rpc", ["LoadModel", "UnloadModel", "Infer", "InferStream"])
-async def test_empty_model_is_invalid_argument_naming_the_field(served, rpc):
-    stub, _, _ = served
-    message = {"model": "", "prompt": "hi"} if "Infer" in rpc else {"model": ""}
-    with pytest.raises(grpc.aio.AioRpcError) as raised:
-        await call(stub, rpc, message)
-    assert raised.value.code() is Code.INVALID_ARGUMENT
-    assert bad_request_fields(raised.value) == ["model"]
+    assert raised.value.code() is code
+    if model:
+        assert "'ghost' is not configured" in raised.value.details()
+    else:
+        assert bad_request_fields(raised.value) == ["model"]
 
 
 @pytest.mark.parametrize("rpc", ["Infer", "InferStream"])
