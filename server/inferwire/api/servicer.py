@@ -20,6 +20,7 @@ from inferwire.api.converters import (
     timing_to_proto,
     usage_to_proto,
 )
+from inferwire.api.request_log import logged_request
 from inferwire.api.status import maps_errors_on_every_rpc
 from inferwire.core.manager import ModelManager
 from inferwire.v1 import inference_pb2 as pb
@@ -51,7 +52,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Infer(
         self, request: pb.InferRequest, context: grpc.aio.ServicerContext
     ) -> pb.InferResponse:
-        result = await self._manager.infer(request_from_proto(request, context.time_remaining()))
+        domain_request = request_from_proto(request, context.time_remaining())
+        with logged_request(domain_request) as account:
+            result = await self._manager.infer(domain_request, account)
         return pb.InferResponse(
             request_id=result.request_id,
             model=result.model,
@@ -65,21 +68,21 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def InferStream(
         self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
     ) -> None:
-        request_id, chunks = self._manager.infer_stream(
-            request_from_proto(request, context.time_remaining())
-        )
-        async with contextlib.aclosing(chunks):
-            async for chunk in chunks:
-                message = pb.InferStreamResponse(
-                    request_id=request_id, model=request.model, text=chunk.text
-                )
-                if chunk.finish_reason is not None:
-                    message.finish_reason = FINISH_REASON[chunk.finish_reason]
-                if chunk.usage is not None:
-                    message.usage.CopyFrom(usage_to_proto(chunk.usage))
-                if chunk.timing is not None:
-                    message.timing.CopyFrom(timing_to_proto(chunk.timing))
-                await _write(context, message)
+        domain_request = request_from_proto(request, context.time_remaining())
+        with logged_request(domain_request) as account:
+            request_id, chunks = self._manager.infer_stream(domain_request, account)
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    message = pb.InferStreamResponse(
+                        request_id=request_id, model=request.model, text=chunk.text
+                    )
+                    if chunk.finish_reason is not None:
+                        message.finish_reason = FINISH_REASON[chunk.finish_reason]
+                    if chunk.usage is not None:
+                        message.usage.CopyFrom(usage_to_proto(chunk.usage))
+                    if chunk.timing is not None:
+                        message.timing.CopyFrom(timing_to_proto(chunk.timing))
+                    await _write(context, message)
 
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext

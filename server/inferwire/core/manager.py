@@ -36,6 +36,7 @@ from inferwire.core.types import (
     ModelHealthReport,
     ModelState,
     ModelStatus,
+    RequestAccount,
     StreamChunk,
     TextDelta,
     Timing,
@@ -43,7 +44,6 @@ from inferwire.core.types import (
 from inferwire.core.validation import RequestLimits, require_model_name, validate_inference_request
 
 log = logging.getLogger(__name__)
-request_log = logging.getLogger("inferwire.requests")
 
 HealthListener = Callable[[dict[str, bool]], Awaitable[None]]
 
@@ -233,10 +233,12 @@ class ModelManager:
 
     # ---- inference -------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResult:
-        """Unary generation through the backend's own `infer`."""
-        request = self._with_request_id(request)
-        async with self._admit(request) as run:
+    async def infer(
+        self, request: InferenceRequest, account: RequestAccount | None = None
+    ) -> InferenceResult:
+        """Unary generation through the backend's own `infer`; `account` records what it did."""
+        request = self._with_request_id(request, account)
+        async with self._admit(request, account or RequestAccount()) as run:
             text, end = await join(self._events(run, unary=True))
             run.outcome = end.finish_reason.value
             return InferenceResult(
@@ -250,14 +252,16 @@ class ModelManager:
             )
 
     def infer_stream(
-        self, request: InferenceRequest
+        self, request: InferenceRequest, account: RequestAccount | None = None
     ) -> tuple[str, AsyncGenerator[StreamChunk, None]]:
         """Return the request ID in use and its chunks; the last chunk carries the outcome."""
-        request = self._with_request_id(request)
-        return request.request_id, self._stream(request)
+        request = self._with_request_id(request, account)
+        return request.request_id, self._stream(request, account or RequestAccount())
 
-    async def _stream(self, request: InferenceRequest) -> AsyncGenerator[StreamChunk, None]:
-        async with self._admit(request) as run:
+    async def _stream(
+        self, request: InferenceRequest, account: RequestAccount
+    ) -> AsyncGenerator[StreamChunk, None]:
+        async with self._admit(request, account) as run:
             events = self._events(run, unary=False)
             async with contextlib.aclosing(events):
                 async for event in events:
@@ -279,11 +283,19 @@ class ModelManager:
         return stop_at_sequences(run_backend(run.job, run.record), run.job.params.stop, run.record)
 
     @staticmethod
-    def _with_request_id(request: InferenceRequest) -> InferenceRequest:
-        return request if request.request_id else replace(request, request_id=uuid.uuid4().hex)
+    def _with_request_id(
+        request: InferenceRequest, account: RequestAccount | None
+    ) -> InferenceRequest:
+        if not request.request_id:
+            request = replace(request, request_id=uuid.uuid4().hex)
+        if account is not None:
+            account.request_id, account.model = request.request_id, request.model
+        return request
 
     @contextlib.asynccontextmanager
-    async def _admit(self, request: InferenceRequest) -> AsyncIterator[_Run]:
+    async def _admit(
+        self, request: InferenceRequest, account: RequestAccount
+    ) -> AsyncIterator[_Run]:
         """Validate, queue for a slot, and account for one request, unary or streamed."""
         arrived = time.perf_counter()
         validate_inference_request(request, self._limits)
@@ -301,20 +313,11 @@ class ModelManager:
             finally:
                 record = run.record
                 model.generated_tokens_total += record.completion_tokens
-                request_log.info(
-                    "request finished",
-                    extra={
-                        "request_id": request.request_id,
-                        "model": request.model,
-                        "outcome": run.outcome,
-                        "prompt_tokens": record.prompt_tokens,
-                        "completion_tokens": record.completion_tokens,
-                        "cancelled": run.outcome == "cancelled",
-                        "tokens_after_cancel": record.tokens_after_cancel,
-                        "queue_ms": round((run.started - arrived) * 1e3, 3),
-                        "total_ms": round((time.perf_counter() - arrived) * 1e3, 3),
-                    },
-                )
+                account.outcome = run.outcome
+                account.prompt_tokens = record.prompt_tokens
+                account.completion_tokens = record.completion_tokens
+                account.tokens_after_cancel = record.tokens_after_cancel
+                account.queue_ms = (run.started - arrived) * 1e3
 
     @contextlib.asynccontextmanager
     async def _slot(self, model: _ManagedModel) -> AsyncIterator[None]:
