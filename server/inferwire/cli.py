@@ -60,15 +60,46 @@ def serve(
         typer.Option("--config", "-c", envvar="INFERWIRE_CONFIG", help="YAML configuration file."),
     ] = None,
     address: Annotated[
-        str | None, typer.Option("--address", "-a", help="Listen address (default 0.0.0.0:50051).")
+        str | None,
+        typer.Option(
+            "--address",
+            "-a",
+            metavar="HOST:PORT",
+            help="Address to listen on (default 0.0.0.0:50051; port 0 picks a free one).",
+        ),
     ] = None,
     grace_period: Annotated[
-        float | None, typer.Option("--grace-period", help="Drain time on SIGTERM, seconds.")
+        float | None,
+        typer.Option(
+            "--grace-period",
+            metavar="SECONDS",
+            help="How long in-flight RPCs may finish after SIGTERM (default 30).",
+        ),
     ] = None,
-    log_format: Annotated[str | None, typer.Option("--log-format", help="json or text.")] = None,
-    log_level: Annotated[str | None, typer.Option("--log-level")] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            metavar="FORMAT",
+            help="auto (text on a terminal, JSON lines otherwise; the default), json or text.",
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            "--log-level",
+            metavar="LEVEL",
+            help="CRITICAL, ERROR, WARNING, INFO (the default) or DEBUG, in any case.",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the configured models (by default the bundled `demo` model)."""
+    """Serve the configured models (by default the bundled `demo` model).
+
+    Exit status: 0 after a drain on SIGTERM or SIGINT; 1 when the address cannot be
+    listened on or a start-up model fails to load (unless server.exit_on_startup_failure
+    is false); 2 for an invalid configuration.
+    """
+    from inferwire.api.server import StartupLoadError
     from inferwire.api.server import serve as run_server
     from inferwire.config import load_settings
     from inferwire.core.errors import ConfigurationError
@@ -83,15 +114,15 @@ def serve(
     overrides = {k: v for k, v in flags.items() if v is not None}
     try:
         settings = load_settings(config, **({"server": overrides} if overrides else {}))
-    except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"error: invalid configuration: {exc}", err=True)
-        raise typer.Exit(2) from None
-    configure_logging(settings.server.log_level, settings.server.log_format)
-    try:
+        configure_logging(settings.server.log_level, settings.server.log_format)
         asyncio.run(run_server(settings))
     except ConfigurationError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: invalid configuration: {exc}", err=True)
         raise typer.Exit(2) from None
+    except StartupLoadError as exc:
+        for name, why in exc.failures.items():
+            typer.echo(f"error: model {name!r} failed to load: {why}", err=True)
+        raise typer.Exit(1) from None
     except OSError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
