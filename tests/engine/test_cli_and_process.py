@@ -1,6 +1,7 @@
 """A real `inferwire serve` process: the CLI against it, and graceful shutdown on SIGTERM."""
 
 import asyncio
+import re
 import signal
 
 import grpc
@@ -58,21 +59,35 @@ def test_cli_infer_unary_and_stream(served):
     )  # fmt: skip
     assert unary.returncode == 0, unary.stderr
     assert unary.stdout.strip()
-    assert '"completionTokens": 16' in unary.stderr
+    usage = r"finish_reason=LENGTH prompt_tokens=\d+ completion_tokens=16 queue_ms=\d+\.\d "
+    usage += r"ttft_ms=\d+\.\d total_ms=\d+\.\d request_id=[0-9a-f]{32}\n"
+    assert re.fullmatch(usage, unary.stderr), unary.stderr
     streamed = run_cli(
         "infer", "demo", "Hello", "--stream", "--max-tokens", "16", "--temperature", "0",
-        "--address", served.target,
+        "--usage", "--address", served.target,
     )  # fmt: skip
     assert streamed.returncode == 0, streamed.stderr
     assert streamed.stdout == unary.stdout
+    assert re.fullmatch(usage, streamed.stderr), streamed.stderr
 
 
-def test_cli_reports_invalid_argument_with_the_field(served):
+def test_cli_infer_reads_the_prompt_from_standard_input(served):
     wait_serving(served.target)
-    result = run_cli("infer", "demo", "", "--top-p", "3", "--address", served.target)
+    args = ("--max-tokens", "16", "--temperature", "0", "--address", served.target)
+    from_argument = run_cli("infer", "demo", "KING HENRY:\n", *args)
+    from_stdin = run_cli("infer", "demo", "-", *args, stdin="KING HENRY:\n")
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    assert from_stdin.stdout == from_argument.stdout
+    assert from_stdin.stdout.strip()
+
+
+def test_cli_reports_invalid_argument_with_each_field_once(served):
+    wait_serving(served.target)
+    result = run_cli("infer", "demo", "", "--stop", "", "--address", served.target)
     assert result.returncode == 1
-    assert "INVALID_ARGUMENT" in result.stderr
-    assert "prompt:" in result.stderr and "parameters.top_p:" in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "error: INVALID_ARGUMENT: 2 invalid fields"
+    assert [line.split(":")[0] for line in lines[1:]] == ["  prompt", "  parameters.stop[0]"]
 
 
 def test_cli_models_unload_and_load(served):
@@ -82,8 +97,9 @@ def test_cli_models_unload_and_load(served):
     unloaded = run_cli("models", "unload", "demo", "--address", served.target)
     assert "MODEL_STATE_UNLOADED" in unloaded.stdout
     assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 1
-    refused = run_cli("infer", "demo", "Hi", "--address", served.target)
+    refused = run_cli("infer", "demo", "Hi", env={"INFERWIRE_ADDRESS": served.target})
     assert refused.returncode == 1 and "FAILED_PRECONDITION" in refused.stderr
+    assert refused.stderr.endswith("\nhint: inferwire models load demo\n")
     loaded = run_cli("models", "load", "demo", "--address", served.target)
     assert "MODEL_STATE_READY" in loaded.stdout
     assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 0
