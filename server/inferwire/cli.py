@@ -4,71 +4,186 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import grpc
 import typer
-from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
+from typer.core import TyperCommand, TyperGroup
 
+from inferwire import __version__
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
-app = typer.Typer(help="inferwire: a gRPC inference service.", no_args_is_help=True)
-models_app = typer.Typer(help="List, load and unload models.", no_args_is_help=True)
+
+def _without_flag_types(params: list[Any]) -> list[Any]:
+    # typer prints a `<bool>` type after every flag; a flag takes no value, so show none.
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    """A command whose help reads `Usage: inferwire infer [OPTIONS] MODEL [PROMPT]`."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        # typer writes a required argument as `{MODEL}`; the convention is plain MODEL.
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _without_flag_types(super().get_params(ctx))
+
+
+app = typer.Typer(help="inferwire: a gRPC inference service.", no_args_is_help=True, cls=_Group)
+models_app = typer.Typer(help="List, load and unload models.", no_args_is_help=True, cls=_Group)
 app.add_typer(models_app, name="models")
 
 DEFAULT_TARGET = "localhost:50051"
-AddressOption = Annotated[str, typer.Option("--address", "-a", help="Server address, host:port.")]
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="RPC deadline in seconds.")]
+ADDRESS_ENV = "INFERWIRE_ADDRESS"
+AddressOption = Annotated[
+    str,
+    typer.Option(
+        "--address", "-a", envvar=ADDRESS_ENV, metavar="HOST:PORT", help="Server to call."
+    ),
+]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", min=0, metavar="SECONDS", help="RPC deadline.")
+]
+ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help="Model name.")]
+
+# The ranges the server accepts, so a mistake is refused here with the option's name.
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+
+
+def _version(show: bool) -> None:
+    if show:
+        typer.echo(f"inferwire {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """inferwire: a gRPC inference service."""
+
+
+def _command_line(*words: str, address: str) -> str:
+    """The inferwire command to run next, against the same server."""
+    if address != os.environ.get(ADDRESS_ENV, DEFAULT_TARGET):
+        words = (*words, "--address", address)
+    return " ".join(("inferwire", *words))
 
 
 @contextlib.contextmanager
-def _connect(address: str) -> Iterator[grpc.Channel]:
-    """A channel to the server; a failed RPC inside prints its status and exits 1."""
+def _connect(address: str, model: str | None = None) -> Iterator[grpc.Channel]:
+    """A channel to the server; a failed RPC inside prints its status and exits 1.
+
+    `model` is the model the RPC runs on, for the hint to load it when it is not loaded.
+    """
     with grpc.insecure_channel(address) as channel:
         try:
             yield channel
         except grpc.RpcError as error:
-            _fail(error)
+            hint = None
+            if error.code() == grpc.StatusCode.NOT_FOUND:
+                hint = _command_line("models", "list", address=address)
+            elif error.code() == grpc.StatusCode.FAILED_PRECONDITION and model:
+                hint = _command_line("models", "load", model, address=address)
+            _fail(error, hint)
 
 
-def _fail(error: grpc.RpcError) -> NoReturn:
-    """Print a failed RPC's code, message and field violations; exit 1."""
-    typer.echo(f"error: {error.code().name}: {error.details()}", err=True)
+def _field_violations(error: grpc.RpcError) -> list[Any]:
     status = rpc_status.from_call(error)
-    if status is not None:
-        for detail in status.details:
-            if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                bad_request = error_details_pb2.BadRequest()
-                detail.Unpack(bad_request)
-                for violation in bad_request.field_violations:
-                    typer.echo(f"  {violation.field}: {violation.description}", err=True)
+    violations: list[Any] = []
+    for detail in status.details if status is not None else []:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad_request = error_details_pb2.BadRequest()
+            detail.Unpack(bad_request)
+            violations.extend(bad_request.field_violations)
+    return violations
+
+
+def _fail(error: grpc.RpcError, hint: str | None = None) -> NoReturn:
+    """Print a failed RPC's code and message, or one line per field violation; exit 1."""
+    violations = _field_violations(error)
+    summary = error.details()
+    if violations:  # the message only lists them again
+        summary = f"{len(violations)} invalid field{'s' if len(violations) > 1 else ''}"
+    typer.echo(f"error: {error.code().name}: {summary}", err=True)
+    for violation in violations:
+        typer.echo(f"  {violation.field}: {violation.description}", err=True)
+    if hint:
+        typer.echo(f"hint: {hint}", err=True)
     raise typer.Exit(1)
 
 
-@app.command()
+@app.command(cls=_Command)
 def serve(
     config: Annotated[
         Path | None,
         typer.Option("--config", "-c", envvar="INFERWIRE_CONFIG", help="YAML configuration file."),
     ] = None,
     address: Annotated[
-        str | None, typer.Option("--address", "-a", help="Listen address (default 0.0.0.0:50051).")
+        str | None,
+        typer.Option(
+            "--address",
+            "-a",
+            metavar="HOST:PORT",
+            help="Address to listen on (default 0.0.0.0:50051; port 0 picks a free one).",
+        ),
     ] = None,
     grace_period: Annotated[
-        float | None, typer.Option("--grace-period", help="Drain time on SIGTERM, seconds.")
+        float | None,
+        typer.Option(
+            "--grace-period",
+            metavar="SECONDS",
+            help="How long in-flight RPCs may finish after SIGTERM (default 30).",
+        ),
     ] = None,
-    log_format: Annotated[str | None, typer.Option("--log-format", help="json or text.")] = None,
-    log_level: Annotated[str | None, typer.Option("--log-level")] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            metavar="FORMAT",
+            help="auto (text on a terminal, JSON lines otherwise; the default), json or text.",
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            "--log-level",
+            metavar="LEVEL",
+            help="CRITICAL, ERROR, WARNING, INFO (the default) or DEBUG, in any case.",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the configured models (by default the bundled `demo` model)."""
+    """Serve the configured models (by default the bundled `demo` model).
+
+    Exit status: 0 after a drain on SIGTERM or SIGINT; 1 when the address cannot be
+    listened on or a start-up model fails to load (unless server.exit_on_startup_failure
+    is false); 2 for an invalid configuration.
+    """
+    from inferwire.api.server import StartupLoadError
     from inferwire.api.server import serve as run_server
     from inferwire.config import load_settings
     from inferwire.core.errors import ConfigurationError
@@ -83,15 +198,15 @@ def serve(
     overrides = {k: v for k, v in flags.items() if v is not None}
     try:
         settings = load_settings(config, **({"server": overrides} if overrides else {}))
-    except (FileNotFoundError, ValueError) as exc:
-        typer.echo(f"error: invalid configuration: {exc}", err=True)
-        raise typer.Exit(2) from None
-    configure_logging(settings.server.log_level, settings.server.log_format)
-    try:
+        configure_logging(settings.server.log_level, settings.server.log_format)
         asyncio.run(run_server(settings))
     except ConfigurationError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: invalid configuration: {exc}", err=True)
         raise typer.Exit(2) from None
+    except StartupLoadError as exc:
+        for name, why in exc.failures.items():
+            typer.echo(f"error: model {name!r} failed to load: {why}", err=True)
+        raise typer.Exit(1) from None
     except OSError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -102,31 +217,132 @@ def _as_stream_request(request: pb.InferRequest) -> pb.InferStreamRequest:
     return pb.InferStreamRequest.FromString(request.SerializeToString())
 
 
-@app.command()
+def _above_zero(value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise typer.BadParameter(f"{value} is not in the range 0<x<=1.")
+    return value
+
+
+def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt from the argument, standard input (`-`) or a UTF-8 file, verbatim."""
+    if (prompt is None) == (prompt_file is None):
+        raise typer.BadParameter(
+            "give the prompt once: as PROMPT, as '-' to read standard input, "
+            "or with --prompt-file PATH",
+            param_hint="PROMPT",
+        )
+    if prompt == "-" or prompt_file == Path("-"):
+        return sys.stdin.read()
+    if prompt_file is None:
+        return str(prompt)
+    try:
+        return prompt_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--prompt-file") from None
+
+
+def _usage_line(final: pb.InferResponse | pb.InferStreamResponse) -> str:
+    """Outcome, usage and timing as `key=value` pairs, with times in 0.1 ms."""
+    reason = pb.FinishReason.Name(final.finish_reason).removeprefix("FINISH_REASON_")
+    timing = final.timing
+    return (
+        f"finish_reason={reason} prompt_tokens={final.usage.prompt_tokens} "
+        f"completion_tokens={final.usage.completion_tokens} queue_ms={timing.queue_ms:.1f} "
+        f"ttft_ms={timing.time_to_first_token_ms:.1f} total_ms={timing.total_ms:.1f} "
+        f"request_id={final.request_id}"
+    )
+
+
+@app.command(cls=_Command)
 def infer(
-    model: Annotated[str, typer.Argument(help="Model name.")],
-    prompt: Annotated[str, typer.Argument(help="Prompt text.")],
+    model: ModelArgument,
+    prompt: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="PROMPT",
+            show_default=False,
+            help="Prompt text, or - to read it from standard input (arguments are limited "
+            "to about 128 KiB; use - or --prompt-file for more).",
+        ),
+    ] = None,
+    prompt_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--prompt-file",
+            "-f",
+            dir_okay=False,
+            allow_dash=True,
+            metavar="PATH",
+            help="Read the prompt from this UTF-8 file (- for standard input), verbatim.",
+        ),
+    ] = None,
     stream: Annotated[
-        bool, typer.Option("--stream", help="Print text as it is generated.")
+        bool, typer.Option("--stream", help="Print text as it is generated (InferStream).")
     ] = False,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens")] = None,
-    temperature: Annotated[float | None, typer.Option("--temperature")] = None,
-    top_p: Annotated[float | None, typer.Option("--top-p")] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", min=0, max=2**32 - 1)] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens", min=1, max=INT32_MAX, help="Most tokens to generate (model default)."
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            "--temperature", min=0, help="Sampling temperature; 0 is greedy (model default)."
+        ),
+    ] = None,
+    top_p: Annotated[
+        float | None,
+        typer.Option(
+            "--top-p",
+            min=0,
+            max=1,
+            callback=_above_zero,
+            help="Nucleus sampling: keep the likeliest tokens up to this probability, in (0, 1].",
+        ),
+    ] = None,
+    top_k: Annotated[
+        int | None,
+        typer.Option(
+            "--top-k",
+            min=0,
+            max=INT32_MAX,
+            help="Sample from the k likeliest tokens; 0 means no limit (model default).",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed",
+            min=0,
+            max=UINT32_MAX,
+            help="Random seed, for repeatable sampling (the embedded engine takes up to "
+            f"{INT32_MAX}).",
+        ),
+    ] = None,
     stop: Annotated[
-        list[str] | None, typer.Option("--stop", help="Stop string; repeatable.")
+        list[str] | None,
+        typer.Option("--stop", metavar="TEXT", help="End the text where this appears; repeatable."),
     ] = None,
     context: Annotated[
-        list[str] | None, typer.Option("--context", help="Context passage; repeatable.")
+        list[str] | None,
+        typer.Option(
+            "--context",
+            metavar="TEXT",
+            help="A source passage placed before the prompt; repeatable.",
+        ),
     ] = None,
     show_usage: Annotated[
-        bool, typer.Option("--usage", help="Print finish reason, usage and timing to stderr.")
+        bool,
+        typer.Option(
+            "--usage", help="Print finish reason, token counts and timing to standard error."
+        ),
     ] = False,
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 300.0,
 ) -> None:
-    """Generate text from MODEL for PROMPT."""
+    """Generate text from MODEL for PROMPT; the text goes to standard output."""
+    text = _read_prompt(prompt, prompt_file)
     params = pb.GenerationParameters(stop=stop or [])
     for name, value in (
         ("max_tokens", max_tokens),
@@ -137,11 +353,11 @@ def infer(
     ):
         if value is not None:
             setattr(params, name, value)
-    request = pb.InferRequest(model=model, prompt=prompt, context=context or [], parameters=params)
-    with _connect(address) as channel:
+    request = pb.InferRequest(model=model, prompt=text, context=context or [], parameters=params)
+    final: pb.InferResponse | pb.InferStreamResponse | None = None
+    with _connect(address, model=model) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         if stream:
-            final = None
             for message in stub.InferStream(_as_stream_request(request), timeout=timeout):
                 sys.stdout.write(message.text)
                 sys.stdout.flush()
@@ -151,19 +367,21 @@ def infer(
             final = stub.Infer(request, timeout=timeout)
             typer.echo(final.text)
     if show_usage and final is not None:
-        summary = {
-            "request_id": final.request_id,
-            "finish_reason": pb.FinishReason.Name(final.finish_reason),
-            "usage": json_format.MessageToDict(final.usage),
-            "timing": json_format.MessageToDict(final.timing),
-        }
-        typer.echo(json.dumps(summary), err=True)
+        typer.echo(_usage_line(final), err=True)
 
 
-@app.command()
+@app.command(cls=_Command)
 def health(
     service: Annotated[
-        str, typer.Option("--service", "-s", help="'' (server), or model/<name>.")
+        str,
+        typer.Option(
+            "--service",
+            "-s",
+            metavar="NAME",
+            show_default=False,
+            help="What to check: the whole server (the default), model/<name> for one model, "
+            "or inferwire.v1.InferenceService.",
+        ),
     ] = "",
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 5.0,
@@ -186,7 +404,7 @@ def _print_status(status: pb.ModelStatus) -> None:
     typer.echo(line)
 
 
-@models_app.command("list")
+@models_app.command("list", cls=_Command)
 def models_list(address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 10.0) -> None:
     """List configured models and their states."""
     with _connect(address) as channel:
@@ -196,9 +414,9 @@ def models_list(address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption 
         _print_status(status)
 
 
-@models_app.command("load")
+@models_app.command("load", cls=_Command)
 def models_load(
-    model: str, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
+    model: ModelArgument, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
 ) -> None:
     """Load MODEL (idempotent)."""
     with _connect(address) as channel:
@@ -207,9 +425,9 @@ def models_load(
     _print_status(response.model)
 
 
-@models_app.command("unload")
+@models_app.command("unload", cls=_Command)
 def models_unload(
-    model: str, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
+    model: ModelArgument, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
 ) -> None:
     """Unload MODEL after its in-flight requests finish (idempotent)."""
     with _connect(address) as channel:

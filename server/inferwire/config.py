@@ -7,20 +7,30 @@ by `__`), the YAML file given with `--config`, then the defaults below.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
-from inferwire.core.validation import MODEL_NAME_PATTERN
+from inferwire.core.errors import ConfigurationError
+from inferwire.core.validation import model_name_problem
 
 DEFAULT_MODEL_NAME = "demo"
+
+LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
+
+# host:port, or [IPv6]:port; the port is checked separately so its message can say why.
+_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.%\w]+\]|[^:\[\]\s]+):(?P<port>\d{1,5})$")
 
 
 class ServerSettings(BaseModel):
@@ -29,7 +39,8 @@ class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     address: str = "0.0.0.0:50051"
-    """host:port to listen on. Port 0 picks a free port (printed at start-up)."""
+    """host:port to listen on ([::]:port for IPv6, or unix:/path). Port 0 picks a free port
+    (printed at start-up)."""
     grace_period_s: float = Field(default=30.0, ge=0)
     """On SIGTERM/SIGINT, how long in-flight RPCs may run before they are cancelled."""
     shutdown_delay_s: float = Field(default=0.0, ge=0)
@@ -41,10 +52,32 @@ class ServerSettings(BaseModel):
     """Largest prompt (and prompt plus context) in UTF-8 bytes; bigger is INVALID_ARGUMENT."""
     health_check_interval_s: float = Field(default=2.0, gt=0)
     """How often loaded models' backends are health-checked for grpc.health.v1."""
-    log_format: Literal["json", "text"] = "json"
-    """json: one structured object per line; text: for people at a terminal."""
-    log_level: str = "INFO"
-    """Python logging level name."""
+    log_format: Literal["auto", "json", "text"] = "auto"
+    """json: one structured object per line; text: for people at a terminal; auto: text
+    when standard error is a terminal, json otherwise (a pipe, a file, a container log)."""
+    log_level: LogLevel = "INFO"
+    """Python logging level name: CRITICAL, ERROR, WARNING, INFO or DEBUG (any case)."""
+    exit_on_startup_failure: bool = True
+    """Exit (status 1) when a `load_on_startup` model fails to load, as Triton does;
+    false keeps serving the other models, with the server NOT_SERVING."""
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, level: object) -> object:
+        return level.upper() if isinstance(level, str) else level
+
+    @field_validator("address")
+    @classmethod
+    def _host_and_port(cls, address: str) -> str:
+        if address.startswith(("unix:", "unix-abstract:")):
+            return address
+        match = _HOST_PORT.match(address)
+        if match is None or int(match["port"]) > 65535:
+            raise ValueError(
+                f"must be host:port with a port from 0 to 65535 (for example 0.0.0.0:50051 "
+                f"or [::]:50051), got {address!r}"
+            )
+        return address
 
 
 class ModelConfig(BaseModel):
@@ -52,8 +85,9 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=MODEL_NAME_PATTERN)
-    """The name clients use; also the grpc.health.v1 service `model/<name>`."""
+    name: str
+    """The name clients use; also the grpc.health.v1 service `model/<name>`. Up to 128
+    letters, digits, '.', '_' and '-', starting with a letter or digit."""
     backend: str = "onnxruntime-genai"
     """Backend that serves the model: onnxruntime-genai (embedded) or triton."""
     load_on_startup: bool = False
@@ -64,6 +98,13 @@ class ModelConfig(BaseModel):
     """Requests that may wait for a slot; beyond that, RESOURCE_EXHAUSTED."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Backend-specific settings, validated by the backend; unknown keys are an error."""
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        if (problem := model_name_problem(name)) is not None:
+            raise ValueError(problem)
+        return name
 
 
 def default_models() -> list[ModelConfig]:
@@ -112,11 +153,52 @@ class Settings(BaseSettings):
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build settings from an optional YAML file, the environment and explicit overrides."""
-    if config_file is not None and not config_file.is_file():
-        raise FileNotFoundError(f"configuration file {config_file} not found")
+    """Build settings from an optional YAML file, the environment and explicit overrides.
+
+    Raises ConfigurationError with a one-line message naming each bad key and why.
+    """
+    if config_file is not None:
+        _check_yaml_file(config_file)
 
     class FileSettings(Settings):
         model_config = SettingsConfigDict(yaml_file=config_file)
 
-    return FileSettings(**overrides)
+    try:
+        return FileSettings(**overrides)
+    except ValidationError as exc:
+        raise ConfigurationError("; ".join(map(_describe, exc.errors()))) from None
+    except SettingsError as exc:  # e.g. INFERWIRE_MODELS that is not JSON
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ConfigurationError(f"{exc}{cause}") from None
+
+
+def _check_yaml_file(config_file: Path) -> None:
+    """Fail early, in one line, on a file that is missing, not YAML or not a mapping."""
+    if not config_file.is_file():
+        raise ConfigurationError(f"configuration file {config_file} not found")
+    try:
+        content = yaml.safe_load(config_file.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigurationError(f"{config_file}{where}: not valid YAML: {problem}") from None
+    if content is not None and not isinstance(content, dict):
+        raise ConfigurationError(
+            f"{config_file}: the top level must be a mapping (server:, models:), "
+            f"not a {type(content).__name__}"
+        )
+
+
+def _describe(error: ErrorDetails) -> str:
+    """One pydantic error as `models[1].name: why`, without pydantic's internals."""
+    where = ""
+    for part in error["loc"]:
+        where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
+    if error["type"] == "extra_forbidden":
+        why = "unknown key"
+    elif error["type"] == "value_error":
+        why = str(error.get("ctx", {}).get("error", error["msg"]))
+    else:
+        why = error["msg"]
+    return f"{where}: {why}" if where else why

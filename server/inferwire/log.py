@@ -1,4 +1,4 @@
-"""Logging set-up: structured JSON lines by default, plain text on request."""
+"""Logging set-up: plain text for a person at a terminal, JSON lines for everything else."""
 
 from __future__ import annotations
 
@@ -39,7 +39,10 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
+def configure_logging(level: str = "INFO", fmt: str = "auto") -> None:
+    """Log to stderr; `auto` is text when stderr is a terminal and JSON lines otherwise."""
+    if fmt == "auto":
+        fmt = "text" if sys.stderr.isatty() else "json"
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()

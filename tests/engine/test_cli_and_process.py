@@ -1,8 +1,8 @@
 """A real `inferwire serve` process: the CLI against it, and graceful shutdown on SIGTERM."""
 
 import asyncio
+import re
 import signal
-import subprocess
 
 import grpc
 import pytest
@@ -11,7 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.engine import SLOW_READER_OPTIONS
-from tests.support.process import INFERWIRE, run_cli, start_server_process, stop_server_process
+from tests.support.process import run_cli, start_server_process, stop_server_process
 from tests.support.waiting import read_rest
 
 
@@ -32,11 +32,13 @@ def wait_serving(target: str) -> None:
     raise AssertionError("server never became SERVING")
 
 
-def test_serve_on_a_taken_port_exits_with_a_clear_error(served):
+def test_serve_on_a_taken_port_exits_1_with_one_line_saying_why(served):
     result = run_cli("serve", "--address", served.target)
     assert result.returncode == 1
-    assert f"could not listen on {served.target}" in result.stderr
-    assert "Traceback" not in result.stderr
+    # Only our line: no traceback, and gRPC core's own log of the failed bind is held back.
+    assert result.stderr.splitlines() == [
+        f"error: could not listen on {served.target}: Address already in use"
+    ]
 
 
 def test_cli_health_exit_codes(served):
@@ -57,21 +59,35 @@ def test_cli_infer_unary_and_stream(served):
     )  # fmt: skip
     assert unary.returncode == 0, unary.stderr
     assert unary.stdout.strip()
-    assert '"completionTokens": 16' in unary.stderr
+    usage = r"finish_reason=LENGTH prompt_tokens=\d+ completion_tokens=16 queue_ms=\d+\.\d "
+    usage += r"ttft_ms=\d+\.\d total_ms=\d+\.\d request_id=[0-9a-f]{32}\n"
+    assert re.fullmatch(usage, unary.stderr), unary.stderr
     streamed = run_cli(
         "infer", "demo", "Hello", "--stream", "--max-tokens", "16", "--temperature", "0",
-        "--address", served.target,
+        "--usage", "--address", served.target,
     )  # fmt: skip
     assert streamed.returncode == 0, streamed.stderr
     assert streamed.stdout == unary.stdout
+    assert re.fullmatch(usage, streamed.stderr), streamed.stderr
 
 
-def test_cli_reports_invalid_argument_with_the_field(served):
+def test_cli_infer_reads_the_prompt_from_standard_input(served):
     wait_serving(served.target)
-    result = run_cli("infer", "demo", "", "--top-p", "3", "--address", served.target)
+    args = ("--max-tokens", "16", "--temperature", "0", "--address", served.target)
+    from_argument = run_cli("infer", "demo", "KING HENRY:\n", *args)
+    from_stdin = run_cli("infer", "demo", "-", *args, stdin="KING HENRY:\n")
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    assert from_stdin.stdout == from_argument.stdout
+    assert from_stdin.stdout.strip()
+
+
+def test_cli_reports_invalid_argument_with_each_field_once(served):
+    wait_serving(served.target)
+    result = run_cli("infer", "demo", "", "--stop", "", "--address", served.target)
     assert result.returncode == 1
-    assert "INVALID_ARGUMENT" in result.stderr
-    assert "prompt:" in result.stderr and "parameters.top_p:" in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "error: INVALID_ARGUMENT: 2 invalid fields"
+    assert [line.split(":")[0] for line in lines[1:]] == ["  prompt", "  parameters.stop[0]"]
 
 
 def test_cli_models_unload_and_load(served):
@@ -81,8 +97,9 @@ def test_cli_models_unload_and_load(served):
     unloaded = run_cli("models", "unload", "demo", "--address", served.target)
     assert "MODEL_STATE_UNLOADED" in unloaded.stdout
     assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 1
-    refused = run_cli("infer", "demo", "Hi", "--address", served.target)
+    refused = run_cli("infer", "demo", "Hi", env={"INFERWIRE_ADDRESS": served.target})
     assert refused.returncode == 1 and "FAILED_PRECONDITION" in refused.stderr
+    assert refused.stderr.endswith("\nhint: inferwire models load demo\n")
     loaded = run_cli("models", "load", "demo", "--address", served.target)
     assert "MODEL_STATE_READY" in loaded.stdout
     assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 0
@@ -132,14 +149,69 @@ async def test_sigterm_drains_inflight_stream_refuses_new_calls_and_exits_zero()
         stop_server_process(server)
 
 
-def test_serve_with_a_bad_config_exits_non_zero_with_a_clear_message(tmp_path):
-    config = tmp_path / "bad.yaml"
-    config.write_text("models:\n  - name: m\n    backend: tensorflow\n")
-    result = subprocess.run(
-        [str(INFERWIRE), "serve", "--config", str(config), "--address", "127.0.0.1:0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+MISSING_MODEL = (
+    "models:\n  - name: ghost\n    load_on_startup: true\n    options: {path: /nonexistent/m}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "message"),
+    [
+        (
+            "models:\n  - name: m\n    backend: tensorflow\n",
+            [],
+            "unknown backend 'tensorflow'",
+        ),
+        ("server: [\n  bad", [], "line 2, column 6: not valid YAML: expected ',' or ']'"),
+        (
+            "",
+            ["--log-level", "LOUD"],
+            "server.log_level: Input should be 'CRITICAL', 'ERROR', 'WARNING', 'INFO' or 'DEBUG'",
+        ),
+        ("", ["--address", "localhost"], "server.address: must be host:port with a port"),
+        ("server:\n  grace_period_s: -1\n", [], "server.grace_period_s: Input should be"),
+    ],
+)
+def test_serve_with_a_bad_config_exits_2_with_one_line_naming_the_problem(
+    tmp_path, config, flags, message
+):
+    path = tmp_path / "inferwire.yaml"
+    path.write_text(config)
+    result = run_cli("serve", "--config", str(path), *flags)
     assert result.returncode == 2
-    assert "unknown backend 'tensorflow'" in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: invalid configuration: ")
+    assert message in line
+    assert "pydantic" not in line and "type=" not in line and "input_value" not in line
+
+
+def test_serve_exits_1_naming_a_startup_model_that_failed_to_load(tmp_path):
+    config = tmp_path / "inferwire.yaml"
+    config.write_text(MISSING_MODEL)
+    result = run_cli("serve", "--config", str(config), "--address", "127.0.0.1:0")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert [line for line in lines if line.startswith("error:")] == [
+        "error: model 'ghost' failed to load: /nonexistent/m/genai_config.json not found; "
+        "options.path must be a directory in ONNX Runtime GenAI format"
+    ]
+    assert any('"stopped"' in line for line in lines[:-1])  # it drained before exiting
+
+
+def test_serve_stays_up_not_serving_when_exit_on_startup_failure_is_off(tmp_path):
+    config = tmp_path / "inferwire.yaml"
+    config.write_text(MISSING_MODEL)
+    server = start_server_process(
+        "--config", str(config), env={"INFERWIRE_SERVER__EXIT_ON_STARTUP_FAILURE": "false"}
+    )
+    try:
+        for _ in range(300):  # the start-up load runs once the port is open
+            listed = run_cli("models", "list", "--address", server.target)
+            if "MODEL_STATE_LOADING" not in listed.stdout:
+                break
+        assert "MODEL_STATE_FAILED" in listed.stdout
+        health = run_cli("health", "--address", server.target)
+        assert (health.returncode, health.stdout) == (1, "NOT_SERVING\n")
+        assert server.process.poll() is None
+    finally:
+        stop_server_process(server)

@@ -70,13 +70,18 @@ async def test_failed_load_reports_why_and_model_state_is_failed(stub):
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.LoadModel(pb.LoadModelRequest(model="broken"))
     assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert "/nonexistent/inferwire-model" in error.value.details()
+    assert error.value.details().startswith(
+        "model 'broken' failed to load: /nonexistent/inferwire-model/genai_config.json not found"
+    )
+    assert error.value.details().count("broken") == 1  # the model is named once
     models = {m.name: m for m in (await stub.ListModels(pb.ListModelsRequest())).models}
     assert models["broken"].state == pb.MODEL_STATE_FAILED
     assert "genai_config.json" in models["broken"].detail
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.Infer(pb.InferRequest(model="broken", prompt="Hi"))
     assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error.value.details().count("broken") == 1
+    assert error.value.details().count("load failed") == 1
 
 
 async def test_unload_waits_for_inflight_streams_and_refuses_new_requests(stub, slow_stub):

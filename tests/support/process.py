@@ -100,5 +100,14 @@ def stop_server_process(server: ServerProcess, graceful: bool = False) -> None:
     server.process.wait(timeout=10)
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(INFERWIRE), *args], capture_output=True, text=True, timeout=timeout)
+def run_cli(
+    *args: str, timeout: float = 60, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(INFERWIRE), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
+        env={**os.environ, **(env or {})},
+    )

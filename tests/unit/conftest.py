@@ -2,7 +2,8 @@
 
 `served` gives a stub and the FakeBackends factory of a server on 127.0.0.1:0 whose
 models are `m` (loaded at start-up), `idle` (not loaded) and `tight` (one slot, no
-queue). Tests that change a fake's behaviour restore it before they end.
+queue); `fake_server` gives that server and its factory (for its port). Tests that
+change a fake's behaviour restore it before they end.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ Served = tuple[inference_pb2_grpc.InferenceServiceStub, FakeBackends, grpc.aio.C
 
 
 @pytest.fixture(scope="module")
-async def served() -> AsyncIterator[Served]:
+async def fake_server() -> AsyncIterator[tuple[InferwireServer, FakeBackends]]:
     backends = FakeBackends()
     settings = load_settings(
         server={"address": "127.0.0.1:0", "health_check_interval_s": 3600},
@@ -34,7 +35,13 @@ async def served() -> AsyncIterator[Served]:
     server = InferwireServer(settings, backend_factory=backends)
     await server.start()
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            yield inference_pb2_grpc.InferenceServiceStub(channel), backends, channel
+        yield server, backends
     finally:
         await server.stop(grace_s=0)
+
+
+@pytest.fixture(scope="module")
+async def served(fake_server: tuple[InferwireServer, FakeBackends]) -> AsyncIterator[Served]:
+    server, backends = fake_server
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        yield inference_pb2_grpc.InferenceServiceStub(channel), backends, channel

@@ -82,8 +82,94 @@ def test_missing_backend_sdk_names_the_extra_to_install(monkeypatch):
 
 
 def test_duplicate_model_names_are_rejected():
-    with pytest.raises(ValueError, match="declared twice"):
+    with pytest.raises(ConfigurationError, match=r"^models: model 'a' is declared twice$"):
         load_settings(models=[{"name": "a"}, {"name": "a"}])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"server": {"grace_period_s": -1}},
+            "server.grace_period_s: Input should be greater than or equal to 0",
+        ),
+        (
+            {"models": [{"name": "ok"}, {"name": "bad name"}]},
+            "models[1].name: must start with a letter or digit and hold only letters, "
+            "digits, '.', '_' and '-'",
+        ),
+        ({"server": {"adress": "x"}}, "server.adress: unknown key"),
+        (
+            {"server": {"log_level": "LOUD"}},
+            "server.log_level: Input should be 'CRITICAL', 'ERROR', 'WARNING', 'INFO' or 'DEBUG'",
+        ),
+        (
+            {"server": {"grace_period_s": -1, "log_format": "xml"}},
+            "server.grace_period_s: Input should be greater than or equal to 0; "
+            "server.log_format: Input should be 'auto', 'json' or 'text'",
+        ),
+    ],
+)
+def test_configuration_errors_name_the_key_and_the_problem_in_one_line(overrides, message):
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(**overrides)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("level", ["debug", "Warning", "ERROR"])
+def test_log_level_is_a_python_level_name_in_any_case(level):
+    assert load_settings(server={"log_level": level}).server.log_level == level.upper()
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["0.0.0.0:50051", "127.0.0.1:0", "localhost:65535", "[::]:50051", "[::1]:6000", "unix:/tmp/s"],
+)
+def test_listen_addresses_with_a_port_are_accepted(address):
+    assert load_settings(server={"address": address}).server.address == address
+
+
+@pytest.mark.parametrize(
+    "address", ["localhost", "0.0.0.0", ":50051", "localhost:65536", "::1:50051", "host:port"]
+)
+def test_a_listen_address_without_a_valid_port_is_a_configuration_error(address):
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(server={"address": address})
+    assert str(error.value) == (
+        "server.address: must be host:port with a port from 0 to 65535 (for example "
+        f"0.0.0.0:50051 or [::]:50051), got {address!r}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "server: [\n  bad",
+            r"bad\.yaml, line 2, column 6: not valid YAML: expected ',' or '\]'",
+        ),
+        ("- a\n- b\n", r"bad\.yaml: the top level must be a mapping \(server:, models:\)"),
+    ],
+)
+def test_a_file_that_is_not_a_yaml_mapping_is_a_one_line_configuration_error(
+    tmp_path, content, message
+):
+    config = tmp_path / "bad.yaml"
+    config.write_text(content)
+    with pytest.raises(ConfigurationError, match=message) as error:
+        load_settings(config)
+    assert "\n" not in str(error.value)
+
+
+def test_a_missing_file_is_a_configuration_error(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"configuration file .*nope\.yaml not found"):
+        load_settings(tmp_path / "nope.yaml")
+
+
+def test_exit_on_startup_failure_defaults_on_and_the_environment_turns_it_off(monkeypatch):
+    assert load_settings().server.exit_on_startup_failure is True
+    monkeypatch.setenv("INFERWIRE_SERVER__EXIT_ON_STARTUP_FAILURE", "false")
+    assert load_settings().server.exit_on_startup_failure is False
 
 
 def plugin(name: str, value: str) -> EntryPoint:

@@ -104,6 +104,21 @@ async def test_failed_load_turns_failed_with_detail_and_a_later_load_recovers():
     assert (await harness.manager.load("m")).state is ModelState.READY
 
 
+async def test_start_returns_the_startup_models_that_failed_and_why():
+    harness = Harness(spec("m", startup=True), spec("ok", startup=True), spec("later"))
+    harness.backends["m"].load_error = RuntimeError("weights are corrupt")
+    try:
+        assert await harness.manager.start() == {"m": "weights are corrupt"}
+        assert harness.state("ok") is ModelState.READY
+        with pytest.raises(ModelNotReadyError) as refused:
+            await harness.manager.infer(request())
+    finally:
+        await harness.manager.close()
+    assert str(refused.value) == (
+        "model 'm' is FAILED, not READY: its last load failed: weights are corrupt"
+    )
+
+
 @pytest.mark.parametrize(
     "error", [BackendUnavailableError("down"), ModelNotFoundError("m", "not on the backend")]
 )

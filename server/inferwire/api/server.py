@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import logging
+import os
+import re
 import signal
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -21,6 +28,32 @@ from inferwire.core.validation import RequestLimits
 from inferwire.v1 import inference_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+# What gRPC's core logs when a bind fails: why, after the address that could not be bound.
+_BIND_FAILURE = re.compile(
+    r"Failed to add port to server: (?:.*\(Error in bind for address '[^']*': )?(?P<why>[^)\n]*)"
+)
+
+
+@contextlib.contextmanager
+def _native_stderr() -> Iterator[io.StringIO]:
+    """Collect what native code writes to file descriptor 2 during the block.
+
+    gRPC's core logs why a bind failed there, then raises an error that does not say.
+    Anything another thread writes to stderr meanwhile is collected too.
+    """
+    collected = io.StringIO()
+    with tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield collected
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            collected.write(sink.read().decode(errors="replace"))
 
 
 def build_manager(
@@ -44,6 +77,16 @@ def build_manager(
         RequestLimits(max_prompt_bytes=settings.server.max_prompt_bytes),
         health_check_interval_s=settings.server.health_check_interval_s,
     )
+
+
+class StartupLoadError(Exception):
+    """Start-up models failed to load, and `server.exit_on_startup_failure` is set."""
+
+    def __init__(self, failures: dict[str, str]) -> None:
+        self.failures = failures
+        super().__init__(
+            "; ".join(f"model {name!r} failed to load: {why}" for name, why in failures.items())
+        )
 
 
 class InferwireServer:
@@ -81,24 +124,40 @@ class InferwireServer:
             self._server,
         )
         self.port = 0
+        self.startup_failures: dict[str, str] = {}
+        self._listening = False
         self._stopped = False
 
     async def start(self) -> int:
-        """Bind, start serving, then load start-up models. Returns the bound port."""
-        try:
-            self.port = self._server.add_insecure_port(self.address)
-        except RuntimeError:  # grpc's way of saying the bind failed
-            raise OSError(
-                f"could not listen on {self.address}: address in use or not available"
-            ) from None
+        """Bind, start serving, then load start-up models. Returns the bound port.
+
+        Start-up models that failed to load are left in `startup_failures`.
+        """
+        self.port = self._bind()
         await self._server.start()
+        self._listening = True
         log.info("listening", extra={"address": self.address, "port": self.port})
-        await self.manager.start()
+        self.startup_failures = await self.manager.start()
         return self.port
+
+    def _bind(self) -> int:
+        """Add the listening port, or raise an OSError that says why in one line."""
+        with _native_stderr() as native_log:
+            try:
+                port: int | None = self._server.add_insecure_port(self.address)
+            except RuntimeError:  # grpc's way of saying the bind failed
+                port = None
+        if port is not None:
+            sys.stderr.write(native_log.getvalue())  # nothing is hidden when the bind worked
+            return port
+        found = _BIND_FAILURE.search(native_log.getvalue())
+        why = found["why"] if found else "address in use or not available"
+        raise OSError(f"could not listen on {self.address}: {why}")
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain: NOT_SERVING everywhere, refuse new RPCs, let in-flight ones finish, unload."""
-        if self._stopped:
+        if self._stopped or not self._listening:  # nothing was served or loaded
+            self._stopped = True
             return
         self._stopped = True
         grace = self.settings.server.grace_period_s if grace_s is None else grace_s
@@ -116,7 +175,11 @@ class InferwireServer:
 
 
 async def serve(settings: Settings) -> None:
-    """Run until SIGTERM or SIGINT, then drain and return."""
+    """Run until SIGTERM or SIGINT, then drain and return.
+
+    Raises StartupLoadError, after the same drain, when a start-up model failed to load
+    and `server.exit_on_startup_failure` is set.
+    """
     server = InferwireServer(settings)
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -124,6 +187,12 @@ async def serve(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop_requested.set)
     try:
         await server.start()
+        if server.startup_failures and settings.server.exit_on_startup_failure:
+            log.error(
+                "a start-up model failed to load; exiting (server.exit_on_startup_failure)",
+                extra={"models": sorted(server.startup_failures)},
+            )
+            raise StartupLoadError(server.startup_failures)
         await stop_requested.wait()
         log.info(
             "shutdown requested; draining", extra={"grace_period_s": settings.server.grace_period_s}

@@ -99,12 +99,12 @@ class OrtGenAIBackend(Backend):
         config_file = path / "genai_config.json"
         if not config_file.is_file():
             raise ConfigurationError(
-                f"model {self.model_name!r}: {config_file} not found; options.path must be "
+                f"{config_file} not found; options.path must be "
                 "a directory in ONNX Runtime GenAI format"
             )
         if self.options.device == "cuda" and not og.is_cuda_available():
             raise ConfigurationError(
-                f"model {self.model_name!r} asks for device 'cuda', but the installed "
+                "options.device is 'cuda', but the installed "
                 "onnxruntime-genai has no CUDA support; install it with: "
                 "pip install 'inferwire[cuda]' (onnxruntime-genai-cuda)"
             )

@@ -93,7 +93,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def load(self) -> None:
-        """Make the model ready to serve. Raise a domain error on failure."""
+        """Make the model ready to serve. Raise a domain error on failure.
+
+        The manager reports a failure as `model 'x' failed to load: <message>`, so the
+        message says why without naming the model again.
+        """
 
     @abc.abstractmethod
     async def unload(self) -> None:

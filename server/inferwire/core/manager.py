@@ -70,6 +70,7 @@ class _ManagedModel:
         self.backend = backend
         self.state = ModelState.UNLOADED
         self.detail = ""
+        self.load_error = ""  # why the last load failed, in the backend's words
         self.backend_healthy = False
         self.lifecycle_lock = asyncio.Lock()
         self.slots = asyncio.Semaphore(spec.max_concurrency)
@@ -136,18 +137,25 @@ class ModelManager:
     def add_health_listener(self, listener: HealthListener) -> None:
         self._listeners.append(listener)
 
-    async def start(self) -> None:
-        """Accept work, load the start-up models and begin watching backend health."""
+    async def start(self) -> dict[str, str]:
+        """Accept work, load the start-up models and begin watching backend health.
+
+        Returns the start-up models that failed to load, each with why; the caller
+        decides whether the server stays up without them.
+        """
         self._accepting = True
         await self._publish_health()
         startup = [m.spec.name for m in self._models.values() if m.spec.load_on_startup]
         results = await asyncio.gather(
             *(self.load(name) for name in startup), return_exceptions=True
         )
+        failures: dict[str, str] = {}
         for name, result in zip(startup, results, strict=True):
             if isinstance(result, BaseException):
-                log.error("start-up load failed", extra={"model": name, "error": str(result)})
+                failures[name] = self._models[name].load_error or str(result)
+                log.error("start-up load failed", extra={"model": name, "error": failures[name]})
         self._watcher = asyncio.create_task(self._watch_backend_health(), name="health-watcher")
+        return failures
 
     async def begin_shutdown(self) -> None:
         """Stop reporting SERVING; in-flight requests keep running."""
@@ -180,13 +188,14 @@ class ModelManager:
         async with model.lifecycle_lock:
             if model.state is ModelState.READY:
                 return model.status()
-            model.state, model.detail = ModelState.LOADING, ""
+            model.state, model.detail, model.load_error = ModelState.LOADING, "", ""
             await self._publish_health()
             started = time.perf_counter()
             try:
                 await model.backend.load()
                 health = await model.backend.health()
             except Exception as exc:
+                model.load_error = str(exc)
                 model.state, model.detail = ModelState.FAILED, f"load failed: {exc}"
                 model.backend_healthy = False
                 await self._publish_health()
@@ -354,7 +363,7 @@ class ModelManager:
                 ModelState.UNLOADED: "call LoadModel first",
                 ModelState.LOADING: "it is still loading",
                 ModelState.UNLOADING: "it is being unloaded",
-                ModelState.FAILED: f"its last load failed ({model.detail})",
+                ModelState.FAILED: f"its last load failed: {model.load_error}",
             }[model.state]
             raise ModelNotReadyError(
                 f"model {model.spec.name!r} is {model.state.value}, not READY: {hint}"

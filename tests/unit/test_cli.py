@@ -1,0 +1,143 @@
+"""The `inferwire` command line in-process, through typer's CliRunner: its help, the checks
+it makes before calling, and its client commands against the fake-backed server of
+conftest.py (`fake_server`). The CLI's gRPC client blocks, so it runs in a thread while
+the server keeps the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner, Result
+
+from inferwire import __version__
+from inferwire.cli import app
+
+runner = CliRunner()
+UNREACHABLE = {"INFERWIRE_ADDRESS": "127.0.0.1:1"}  # never called: the CLI refuses first
+
+
+async def call(fake_server: Any, *args: str, use_env: bool = True, stdin: str = "") -> Result:
+    """Run the CLI against the fake server, addressed by INFERWIRE_ADDRESS or --address."""
+    target = f"127.0.0.1:{fake_server[0].port}"
+    env = {"INFERWIRE_ADDRESS": target if use_env else None}
+    argv = [*args] if use_env else [*args, "--address", target]
+    return await asyncio.to_thread(runner.invoke, app, argv, input=stdin, env=env)
+
+
+def test_version_prints_the_package_version():
+    result = runner.invoke(app, ["--version"])
+    assert (result.exit_code, result.stdout) == (0, f"inferwire {__version__}\n")
+
+
+def commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    found = [(path, group)]
+    for name, command in getattr(group, "commands", {}).items():
+        found += commands(command, (*path, name))
+    return found
+
+
+@pytest.mark.parametrize(("path", "command"), commands(typer.main.get_command(app)))
+def test_every_option_and_argument_has_help_and_the_help_has_no_placeholders(path, command):
+    for param in command.params:
+        assert param.help, f"inferwire {' '.join(path)}: {param.name} has no help"
+    result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0
+    assert "<bool>" not in result.stdout and "{" not in result.stdout, result.stdout
+
+
+def test_infer_usage_names_its_arguments_plainly():
+    result = runner.invoke(app, ["infer", "--help"], env={"COLUMNS": "120"})
+    assert " infer [OPTIONS] MODEL [PROMPT]" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--max-tokens", "0"),
+        ("--temperature", "-0.5"),
+        ("--top-p", "0"),
+        ("--top-p", "1.5"),
+        ("--top-k", "-1"),
+        ("--seed", "-1"),
+        ("--seed", str(2**32)),
+    ],
+)
+def test_out_of_range_generation_options_are_refused_before_any_call(option, value):
+    result = runner.invoke(app, ["infer", "m", "hi", option, value], env=UNREACHABLE)
+    assert result.exit_code == 2
+    assert f"Invalid value for '{option}'" in result.output
+
+
+@pytest.mark.parametrize("args", [["m"], ["m", "hi", "--prompt-file", "-"]])
+def test_the_prompt_must_be_given_exactly_once(args):
+    result = runner.invoke(app, ["infer", *args], env=UNREACHABLE)
+    assert result.exit_code == 2
+    assert "give the prompt once" in result.output
+
+
+async def test_client_commands_call_the_server_named_by_inferwire_address(fake_server):
+    result = await call(fake_server, "models", "list")
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["m", "idle", "tight"]
+
+
+async def test_invalid_argument_prints_each_violation_once(fake_server):
+    result = await call(fake_server, "infer", "m", "", "--stop", "")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: INVALID_ARGUMENT: 2 invalid fields",
+        "  prompt: must be non-empty",
+        "  parameters.stop[0]: must be a non-empty string",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "hint"),
+    [
+        (["infer", "idle", "hi"], "FAILED_PRECONDITION", "inferwire models load idle"),
+        (["infer", "ghost", "hi"], "NOT_FOUND", "inferwire models list"),
+        (["models", "unload", "ghost"], "NOT_FOUND", "inferwire models list"),
+    ],
+)
+@pytest.mark.parametrize("use_env", [True, False])
+async def test_a_model_that_cannot_run_gets_the_command_to_run_next(
+    fake_server, args, code, hint, use_env
+):
+    result = await call(fake_server, *args, use_env=use_env)
+    assert result.exit_code == 1
+    [error, hint_line] = result.stderr.splitlines()
+    assert error.startswith(f"error: {code}: ")
+    if not use_env:  # the hint calls the same server
+        hint += f" --address 127.0.0.1:{fake_server[0].port}"
+    assert hint_line == f"hint: {hint}"
+
+
+USAGE_LINE = re.compile(
+    r"finish_reason=STOP prompt_tokens=3 completion_tokens=3 queue_ms=\d+\.\d "
+    r"ttft_ms=\d+\.\d total_ms=\d+\.\d request_id=[0-9a-f]{32}\n"
+)
+
+
+@pytest.mark.parametrize("stream", [[], ["--stream"]])
+async def test_usage_is_one_line_of_rounded_key_values_unary_and_streamed(fake_server, stream):
+    result = await call(fake_server, "infer", "m", "hi", "--usage", *stream)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Hello, world\n"
+    assert USAGE_LINE.fullmatch(result.stderr), result.stderr
+
+
+async def test_the_prompt_comes_verbatim_from_standard_input_or_a_file(fake_server, tmp_path):
+    backend = fake_server[1]["m"]
+    prompt = "Dear Sir,\n\tthis prompt has lines — and ünïcode.\n"
+    assert (await call(fake_server, "infer", "m", "-", stdin=prompt)).exit_code == 0
+    assert backend.calls.requests[-1].prompt == prompt
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text(prompt * 2, encoding="utf-8")
+    result = await call(fake_server, "infer", "m", "--prompt-file", str(prompt_file))
+    assert result.exit_code == 0, result.output
+    assert backend.calls.requests[-1].prompt == prompt * 2
