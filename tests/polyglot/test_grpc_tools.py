@@ -1,6 +1,6 @@
-"""The operator tools, as real binaries against a live server: grpcurl (through
-reflection only, no proto files) and grpc_health_probe (the orchestrators'
-probe). Both are installed, pinned, by scripts/install_tools.sh.
+"""The operator tools, as real binaries against a live server: grpcurl and ghz
+(through reflection only, no proto files) and grpc_health_probe (the
+orchestrators' probe). All are installed, pinned, by scripts/install_tools.sh.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def test_grpcurl_lists_services_through_reflection(live_server: ServerProcess) -
     services = result.stdout.split()
     assert SERVICE in services
     assert "grpc.health.v1.Health" in services
+    assert "grpc.reflection.v1.ServerReflection" in services
     assert "grpc.reflection.v1alpha.ServerReflection" in services
 
 
@@ -60,6 +61,53 @@ def test_grpcurl_describe_shows_rpcs_and_their_comments(live_server: ServerProce
     for rpc in ("LoadModel", "UnloadModel", "ListModels", "Infer", "InferStream", "Health"):
         assert f"rpc {rpc} (" in result.stdout
     assert "// InferStream generates a completion and streams it as text deltas." in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("method", "signature"),
+    [
+        (f"{SERVICE}.Infer", "rpc Infer ( .inferwire.v1.InferRequest ) returns"),
+        (f"{SERVICE}.InferStream", "rpc InferStream ( .inferwire.v1.InferStreamRequest ) returns"),
+        ("grpc.health.v1.Health.Check", "rpc Check ( .grpc.health.v1.HealthCheckRequest ) returns"),
+    ],
+)
+def test_grpcurl_describe_resolves_methods(
+    live_server: ServerProcess, method: str, signature: str
+) -> None:
+    result = grpcurl(live_server.target, "describe", method)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{method} is a method:\n")
+    assert signature in result.stdout
+
+
+def test_grpcurl_describe_shows_a_method_comment(live_server: ServerProcess) -> None:
+    result = grpcurl(live_server.target, "describe", f"{SERVICE}.Infer")
+    assert result.returncode == 0, result.stderr
+    assert "// Infer generates a completion and returns it in one response." in result.stdout
+
+
+def test_ghz_calls_infer_through_reflection_alone(live_server: ServerProcess) -> None:
+    request = {"model": "demo", "prompt": "Hello", "parameters": {"max_tokens": 4}}
+    command = [
+        require_tool("ghz"),
+        "--insecure",
+        "--call",
+        f"{SERVICE}/Infer",
+        "-n",
+        "20",
+        "-c",
+        "2",
+        "--data",
+        json.dumps(request),
+        "--format",
+        "json",
+        live_server.target,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["count"] == 20
+    assert report["statusCodeDistribution"] == {"OK": 20}, report["errorDistribution"]
 
 
 def test_grpcurl_infer_with_a_json_request(live_server: ServerProcess) -> None:

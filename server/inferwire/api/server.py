@@ -16,10 +16,10 @@ from collections.abc import Iterator
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from inferwire.api.health import SERVICE_NAME, HealthServicer
-from inferwire.api.reflection import DocumentedReflectionServicer
+from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
+from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
 from inferwire.backends import create_backend
 from inferwire.config import Settings
@@ -113,15 +113,13 @@ class InferwireServer:
             InferenceServicer(self.manager), self._server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
-            DocumentedReflectionServicer(
-                [
-                    SERVICE_NAME,
-                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                    reflection.SERVICE_NAME,
-                ]
-            ),
+        add_reflection(
             self._server,
+            [
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                *REFLECTION_SERVICE_NAMES,
+            ],
         )
         self.port = 0
         self.startup_failures: dict[str, str] = {}
