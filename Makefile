@@ -14,7 +14,8 @@ BUF := node_modules/.bin/buf
 TOOLS_STAMP := .tools/bin/.installed
 TRITON_STAMP := $(VENV)/.triton-installed
 # Everything `make generate` writes; check-generated fails if any of it changes.
-GENERATED := server/inferwire/v1 clients/go/inferwire clients/typescript/src/gen
+GENERATED := server/inferwire/v1 clients/python/inferwire/v1 clients/go/inferwire \
+	clients/typescript/src/gen
 # The released v1 contract; `buf breaking` compares proto/ against it.
 API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)

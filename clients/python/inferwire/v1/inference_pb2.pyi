@@ -1,0 +1,242 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
+    FINISH_REASON_STOP: _ClassVar[FinishReason]
+    FINISH_REASON_STOP_SEQUENCE: _ClassVar[FinishReason]
+    FINISH_REASON_LENGTH: _ClassVar[FinishReason]
+
+class ModelState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODEL_STATE_UNSPECIFIED: _ClassVar[ModelState]
+    MODEL_STATE_UNLOADED: _ClassVar[ModelState]
+    MODEL_STATE_LOADING: _ClassVar[ModelState]
+    MODEL_STATE_READY: _ClassVar[ModelState]
+    MODEL_STATE_UNLOADING: _ClassVar[ModelState]
+    MODEL_STATE_FAILED: _ClassVar[ModelState]
+FINISH_REASON_UNSPECIFIED: FinishReason
+FINISH_REASON_STOP: FinishReason
+FINISH_REASON_STOP_SEQUENCE: FinishReason
+FINISH_REASON_LENGTH: FinishReason
+MODEL_STATE_UNSPECIFIED: ModelState
+MODEL_STATE_UNLOADED: ModelState
+MODEL_STATE_LOADING: ModelState
+MODEL_STATE_READY: ModelState
+MODEL_STATE_UNLOADING: ModelState
+MODEL_STATE_FAILED: ModelState
+
+class GenerationParameters(_message.Message):
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class InferRequest(_message.Message):
+    __slots__ = ("model", "prompt", "context", "parameters", "request_id")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    prompt: str
+    context: _containers.RepeatedScalarFieldContainer[str]
+    parameters: GenerationParameters
+    request_id: str
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class Usage(_message.Message):
+    __slots__ = ("prompt_tokens", "completion_tokens")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    completion_tokens: int
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
+
+class Timing(_message.Message):
+    __slots__ = ("queue_ms", "time_to_first_token_ms", "total_ms")
+    QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_TOKEN_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_ms: float
+    time_to_first_token_ms: float
+    total_ms: float
+    def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
+
+class InferResponse(_message.Message):
+    __slots__ = ("request_id", "model", "backend", "text", "finish_reason", "usage", "timing")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    backend: str
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    timing: Timing
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., backend: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ...) -> None: ...
+
+class InferStreamRequest(_message.Message):
+    __slots__ = ("model", "prompt", "context", "parameters", "request_id")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    prompt: str
+    context: _containers.RepeatedScalarFieldContainer[str]
+    parameters: GenerationParameters
+    request_id: str
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class InferStreamResponse(_message.Message):
+    __slots__ = ("request_id", "model", "text", "finish_reason", "usage", "timing")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMING_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    timing: Timing
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ...) -> None: ...
+
+class ModelCapabilities(_message.Message):
+    __slots__ = ("streaming", "max_concurrency", "on_premises", "modalities", "context_length", "max_output_tokens")
+    STREAMING_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    ON_PREMISES_FIELD_NUMBER: _ClassVar[int]
+    MODALITIES_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    streaming: bool
+    max_concurrency: int
+    on_premises: bool
+    modalities: _containers.RepeatedScalarFieldContainer[str]
+    context_length: int
+    max_output_tokens: int
+    def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ...) -> None: ...
+
+class ModelStatus(_message.Message):
+    __slots__ = ("name", "backend", "state", "detail", "capabilities")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    backend: str
+    state: ModelState
+    detail: str
+    capabilities: ModelCapabilities
+    def __init__(self, name: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[ModelState, str]] = ..., detail: _Optional[str] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ...) -> None: ...
+
+class LoadModelRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class LoadModelResponse(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: ModelStatus
+    def __init__(self, model: _Optional[_Union[ModelStatus, _Mapping]] = ...) -> None: ...
+
+class UnloadModelRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class UnloadModelResponse(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: ModelStatus
+    def __init__(self, model: _Optional[_Union[ModelStatus, _Mapping]] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelStatus]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelStatus, _Mapping]]] = ...) -> None: ...
+
+class HealthRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ModelHealth(_message.Message):
+    __slots__ = ("name", "backend", "state", "ready", "detail", "inflight", "queued", "requests_total", "generated_tokens_total")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    backend: str
+    state: ModelState
+    ready: bool
+    detail: str
+    inflight: int
+    queued: int
+    requests_total: int
+    generated_tokens_total: int
+    def __init__(self, name: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[ModelState, str]] = ..., ready: _Optional[bool] = ..., detail: _Optional[str] = ..., inflight: _Optional[int] = ..., queued: _Optional[int] = ..., requests_total: _Optional[int] = ..., generated_tokens_total: _Optional[int] = ...) -> None: ...
+
+class BackendHealth(_message.Message):
+    __slots__ = ("name", "healthy", "detail")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HEALTHY_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    healthy: bool
+    detail: str
+    def __init__(self, name: _Optional[str] = ..., healthy: _Optional[bool] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class HealthResponse(_message.Message):
+    __slots__ = ("serving", "models", "backends")
+    SERVING_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    serving: bool
+    models: _containers.RepeatedCompositeFieldContainer[ModelHealth]
+    backends: _containers.RepeatedCompositeFieldContainer[BackendHealth]
+    def __init__(self, serving: _Optional[bool] = ..., models: _Optional[_Iterable[_Union[ModelHealth, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[BackendHealth, _Mapping]]] = ...) -> None: ...
