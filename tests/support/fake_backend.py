@@ -51,6 +51,7 @@ class Calls:
     """What the core asked of a fake backend."""
 
     loads: int = 0
+    reconciles: int = 0
     unloads: int = 0
     releases: int = 0
     requests: list[GenerationRequest] = field(default_factory=list)
@@ -71,6 +72,7 @@ class FakeBackend(Backend):
         self.limits_ = ModelLimits(context_length=64, max_output_tokens=32, max_seed=1000)
         self.load_gate = Gate()
         self.load_error: Exception | None = None
+        self.reconcile_error: Exception | None = None
         self.generation_gate = Gate()
         self.started = asyncio.Event()  # set once a request reached the backend
         self.infer_error: Exception | None = None
@@ -83,6 +85,11 @@ class FakeBackend(Backend):
         await self.load_gate.passed()
         if self.load_error is not None:
             raise self.load_error
+
+    async def reconcile(self) -> None:
+        self.calls.reconciles += 1
+        if self.reconcile_error is not None:
+            raise self.reconcile_error
 
     async def unload(self) -> None:
         self.calls.unloads += 1

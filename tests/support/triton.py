@@ -40,6 +40,7 @@ from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import load_settings
 
 REPOSITORY = Path(__file__).resolve().parents[1] / "triton_models"
+TRITONSERVER = Path(__file__).resolve().parents[2] / "scripts" / "tritonserver"
 # The Python backend stub embeds the system Python, whose version picks the stub.
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
@@ -97,10 +98,11 @@ class TritonServer:
         """Start on `port` (0: any free port), and wait until it is ready."""
         assert TRITON_DIR is not None
         self.log_path = self.record_dir / f"tritonserver-{time.monotonic_ns()}.log"
+        # Through the wrapper users run too: it keeps the caller's virtualenv away from
+        # the Python backend stub (tests/triton/test_triton_environment.py).
         args = [
-            str(TRITON_DIR / "bin" / "tritonserver"),
+            str(TRITONSERVER),
             f"--model-repository={self.repository}",
-            f"--backend-directory={TRITON_DIR / 'backends'}",
             f"--model-control-mode={self.model_control_mode}",
             "--exit-on-error=false",
             "--grpc-address=127.0.0.1",
@@ -113,6 +115,7 @@ class TritonServer:
         ]
         env = {
             **os.environ,
+            "TRITON_DIR": str(TRITON_DIR),
             "INFERWIRE_TRITON_RECORD_DIR": str(self.record_dir),
             **self.extra_env,
         }
@@ -311,3 +314,25 @@ async def wait_for_record(record_dir: Path, model: str, request_id: str) -> dict
 
 
 PYTHON = sys.executable
+
+
+def direct_infer(url: str, model: str, prompt: str) -> str:
+    """One request straight to Triton with tritonclient, loading the model first."""
+    import numpy as np
+    import tritonclient.grpc as triton
+
+    client = triton.InferenceServerClient(url)
+    try:
+        client.load_model(model)
+        inputs = []
+        for name, value, datatype in [
+            ("text_input", np.array([[prompt.encode()]], dtype=np.object_), "BYTES"),
+            ("max_tokens", np.array([[2]], dtype=np.int32), "INT32"),
+        ]:
+            tensor = triton.InferInput(name, list(value.shape), datatype)
+            tensor.set_data_from_numpy(value)
+            inputs.append(tensor)
+        result = client.infer(model, inputs)
+        return result.as_numpy("text_output").reshape(-1)[0].decode()
+    finally:
+        client.close()

@@ -8,7 +8,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
-from tests.support.triton import SKIP_REASON, TRITON_DIR, health_status
+from tests.support.triton import SKIP_REASON, TRITON_DIR, direct_infer, health_status
 from tests.support.waiting import read_rest
 from tests.triton_models.echo_engine import echo_text
 
@@ -57,28 +57,6 @@ async def test_loading_a_model_already_ready_on_triton_does_not_reload_it(stub, 
     assert response.model.state == pb.MODEL_STATE_READY
     # Triton's statistics start again from zero when it reloads a model.
     assert main.statistics("trtllm_unary") == 1
-
-
-def direct_infer(url: str, model: str, prompt: str) -> str:
-    """One request straight to Triton with tritonclient, loading the model first."""
-    import numpy as np
-    import tritonclient.grpc as triton
-
-    client = triton.InferenceServerClient(url)
-    try:
-        client.load_model(model)
-        inputs = []
-        for name, value, datatype in [
-            ("text_input", np.array([[prompt.encode()]], dtype=np.object_), "BYTES"),
-            ("max_tokens", np.array([[2]], dtype=np.int32), "INT32"),
-        ]:
-            tensor = triton.InferInput(name, list(value.shape), datatype)
-            tensor.set_data_from_numpy(value)
-            inputs.append(tensor)
-        result = client.infer(model, inputs)
-        return result.as_numpy("text_output").reshape(-1)[0].decode()
-    finally:
-        client.close()
 
 
 async def test_loading_a_model_missing_from_tritons_repository_is_not_found(stub):
@@ -145,6 +123,28 @@ async def test_model_unloaded_behind_our_back_is_not_found(stub, triton_servers)
             await triton.RepositoryModelLoad(
                 service_pb2.RepositoryModelLoadRequest(model_name="trtllm_unary")
             )
+
+
+async def test_load_model_loads_again_where_triton_lost_the_model(stub, triton_servers):
+    main = triton_servers["main"]
+    await stub.LoadModel(pb.LoadModelRequest(model="trtllm_unary"))
+    async with grpc.aio.insecure_channel(main.url) as channel:
+        triton = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        await triton.RepositoryModelUnload(
+            service_pb2.RepositoryModelUnloadRequest(model_name="trtllm_unary")
+        )
+    while main.model_ready("trtllm_unary"):
+        await asyncio.sleep(0.05)
+    # As after a Triton restart: inferwire still has the model READY, Triton does not.
+    response = await stub.LoadModel(pb.LoadModelRequest(model="trtllm_unary"))
+    assert response.model.state == pb.MODEL_STATE_READY
+    assert main.model_ready("trtllm_unary")
+    reply = await stub.Infer(
+        pb.InferRequest(
+            model="trtllm_unary", prompt="a b", parameters=pb.GenerationParameters(max_tokens=2)
+        )
+    )
+    assert reply.text == "a b"
 
 
 async def test_without_explicit_mode_only_a_model_already_ready_loads(stub, triton_servers):

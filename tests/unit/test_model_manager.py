@@ -39,10 +39,13 @@ def spec(name: str, startup: bool = False, concurrency: int = 4, queue: int = 4)
 class Harness:
     """A manager over fake backends, and every health map it published."""
 
-    def __init__(self, *specs: ModelSpec) -> None:
+    def __init__(self, *specs: ModelSpec, failure_cooldown_s: float | None = None) -> None:
         self.backends = FakeBackends()
         self.manager = ModelManager(
-            list(specs) or [spec("m")], self.backends, RequestLimits(max_prompt_bytes=1024)
+            list(specs) or [spec("m")],
+            self.backends,
+            RequestLimits(max_prompt_bytes=1024),
+            failure_cooldown_s=failure_cooldown_s,
         )
         self.published: list[dict[str, bool]] = []
         self.manager.add_health_listener(self._record)
@@ -292,12 +295,62 @@ async def test_backend_health_flapping_follows_each_check_and_only_changes_are_p
         backend.health_ = BackendHealth(False, "endpoint down")
         await harness.manager.check_backend_health()
         assert harness.published[-1] == {"": False, "m": False}
-        assert harness.manager.model_status("m").detail == "endpoint down"
+        assert harness.manager.model_status("m").detail == "not serving: endpoint down"
         backend.health_ = ConnectionError("no route")
         await harness.manager.check_backend_health()
-        assert harness.manager.model_status("m").detail == "health check failed: no route"
+        assert harness.manager.model_status("m").detail == (
+            "not serving: health check failed: no route"
+        )
         backend.health_ = BackendHealth(True, "fake: fine")
         await harness.manager.check_backend_health()
         assert harness.published[-1] == {"": True, "m": True}
         report = await harness.manager.health_report()
         assert report.serving and report.models[0].ready and report.backends[0].healthy
+
+
+async def test_load_on_a_ready_model_has_the_backend_check_it_still_has_the_model():
+    async with running(Harness(spec("m", startup=True))) as harness:
+        backend = harness.backends["m"]
+        assert (await harness.manager.load("m")).state is ModelState.READY
+        assert (backend.calls.loads, backend.calls.reconciles) == (1, 1)
+        backend.reconcile_error = BackendUnavailableError("no endpoint took the model")
+        backend.health_ = BackendHealth(False, "0 of 1 endpoints")
+        with pytest.raises(BackendUnavailableError):
+            await harness.manager.load("m")
+        status = harness.manager.model_status("m")
+        assert (status.state, status.detail) == (ModelState.READY, "not serving: 0 of 1 endpoints")
+        assert harness.published[-1]["m"] is False
+
+
+async def test_requests_failing_in_the_backend_take_readiness_away_until_one_succeeds():
+    async with running(Harness(spec("m", startup=True), failure_cooldown_s=3600)) as harness:
+        backend = harness.backends["m"]
+        backend.infer_error = InvalidArgumentError([])  # the request's fault: never counted
+        for _ in range(5):
+            with pytest.raises(InvalidArgumentError):
+                await harness.manager.infer(request())
+        assert harness.published[-1]["m"] is True
+        backend.infer_error = BackendUnavailableError("stub crashed")
+        for _ in range(3):
+            with pytest.raises(BackendUnavailableError):
+                await harness.manager.infer(request())
+        assert harness.published[-1] == {"": False, "m": False}
+        detail = harness.manager.model_status("m").detail
+        assert detail == "not serving: the last 3 requests failed (stub crashed)"
+        await harness.manager.check_backend_health()  # healthy, but within the cool-down
+        assert harness.published[-1]["m"] is False
+        backend.infer_error = None
+        assert (await harness.manager.infer(request())).text == "Hello, world"
+        assert harness.published[-1] == {"": True, "m": True}
+
+
+async def test_a_healthy_check_after_the_cool_down_gives_readiness_back():
+    async with running(Harness(spec("m", startup=True), failure_cooldown_s=0)) as harness:
+        backend = harness.backends["m"]
+        backend.infer_error = RuntimeError("engine fault")
+        for _ in range(3):
+            with pytest.raises(RuntimeError):
+                await harness.manager.infer(request())
+        assert harness.published[-1]["m"] is False
+        await harness.manager.check_backend_health()
+        assert harness.published[-1]["m"] is True

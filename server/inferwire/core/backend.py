@@ -103,6 +103,14 @@ class Backend(abc.ABC):
     async def unload(self) -> None:
         """Release the model. Called only when no request is in flight."""
 
+    async def reconcile(self) -> None:
+        """Make sure a loaded model is still loaded; LoadModel on a READY model calls this.
+
+        An in-process engine cannot lose its model, so by default nothing. A backend
+        whose model lives on a server that may have restarted without it loads it again.
+        """
+        return None
+
     async def release(self) -> None:
         """Let go of the model at server shutdown; no request is in flight.
 

@@ -60,6 +60,12 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+# Consecutive requests failing in the backend (UNAVAILABLE, INTERNAL) that take a model's
+# readiness away, and the least time it stays away; a request that succeeds, or a healthy
+# health check after that time, gives it back.
+FAILURES_BEFORE_NOT_READY = 3
+FAILURE_COOLDOWN_S = 5.0
+
 # Builds the backend for a model; the server passes the backend registry's, tests a fake.
 BackendFactory = Callable[["ModelSpec"], Backend]
 
@@ -80,14 +86,22 @@ class _ManagedModel:
         self.idle.set()
         self.requests_total = 0
         self.generated_tokens_total = 0
+        self.backend_failures = 0  # consecutive requests that failed in the backend
+        self.failing_since: float | None = None  # when those failures took readiness away
 
     @property
     def ready(self) -> bool:
-        return self.state is ModelState.READY and self.backend_healthy
+        return (
+            self.state is ModelState.READY and self.backend_healthy and self.failing_since is None
+        )
 
     def status(self) -> ModelStatus:
         capabilities = self.backend.capabilities() if self.state is ModelState.READY else None
-        return ModelStatus(self.spec.name, self.spec.backend, self.state, self.detail, capabilities)
+        detail = self.detail
+        if self.state is ModelState.READY and not self.ready:
+            # READY is the lifecycle (loaded); the detail says it cannot serve right now.
+            detail = f"not serving: {detail}"
+        return ModelStatus(self.spec.name, self.spec.backend, self.state, detail, capabilities)
 
 
 @dataclass
@@ -120,9 +134,15 @@ class ModelManager:
         backend_factory: BackendFactory,
         limits: RequestLimits,
         health_check_interval_s: float = 2.0,
+        failure_cooldown_s: float | None = None,
     ) -> None:
         self._limits = limits
         self._health_check_interval_s = health_check_interval_s
+        self._failure_cooldown_s = (
+            max(FAILURE_COOLDOWN_S, 2 * health_check_interval_s)
+            if failure_cooldown_s is None
+            else failure_cooldown_s
+        )
         self._models: dict[str, _ManagedModel] = {}
         for spec in specs:
             if spec.name in self._models:
@@ -187,6 +207,11 @@ class ModelManager:
         model = self._get(name)
         async with model.lifecycle_lock:
             if model.state is ModelState.READY:
+                # The backend may have lost the model (a Triton restart): have it checked.
+                try:
+                    await model.backend.reconcile()
+                finally:
+                    await self._refresh_health([model])
                 return model.status()
             model.state, model.detail, model.load_error = ModelState.LOADING, "", ""
             await self._publish_health()
@@ -319,6 +344,11 @@ class ModelManager:
                 # The caller went away (cancel or deadline) or stopped reading.
                 run.outcome = "cancelled"
                 raise
+            except Exception as error:
+                await self._count_backend_failure(model, error)
+                raise
+            else:
+                await self._count_backend_success(model)
             finally:
                 record = run.record
                 model.generated_tokens_total += record.completion_tokens
@@ -437,20 +467,33 @@ class ModelManager:
 
         The health watcher calls this every `health_check_interval_s`.
         """
+        await self._refresh_health(
+            [m for m in self._models.values() if m.state is ModelState.READY]
+        )
+
+    async def _refresh_health(self, models: list[_ManagedModel]) -> None:
         changed = False
         # Checked concurrently, so one slow backend cannot delay the others' reports.
-        loaded = [m for m in self._models.values() if m.state is ModelState.READY]
         results = await asyncio.gather(
-            *(m.backend.health() for m in loaded), return_exceptions=True
+            *(m.backend.health() for m in models), return_exceptions=True
         )
-        for model, health in zip(loaded, results, strict=True):
+        now = time.monotonic()
+        for model, health in zip(models, results, strict=True):
             if isinstance(health, BaseException):
                 health_ok, detail = False, f"health check failed: {health}"
             else:
                 health_ok, detail = health.healthy, health.detail
-            if model.state is ModelState.READY and (
-                health_ok != model.backend_healthy or detail != model.detail
+            if model.state is not ModelState.READY:
+                continue
+            if (
+                health_ok
+                and model.failing_since is not None
+                and now - model.failing_since >= self._failure_cooldown_s
             ):
+                # Half-open: a healthy check after the cool-down lets requests try again.
+                model.failing_since, model.backend_failures = None, 0
+                changed = True
+            if health_ok != model.backend_healthy or detail != model.detail:
                 if health_ok != model.backend_healthy:
                     log.warning(
                         "model health changed",
@@ -459,4 +502,24 @@ class ModelManager:
                 model.backend_healthy, model.detail = health_ok, detail
                 changed = True
         if changed:
+            await self._publish_health()
+
+    async def _count_backend_failure(self, model: _ManagedModel, error: Exception) -> None:
+        """A backend that keeps failing requests is not ready, whatever its health check says."""
+        if isinstance(error, InferwireError) and not isinstance(error, BackendUnavailableError):
+            return  # the request's fault (or a limit), not the backend's
+        model.backend_failures += 1
+        if model.backend_failures >= FAILURES_BEFORE_NOT_READY and model.failing_since is None:
+            model.failing_since = time.monotonic()
+            model.detail = f"the last {model.backend_failures} requests failed ({error})"
+            log.warning(
+                "model not ready: its requests fail",
+                extra={"model": model.spec.name, "error": str(error)},
+            )
+            await self._publish_health()
+
+    async def _count_backend_success(self, model: _ManagedModel) -> None:
+        model.backend_failures = 0
+        if model.failing_since is not None:
+            model.failing_since = None
             await self._publish_health()

@@ -79,22 +79,9 @@ class TritonBackend(Backend):
         )
         outcomes = list(zip(self._pool.endpoints, results, strict=True))
         ready = [ep for ep, result in outcomes if not isinstance(result, BaseException)]
-        failures = [r for r in results if isinstance(r, BaseException)]
         if not ready:
             await self._pool.close()
-            # The most telling failure wins: a missing model over an unreachable server.
-            for kind in (ModelNotFoundError, ModelNotReadyError, BackendUnavailableError):
-                for failure in failures:
-                    if isinstance(failure, kind):
-                        raise failure
-            raise failures[0]
-        for endpoint, result in outcomes:
-            endpoint.healthy = not isinstance(result, BaseException)
-            if isinstance(result, BaseException):
-                log.warning(
-                    "Triton endpoint could not load the model",
-                    extra={"model": self.model_name, "url": endpoint.url, "error": str(result)},
-                )
+        self._note_load_outcomes(outcomes)
         try:
             self._spec = await self._inspect(ready[0])
         except BaseException:
@@ -114,6 +101,45 @@ class TritonBackend(Backend):
                 "usage": self._spec.usage_source.value,
             },
         )
+
+    async def reconcile(self) -> None:
+        """Load the model again on every endpoint that no longer has it (a Triton restart).
+
+        LoadModel on a READY model calls this, so a load after a restart really loads.
+        """
+        results = await asyncio.gather(
+            *(self._load_on(endpoint) for endpoint in self._pool.endpoints), return_exceptions=True
+        )
+        outcomes = list(zip(self._pool.endpoints, results, strict=True))
+        for endpoint, result in outcomes:
+            if result is True:
+                log.info(
+                    "model loaded again on a Triton endpoint that had lost it",
+                    extra={"model": self.model_name, "url": endpoint.url},
+                )
+        self._note_load_outcomes(outcomes)
+
+    def _note_load_outcomes(self, outcomes: list[tuple[Endpoint, bool | BaseException]]) -> None:
+        """Mark each endpoint by whether it has the model; raise if none has it.
+
+        With no endpoint ready, the most telling failure is raised: a missing model over
+        an unreachable server.
+        """
+        failures = [result for _, result in outcomes if isinstance(result, BaseException)]
+        if len(failures) == len(outcomes):
+            for kind in (ModelNotFoundError, ModelNotReadyError, BackendUnavailableError):
+                for failure in failures:
+                    if isinstance(failure, kind):
+                        raise failure
+            raise failures[0]
+        for endpoint, result in outcomes:
+            endpoint.healthy = not isinstance(result, BaseException)
+            if isinstance(result, BaseException):
+                endpoint.detail = f"could not load the model: {result}"
+                log.warning(
+                    "Triton endpoint could not load the model",
+                    extra={"model": self.model_name, "url": endpoint.url, "error": str(result)},
+                )
 
     async def unload(self) -> None:
         self._spec = None
