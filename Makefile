@@ -26,6 +26,7 @@ export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 setup: $(STAMP) $(BUF)
 
 $(STAMP): pyproject.toml
+	@echo "setting up $(VENV): installing inferwire and its dependencies (about 20 s, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev,triton]"

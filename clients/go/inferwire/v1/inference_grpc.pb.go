@@ -41,9 +41,11 @@ const (
 //
 // InferenceService runs generative models and manages their lifecycle.
 type InferenceServiceClient interface {
-	// LoadModel loads a model declared in the server's configuration (or present
-	// in a Triton model repository). Idempotent: loading a READY model succeeds
-	// at once. Unknown models get NOT_FOUND. Admin RPC.
+	// LoadModel loads a model declared in the server's configuration; a model
+	// that is only in a Triton model repository is not loadable until it is
+	// configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
+	// makes sure the backend still has it (a Triton endpoint that lost it, after a
+	// restart, loads it again). Admin RPC.
 	LoadModel(ctx context.Context, in *LoadModelRequest, opts ...grpc.CallOption) (*LoadModelResponse, error)
 	// UnloadModel unloads a model. The model turns UNLOADING at once, so new
 	// requests get FAILED_PRECONDITION while in-flight requests finish; the call
@@ -146,9 +148,11 @@ func (c *inferenceServiceClient) ListModels(ctx context.Context, in *ListModelsR
 //
 // InferenceService runs generative models and manages their lifecycle.
 type InferenceServiceServer interface {
-	// LoadModel loads a model declared in the server's configuration (or present
-	// in a Triton model repository). Idempotent: loading a READY model succeeds
-	// at once. Unknown models get NOT_FOUND. Admin RPC.
+	// LoadModel loads a model declared in the server's configuration; a model
+	// that is only in a Triton model repository is not loadable until it is
+	// configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
+	// makes sure the backend still has it (a Triton endpoint that lost it, after a
+	// restart, loads it again). Admin RPC.
 	LoadModel(context.Context, *LoadModelRequest) (*LoadModelResponse, error)
 	// UnloadModel unloads a model. The model turns UNLOADING at once, so new
 	// requests get FAILED_PRECONDITION while in-flight requests finish; the call

@@ -72,9 +72,11 @@ class InferenceServiceServicer:
     """
 
     def LoadModel(self, request, context):
-        """LoadModel loads a model declared in the server's configuration (or present
-        in a Triton model repository). Idempotent: loading a READY model succeeds
-        at once. Unknown models get NOT_FOUND. Admin RPC.
+        """LoadModel loads a model declared in the server's configuration; a model
+        that is only in a Triton model repository is not loadable until it is
+        configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
+        makes sure the backend still has it (a Triton endpoint that lost it, after a
+        restart, loads it again). Admin RPC.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -2593,9 +2593,11 @@ export const HealthResponse: MessageFns<HealthResponse> = {
 export type InferenceServiceService = typeof InferenceServiceService;
 export const InferenceServiceService = {
   /**
-   * LoadModel loads a model declared in the server's configuration (or present
-   * in a Triton model repository). Idempotent: loading a READY model succeeds
-   * at once. Unknown models get NOT_FOUND. Admin RPC.
+   * LoadModel loads a model declared in the server's configuration; a model
+   * that is only in a Triton model repository is not loadable until it is
+   * configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
+   * makes sure the backend still has it (a Triton endpoint that lost it, after a
+   * restart, loads it again). Admin RPC.
    */
   loadModel: {
     path: "/inferwire.v1.InferenceService/LoadModel" as const,
@@ -2672,9 +2674,11 @@ export const InferenceServiceService = {
 
 export interface InferenceServiceServer extends UntypedServiceImplementation {
   /**
-   * LoadModel loads a model declared in the server's configuration (or present
-   * in a Triton model repository). Idempotent: loading a READY model succeeds
-   * at once. Unknown models get NOT_FOUND. Admin RPC.
+   * LoadModel loads a model declared in the server's configuration; a model
+   * that is only in a Triton model repository is not loadable until it is
+   * configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
+   * makes sure the backend still has it (a Triton endpoint that lost it, after a
+   * restart, loads it again). Admin RPC.
    */
   loadModel: handleUnaryCall<LoadModelRequest, LoadModelResponse>;
   /**
@@ -2703,9 +2707,11 @@ export interface InferenceServiceServer extends UntypedServiceImplementation {
 
 export interface InferenceServiceClient extends Client {
   /**
-   * LoadModel loads a model declared in the server's configuration (or present
-   * in a Triton model repository). Idempotent: loading a READY model succeeds
-   * at once. Unknown models get NOT_FOUND. Admin RPC.
+   * LoadModel loads a model declared in the server's configuration; a model
+   * that is only in a Triton model repository is not loadable until it is
+   * configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
+   * makes sure the backend still has it (a Triton endpoint that lost it, after a
+   * restart, loads it again). Admin RPC.
    */
   loadModel(
     request: LoadModelRequest,
