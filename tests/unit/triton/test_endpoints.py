@@ -89,3 +89,16 @@ async def test_request_that_cannot_reach_an_endpoint_moves_on_to_the_next(caplog
         "Triton endpoint unreachable; trying another"
     ]
     assert caplog.records[0].url == "127.0.0.1:1"
+
+
+async def test_an_unreachable_endpoint_says_why_it_could_not_connect_not_that_time_ran_out():
+    pool = EndpointPool("llama", "llama-3", TritonOptions(url="127.0.0.1:1", connect_timeout_s=0.2))
+    await pool.open()
+    try:
+        with pytest.raises(BackendUnavailableError) as raised:
+            await pool.wait_until_reachable(pool.endpoints[0])
+    finally:
+        await pool.close()
+    message = str(raised.value)
+    assert message.startswith("could not connect to Triton at 127.0.0.1:1 within 0.2 s: ")
+    assert "Connection refused" in message

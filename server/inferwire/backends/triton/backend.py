@@ -160,9 +160,7 @@ class TritonBackend(Backend):
         """
         timeout = self.options.control_timeout_s
         try:
-            if await self._pool.model_ready(
-                endpoint, self.options.connect_timeout_s, wait_for_ready=True
-            ):
+            if await self._pool.wait_until_reachable(endpoint):
                 return False
             index = await endpoint.stub.RepositoryIndex(
                 service_pb2.RepositoryIndexRequest(), metadata=self._pool.metadata, timeout=timeout

@@ -113,6 +113,27 @@ class EndpointPool:
         )
         return bool(response.ready)
 
+    async def wait_until_reachable(self, endpoint: Endpoint) -> bool:
+        """Whether the model is ready there, waiting up to connect_timeout_s for Triton.
+
+        Triton may still be starting, so the first call waits for the connection. If it
+        never comes, the error says why the connection failed (say, connection refused),
+        not that a deadline passed.
+        """
+        timeout = self.options.connect_timeout_s
+        try:
+            return await self.model_ready(endpoint, timeout, wait_for_ready=True)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is not grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+        try:  # once more without waiting: the channel's own error names the cause
+            return await self.model_ready(endpoint, self.options.health_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise BackendUnavailableError(
+                f"could not connect to Triton at {endpoint.url} within {timeout:g} s: "
+                f"{exc.details() or exc.code().name}"
+            ) from None
+
     async def check(self) -> None:
         """Refresh every endpoint's health."""
         await asyncio.gather(*(self._check(endpoint) for endpoint in self.endpoints))
