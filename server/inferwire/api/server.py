@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from inferwire.api.decoding import DecodeErrorInterceptor
 from inferwire.api.health import SERVICE_NAME, HealthServicer
 from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
 from inferwire.api.reflection import add_reflection
@@ -104,10 +105,11 @@ class InferwireServer:
         self.health = HealthServicer()
         self.manager.add_health_listener(self.health.update)
         self._server = grpc.aio.server(
+            interceptors=[DecodeErrorInterceptor()],
             options=[
                 ("grpc.max_receive_message_length", settings.server.max_receive_message_bytes),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         inference_pb2_grpc.add_InferenceServiceServicer_to_server(
             InferenceServicer(self.manager), self._server

@@ -66,7 +66,11 @@ def _limit_violations(
 def check_prompt_fits(
     request: GenerationRequest, prompt_tokens: int, model: str, limits: ModelLimits
 ) -> None:
-    """Refuse a prompt that leaves no room to generate in the model's context window."""
+    """Refuse a prompt of no tokens, or one that leaves no room in the context window."""
+    if prompt_tokens == 0:
+        raise InvalidArgumentError(
+            [FieldViolation(request.prompt_field, "tokenizes to no tokens; the model needs one")]
+        )
     if limits.context_length and prompt_tokens >= limits.context_length:
         raise InvalidArgumentError(
             [

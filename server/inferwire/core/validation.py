@@ -19,6 +19,11 @@ MAX_STOP_SEQUENCES = 16
 MAX_CONTEXT_ENTRIES = 64
 MAX_REQUEST_ID_CHARS = 128
 
+# ONNX Runtime GenAI's tokenizer reads text as a C string: everything after a NUL would be
+# dropped without a word, so text that holds one is refused rather than silently cut.
+NUL = "\x00"
+NUL_PROBLEM = "contains a NUL character (U+0000); the text after it would be lost"
+
 
 @dataclass(frozen=True)
 class RequestLimits:
@@ -80,6 +85,12 @@ def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[Fi
         )
     if len(request.request_id) > MAX_REQUEST_ID_CHARS:
         yield FieldViolation("request_id", f"must be at most {MAX_REQUEST_ID_CHARS} characters")
+    texts = {"prompt": request.prompt}
+    texts.update({f"context[{i}]": passage for i, passage in enumerate(request.context)})
+    texts.update({f"parameters.stop[{i}]": stop for i, stop in enumerate(request.params.stop)})
+    for field, text in texts.items():
+        if NUL in text:
+            yield FieldViolation(field, NUL_PROBLEM)
 
     params = request.params
     if params.max_tokens is not None and params.max_tokens < 1:
