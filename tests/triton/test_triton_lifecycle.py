@@ -260,6 +260,33 @@ async def test_killed_triton_fails_the_stream_then_health_follows_it_down_and_up
     assert reply.text == "a b a"
 
 
+async def test_a_triton_restarted_without_the_model_gets_it_back_by_itself(
+    stub, health_stub, triton_servers
+):
+    solo = triton_servers["solo"]
+    service = "model/solo"
+    while await health_status(health_stub, service) != SERVING:  # after the test above
+        await asyncio.sleep(0.02)
+    solo.kill()
+    while await health_status(health_stub, service) != NOT_SERVING:
+        await asyncio.sleep(0.02)
+    # Explicit mode, no --load-model: Triton comes back without the model.
+    solo.load_models = ()
+    solo.start()
+    assert not solo.model_ready("vllm_echo")
+    back_at = time.monotonic()
+    while await health_status(health_stub, service) != SERVING:
+        assert time.monotonic() - back_at < 30, "inferwire never loaded the model again"
+        await asyncio.sleep(0.02)
+    assert solo.model_ready("vllm_echo")
+    reply = await stub.Infer(
+        pb.InferRequest(
+            model="solo", prompt="a b", parameters=pb.GenerationParameters(max_tokens=3)
+        )
+    )
+    assert reply.text == "a b a"
+
+
 async def test_gateway_shutdown_leaves_the_model_loaded_on_triton(stub, triton_servers):
     """Triton is shared (by other gateways too): only UnloadModel unloads there."""
     main = triton_servers["main"]

@@ -107,17 +107,30 @@ class TritonBackend(Backend):
 
         LoadModel on a READY model calls this, so a load after a restart really loads.
         """
+        self._note_load_outcomes(await self._load_again(self._pool.endpoints))
+
+    async def _reload_lost(self, endpoints: list[Endpoint]) -> None:
+        """Load the model again where a ready Triton no longer has it (self-healing)."""
+        for endpoint, result in await self._load_again(endpoints):
+            if isinstance(result, BaseException):
+                endpoint.detail = f"model not ready, and loading it again failed: {result}"
+            else:
+                endpoint.healthy, endpoint.detail, endpoint.lost_model = True, "", False
+
+    async def _load_again(
+        self, endpoints: list[Endpoint]
+    ) -> list[tuple[Endpoint, bool | BaseException]]:
+        """`_load_on` each endpoint; log those where the model really had to be loaded."""
         results = await asyncio.gather(
-            *(self._load_on(endpoint) for endpoint in self._pool.endpoints), return_exceptions=True
+            *(self._load_on(endpoint) for endpoint in endpoints), return_exceptions=True
         )
-        outcomes = list(zip(self._pool.endpoints, results, strict=True))
-        for endpoint, result in outcomes:
+        for endpoint, result in zip(endpoints, results, strict=True):
             if result is True:
                 log.info(
                     "model loaded again on a Triton endpoint that had lost it",
                     extra={"model": self.model_name, "url": endpoint.url},
                 )
-        self._note_load_outcomes(outcomes)
+        return list(zip(endpoints, results, strict=True))
 
     def _note_load_outcomes(self, outcomes: list[tuple[Endpoint, bool | BaseException]]) -> None:
         """Mark each endpoint by whether it has the model; raise if none has it.
@@ -254,6 +267,9 @@ class TritonBackend(Backend):
         if self._spec is None or not self._pool.endpoints:
             return BackendHealth(False, "not loaded")
         await self._pool.check()
+        lost = [ep for ep in self._pool.endpoints if ep.lost_model]
+        if lost and self.options.reload_lost_models:
+            await self._reload_lost(lost)
         ready = [ep for ep in self._pool.endpoints if ep.healthy]
         version = f" version {self.options.version}" if self.options.version else ""
         detail = (

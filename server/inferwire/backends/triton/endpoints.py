@@ -35,6 +35,7 @@ class Endpoint:
     stub: service_pb2_grpc.GRPCInferenceServiceStub
     healthy: bool = True
     detail: str = ""
+    lost_model: bool = False  # the server is ready but the model is not (a restart)
 
     def usable(self) -> bool:
         state = self.channel.get_state(try_to_connect=False)
@@ -151,7 +152,9 @@ class EndpointPool:
             model_ready = await self.model_ready(endpoint, timeout)
         except grpc.aio.AioRpcError as exc:
             endpoint.healthy, endpoint.detail = False, f"{exc.code().name}: {exc.details()}"
+            endpoint.lost_model = False
             return
+        endpoint.lost_model = bool(live.live and ready.ready and not model_ready)
         if not (live.live and ready.ready):
             endpoint.healthy, endpoint.detail = False, "server not ready"
         elif not model_ready:

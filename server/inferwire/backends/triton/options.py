@@ -58,6 +58,11 @@ class TritonOptions(BackendOptions):
         "starting); then the load fails UNAVAILABLE.",
     )
     health_timeout_s: float = Field(default=1.0, gt=0, description="Timeout of each health RPC.")
+    reload_lost_models: bool = Field(
+        default=True,
+        description="When a Triton endpoint is back (a restart, a new pod) without the model, "
+        "load it there again at the next health check (explicit model-control mode).",
+    )
     control_timeout_s: float = Field(
         default=120.0, gt=0, description="Timeout of metadata, load and unload RPCs."
     )
