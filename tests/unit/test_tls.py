@@ -12,15 +12,19 @@ from pathlib import Path
 
 import grpc
 import pytest
+from typer.testing import CliRunner, Result
 
 from inferwire.api.server import InferwireServer
 from inferwire.api.tls import CertificateFiles, is_loopback
+from inferwire.cli import app
 from inferwire.config import Settings, load_settings
 from inferwire.core.errors import ConfigurationError
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.certs import CertificateAuthority, Issued, served_certificate_serial
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends, serving_fakes
+
+runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
@@ -273,3 +277,43 @@ async def test_plaintext_off_loopback_is_warned_about_once_naming_the_setting(
 )
 def test_loopback_addresses(address, loopback):
     assert is_loopback(address) is loopback
+
+
+async def test_cli_client_commands_use_the_tls_flags_and_repeat_them_in_hints(tmp_path, ca):
+    server_cert, server_key = ca.issue_server().write(tmp_path, "server")
+    client_cert, client_key = ca.issue_client().write(tmp_path, "client")
+    settings = settings_for(
+        cert_file=server_cert, key_file=server_key, client_ca_file=ca.write(tmp_path)
+    )
+    flags = ["--tls-ca", str(tmp_path / "ca.crt")]
+    mutual = [*flags, "--tls-cert", str(client_cert), "--tls-key", str(client_key)]
+
+    async def cli(*args: str) -> Result:
+        argv = [*args, "--address", f"127.0.0.1:{server.port}"]
+        return await asyncio.to_thread(runner.invoke, app, argv, env={"INFERWIRE_TLS_CA": None})
+
+    async with serving_fakes(settings) as (server, _):
+        listed = await cli("models", "list", *mutual)
+        assert listed.exit_code == 0, listed.output
+        assert listed.stdout.split()[0] == "m"
+        assert (await cli("health", *mutual)).stdout == "SERVING\n"
+        unknown = await cli("infer", "nope", "hi", *mutual)
+        assert unknown.exit_code == 1
+        hint = f"hint: inferwire models list --address 127.0.0.1:{server.port} {' '.join(mutual)}"
+        assert hint in unknown.stderr.splitlines()
+        without_certificate = await cli("models", "list", *flags)
+        assert without_certificate.exit_code == 1
+        assert without_certificate.stderr.startswith("error: UNAVAILABLE: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tls-cert", "c.crt"], "Invalid value for '--tls-cert' and '--tls-key': give both"),
+        (["--tls-ca", "/nonexistent/ca.crt"], "Invalid value for '--tls-ca': cannot read"),
+    ],
+)
+def test_cli_refuses_incomplete_or_unreadable_tls_flags_before_calling(args, message):
+    result = runner.invoke(app, ["health", "--address", "127.0.0.1:1", *args])
+    assert result.exit_code == 2
+    assert message in " ".join(result.stderr.replace("│", " ").split())
