@@ -4,43 +4,21 @@ with --tls-ca, --tls-cert and --tls-key; a bad key is a configuration error (sta
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.certs import CertificateAuthority
+from tests.support.certs import CertificateAuthority, Pki, write_pki
 from tests.support.process import ServerProcess, run_cli, start_server_process, stop_server_process
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1, and a client certificate, as files."""
-    directory = tmp_path_factory.mktemp("pki")
-    ca = CertificateAuthority()
-    server_cert, server_key = ca.issue_server().write(directory, "server")
-    client_cert, client_key = ca.issue_client().write(directory, "client")
-    return {
-        "ca": ca.write(directory),
-        "server_cert": server_cert,
-        "server_key": server_key,
-        "client_cert": client_cert,
-        "client_key": client_key,
-    }
-
-
-def tls_env(pki: dict[str, Path], mutual: bool = False) -> dict[str, str]:
-    env = {
-        "INFERWIRE_SERVER__TLS__CERT_FILE": str(pki["server_cert"]),
-        "INFERWIRE_SERVER__TLS__KEY_FILE": str(pki["server_key"]),
-    }
-    if mutual:
-        env["INFERWIRE_SERVER__TLS__CLIENT_CA_FILE"] = str(pki["ca"])
-    return env
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return write_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
-def mutual_server(pki: dict[str, Path]) -> Iterator[ServerProcess]:
-    server = start_server_process(env=tls_env(pki, mutual=True))
+def mutual_server(pki: Pki) -> Iterator[ServerProcess]:
+    server = start_server_process(env=pki.server_env(mutual=True))
     try:
         yield server
     finally:
@@ -55,8 +33,8 @@ def wait_serving(target: str, *flags: str) -> None:
 
 
 def test_cli_calls_a_mutual_tls_server_with_its_certificate(mutual_server, pki):
-    mutual = ["--tls-ca", str(pki["ca"]), "--tls-cert", str(pki["client_cert"])]
-    mutual += ["--tls-key", str(pki["client_key"])]
+    mutual = ["--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert)]
+    mutual += ["--tls-key", str(pki.client_key)]
     target = ["--address", mutual_server.target]
     wait_serving(mutual_server.target, *mutual)
     listed = run_cli("models", "list", *target, *mutual)
@@ -66,11 +44,11 @@ def test_cli_calls_a_mutual_tls_server_with_its_certificate(mutual_server, pki):
     assert infer.returncode == 0, infer.stderr
     assert infer.stdout.strip()
     # The same through the environment, as INFERWIRE_ADDRESS works for --address.
-    env = {"INFERWIRE_TLS_CA": str(pki["ca"]), "INFERWIRE_TLS_CERT": str(pki["client_cert"])}
-    env["INFERWIRE_TLS_KEY"] = str(pki["client_key"])
+    env = {"INFERWIRE_TLS_CA": str(pki.ca), "INFERWIRE_TLS_CERT": str(pki.client_cert)}
+    env["INFERWIRE_TLS_KEY"] = str(pki.client_key)
     assert run_cli("health", *target, env=env).stdout == "SERVING\n"
 
-    without_certificate = run_cli("health", *target, "--tls-ca", str(pki["ca"]))
+    without_certificate = run_cli("health", *target, "--tls-ca", str(pki.ca))
     assert without_certificate.returncode == 1
     assert without_certificate.stderr.startswith("error: UNAVAILABLE: ")
     plaintext = run_cli("health", *target)
@@ -78,10 +56,10 @@ def test_cli_calls_a_mutual_tls_server_with_its_certificate(mutual_server, pki):
 
 
 def test_cli_calls_a_tls_server_with_the_ca_alone(pki):
-    server = start_server_process(env=tls_env(pki))
+    server = start_server_process(env=pki.server_env())
     try:
-        wait_serving(server.target, "--tls-ca", str(pki["ca"]))
-        listed = run_cli("models", "list", "--address", server.target, "--tls-ca", str(pki["ca"]))
+        wait_serving(server.target, "--tls-ca", str(pki.ca))
+        listed = run_cli("models", "list", "--address", server.target, "--tls-ca", str(pki.ca))
         assert listed.returncode == 0, listed.stderr
         assert listed.stdout.startswith("demo ")
     finally:
@@ -90,10 +68,10 @@ def test_cli_calls_a_tls_server_with_the_ca_alone(pki):
 
 def test_serve_with_a_key_of_another_certificate_exits_2_naming_the_file(pki, tmp_path):
     other_key = CertificateAuthority().issue_server().write(tmp_path, "other")[1]
-    env = {**tls_env(pki), "INFERWIRE_SERVER__TLS__KEY_FILE": str(other_key)}
+    env = {**pki.server_env(), "INFERWIRE_SERVER__TLS__KEY_FILE": str(other_key)}
     result = run_cli("serve", "--address", "127.0.0.1:0", env=env)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"error: invalid configuration: server.tls.key_file: {other_key} does not match "
-        f"the certificate in {pki['server_cert']}"
+        f"the certificate in {pki.server_cert}"
     ]

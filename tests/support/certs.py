@@ -125,3 +125,32 @@ def served_certificate_serial(host: str, port: int, timeout_s: float = 10.0) -> 
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der).serial_number
+
+
+@dataclass(frozen=True)
+class Pki:
+    """One CA's files: its certificate, a server pair for 127.0.0.1 and localhost, and a
+    client pair, for tests that pass paths to a server process or a tool."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    def server_env(self, mutual: bool = False) -> dict[str, str]:
+        """`inferwire serve`'s environment for TLS, and with `mutual` for mutual TLS."""
+        env = {
+            "INFERWIRE_SERVER__TLS__CERT_FILE": str(self.server_cert),
+            "INFERWIRE_SERVER__TLS__KEY_FILE": str(self.server_key),
+        }
+        if mutual:
+            env["INFERWIRE_SERVER__TLS__CLIENT_CA_FILE"] = str(self.ca)
+        return env
+
+
+def write_pki(directory: Path) -> Pki:
+    ca = CertificateAuthority()
+    server_cert, server_key = ca.issue_server().write(directory, "server")
+    client_cert, client_key = ca.issue_client().write(directory, "client")
+    return Pki(ca.write(directory), server_cert, server_key, client_cert, client_key)
