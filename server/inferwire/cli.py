@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NamedTuple, NoReturn
 
 import grpc
 import typer
@@ -63,6 +65,36 @@ TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=0, metavar="SECONDS", help="RPC deadline.")
 ]
 ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help="Model name.")]
+TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV = (
+    "INFERWIRE_TLS_CA",
+    "INFERWIRE_TLS_CERT",
+    "INFERWIRE_TLS_KEY",
+)
+
+
+def _pem_file_option(flag: str, envvar: str, help: str) -> Any:
+    return typer.Option(flag, envvar=envvar, dir_okay=False, metavar="PATH", help=help)
+
+
+TlsCaOption = Annotated[
+    Path | None,
+    _pem_file_option(
+        "--tls-ca",
+        TLS_CA_ENV,
+        "PEM CA certificates to verify the server's certificate with; turns TLS on.",
+    ),
+]
+TlsCertOption = Annotated[
+    Path | None,
+    _pem_file_option(
+        "--tls-cert",
+        TLS_CERT_ENV,
+        "PEM client certificate, for mutual TLS (with --tls-key); turns TLS on.",
+    ),
+]
+TlsKeyOption = Annotated[
+    Path | None, _pem_file_option("--tls-key", TLS_KEY_ENV, "PEM private key of --tls-cert.")
+]
 
 # The ranges the server accepts, so a mistake is refused here with the option's name.
 INT32_MAX = 2**31 - 1
@@ -87,28 +119,105 @@ def _main(
     """inferwire: a gRPC inference service."""
 
 
-def _command_line(*words: str, address: str) -> str:
-    """The inferwire command to run next, against the same server."""
-    if address != os.environ.get(ADDRESS_ENV, DEFAULT_TARGET):
-        words = (*words, "--address", address)
+class ClientTls(NamedTuple):
+    """The client commands' --tls-ca, --tls-cert and --tls-key; all None: plaintext."""
+
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+
+    def flags(self) -> list[tuple[str, str, Path | None]]:
+        """(flag, environment variable, value) of each option."""
+        return [
+            ("--tls-ca", TLS_CA_ENV, self.ca),
+            ("--tls-cert", TLS_CERT_ENV, self.cert),
+            ("--tls-key", TLS_KEY_ENV, self.key),
+        ]
+
+
+PLAINTEXT = ClientTls()
+
+
+def _with_tls_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a client command --tls-ca, --tls-cert and --tls-key, passed to it as `tls`."""
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=option)
+        for name, option in (
+            ("tls_ca", TlsCaOption),
+            ("tls_cert", TlsCertOption),
+            ("tls_key", TlsKeyOption),
+        )
+    ]
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "tls"]
+
+    @functools.wraps(command)
+    def with_tls(
+        *args: Any, tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None, **kwargs: Any
+    ) -> None:
+        command(*args, tls=ClientTls(tls_ca, tls_cert, tls_key), **kwargs)
+
+    with_tls.__signature__ = signature.replace(parameters=[*own, *options])  # type: ignore[attr-defined]
+    return with_tls
+
+
+def _command_line(*words: str, address: str, tls: ClientTls) -> str:
+    """The inferwire command to run next, against the same server, the same way."""
+    given: list[tuple[str, str, str | None]] = [
+        ("--address", address, os.environ.get(ADDRESS_ENV, DEFAULT_TARGET))
+    ]
+    given += [(flag, str(path), os.environ.get(env)) for flag, env, path in tls.flags() if path]
+    for flag, value, default in given:
+        if value != default:
+            words = (*words, flag, value)
     return " ".join(("inferwire", *words))
 
 
+def channel_credentials(tls: ClientTls) -> grpc.ChannelCredentials | None:
+    """TLS credentials from the PEM files given, or None (plaintext) when none is given.
+
+    Without --tls-ca the server is verified against the system's CA certificates;
+    --tls-cert and --tls-key add a client certificate (mutual TLS).
+    """
+    if tls == PLAINTEXT:
+        return None
+    if (tls.cert is None) != (tls.key is None):
+        raise typer.BadParameter(
+            "give both, for mutual TLS", param_hint="'--tls-cert' and '--tls-key'"
+        )
+    contents: dict[str, bytes | None] = {}
+    for flag, _, path in tls.flags():
+        try:
+            contents[flag] = path.read_bytes() if path else None
+        except OSError as exc:
+            raise typer.BadParameter(
+                f"cannot read {path}: {exc.strerror or exc}", param_hint=f"'{flag}'"
+            ) from None
+    return grpc.ssl_channel_credentials(
+        root_certificates=contents["--tls-ca"],
+        private_key=contents["--tls-key"],
+        certificate_chain=contents["--tls-cert"],
+    )
+
+
 @contextlib.contextmanager
-def _connect(address: str, model: str | None = None) -> Iterator[grpc.Channel]:
+def _connect(address: str, tls: ClientTls, model: str | None = None) -> Iterator[grpc.Channel]:
     """A channel to the server; a failed RPC inside prints its status and exits 1.
 
     `model` is the model the RPC runs on, for the hint to load it when it is not loaded.
     """
-    with grpc.insecure_channel(address) as channel:
+    credentials = channel_credentials(tls)
+    with (
+        grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
+    ) as channel:
         try:
             yield channel
         except grpc.RpcError as error:
             hint = None
             if error.code() == grpc.StatusCode.NOT_FOUND:
-                hint = _command_line("models", "list", address=address)
+                hint = _command_line("models", "list", address=address, tls=tls)
             elif error.code() == grpc.StatusCode.FAILED_PRECONDITION and model:
-                hint = _command_line("models", "load", model, address=address)
+                hint = _command_line("models", "load", model, address=address, tls=tls)
             _fail(error, hint)
 
 
@@ -254,6 +363,7 @@ def _usage_line(final: pb.InferResponse | pb.InferStreamResponse) -> str:
 
 
 @app.command(cls=_Command)
+@_with_tls_options
 def infer(
     model: ModelArgument,
     prompt: Annotated[
@@ -340,6 +450,7 @@ def infer(
     ] = False,
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 300.0,
+    tls: ClientTls = PLAINTEXT,
 ) -> None:
     """Generate text from MODEL for PROMPT; the text goes to standard output."""
     text = _read_prompt(prompt, prompt_file)
@@ -355,7 +466,7 @@ def infer(
             setattr(params, name, value)
     request = pb.InferRequest(model=model, prompt=text, context=context or [], parameters=params)
     final: pb.InferResponse | pb.InferStreamResponse | None = None
-    with _connect(address, model=model) as channel:
+    with _connect(address, tls, model=model) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         if stream:
             for message in stub.InferStream(_as_stream_request(request), timeout=timeout):
@@ -371,6 +482,7 @@ def infer(
 
 
 @app.command(cls=_Command)
+@_with_tls_options
 def health(
     service: Annotated[
         str,
@@ -385,9 +497,10 @@ def health(
     ] = "",
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 5.0,
+    tls: ClientTls = PLAINTEXT,
 ) -> None:
     """grpc.health.v1 Check; exits 0 only when the service is SERVING."""
-    with _connect(address) as channel:
+    with _connect(address, tls) as channel:
         response = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service=service), timeout=timeout
         )
@@ -405,9 +518,14 @@ def _print_status(status: pb.ModelStatus) -> None:
 
 
 @models_app.command("list", cls=_Command)
-def models_list(address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 10.0) -> None:
+@_with_tls_options
+def models_list(
+    address: AddressOption = DEFAULT_TARGET,
+    timeout: TimeoutOption = 10.0,
+    tls: ClientTls = PLAINTEXT,
+) -> None:
     """List configured models and their states."""
-    with _connect(address) as channel:
+    with _connect(address, tls) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         response = stub.ListModels(pb.ListModelsRequest(), timeout=timeout)
     for status in response.models:
@@ -415,22 +533,30 @@ def models_list(address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption 
 
 
 @models_app.command("load", cls=_Command)
+@_with_tls_options
 def models_load(
-    model: ModelArgument, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
+    model: ModelArgument,
+    address: AddressOption = DEFAULT_TARGET,
+    timeout: TimeoutOption = 600.0,
+    tls: ClientTls = PLAINTEXT,
 ) -> None:
     """Load MODEL (idempotent)."""
-    with _connect(address) as channel:
+    with _connect(address, tls) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         response = stub.LoadModel(pb.LoadModelRequest(model=model), timeout=timeout)
     _print_status(response.model)
 
 
 @models_app.command("unload", cls=_Command)
+@_with_tls_options
 def models_unload(
-    model: ModelArgument, address: AddressOption = DEFAULT_TARGET, timeout: TimeoutOption = 600.0
+    model: ModelArgument,
+    address: AddressOption = DEFAULT_TARGET,
+    timeout: TimeoutOption = 600.0,
+    tls: ClientTls = PLAINTEXT,
 ) -> None:
     """Unload MODEL after its in-flight requests finish (idempotent)."""
-    with _connect(address) as channel:
+    with _connect(address, tls) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         response = stub.UnloadModel(pb.UnloadModelRequest(model=model), timeout=timeout)
     _print_status(response.model)

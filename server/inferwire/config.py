@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
@@ -31,6 +38,38 @@ LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
 # host:port, or [IPv6]:port; the port is checked separately so its message can say why.
 _HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.%\w]+\]|[^:\[\]\s]+):(?P<port>\d{1,5})$")
+
+
+class TlsSettings(BaseModel):
+    """The `server.tls:` block. Unset (the default): the listener is plaintext."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cert_file: Path | None = None
+    """PEM certificate (chain) the server presents; with key_file it turns TLS on. Re-read
+    when it changes on disk: new connections use the new one, open ones stay as they are."""
+    key_file: Path | None = None
+    """PEM private key of cert_file, unencrypted; re-read with it."""
+    client_ca_file: Path | None = None
+    """PEM CA certificates; set, it turns on mutual TLS: every client must present a
+    certificate these signed. Re-read when it changes."""
+
+    @field_validator("cert_file", "key_file", "client_ca_file", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, path: object) -> object:
+        return None if path == "" else path
+
+    @model_validator(mode="after")
+    def _complete(self) -> TlsSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file are set together, or neither")
+        if self.client_ca_file is not None and self.cert_file is None:
+            raise ValueError("client_ca_file (mutual TLS) needs cert_file and key_file too")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
 
 
 class ServerSettings(BaseModel):
@@ -60,6 +99,8 @@ class ServerSettings(BaseModel):
     exit_on_startup_failure: bool = True
     """Exit (status 1) when a `load_on_startup` model fails to load, as Triton does;
     false keeps serving the other models, with the server NOT_SERVING."""
+    tls: TlsSettings = Field(default_factory=TlsSettings)
+    """TLS (cert_file, key_file) and mutual TLS (client_ca_file) for the listener."""
 
     @field_validator("log_level", mode="before")
     @classmethod

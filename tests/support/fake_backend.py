@@ -10,8 +10,12 @@ request to stay in flight closes a gate and opens it when it is ready.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from inferwire.api.server import InferwireServer
+from inferwire.config import Settings
 from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
 from inferwire.core.manager import ModelSpec
 from inferwire.core.types import (
@@ -163,3 +167,15 @@ class FakeBackends:
 
     def __getitem__(self, model: str) -> FakeBackend:
         return self.by_model[model]
+
+
+@contextlib.asynccontextmanager
+async def serving_fakes(settings: Settings) -> AsyncIterator[tuple[InferwireServer, FakeBackends]]:
+    """The real server assembly over FakeBackends, started, and stopped at the end."""
+    backends = FakeBackends()
+    server = InferwireServer(settings, backend_factory=backends)
+    await server.start()
+    try:
+        yield server, backends
+    finally:
+        await server.stop(grace_s=0)

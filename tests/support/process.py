@@ -62,10 +62,20 @@ def start_server_process(*args: str, env: dict[str, str] | None = None) -> Serve
     return ServerProcess(process, port, lines)
 
 
-def wait_serving(server: ServerProcess, timeout_s: float = 60, poll_s: float = 0.01) -> None:
-    """Block until grpc.health.v1 reports the whole server SERVING."""
+def wait_serving(
+    server: ServerProcess,
+    timeout_s: float = 60,
+    poll_s: float = 0.01,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> None:
+    """Block until grpc.health.v1 reports the whole server SERVING (over TLS with
+    `credentials`)."""
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(server.target) as channel:
+    with (
+        grpc.secure_channel(server.target, credentials)
+        if credentials
+        else grpc.insecure_channel(server.target)
+    ) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         while health.Check(health_pb2.HealthCheckRequest(), timeout=5).status != (
             health_pb2.HealthCheckResponse.SERVING
@@ -75,11 +85,16 @@ def wait_serving(server: ServerProcess, timeout_s: float = 60, poll_s: float = 0
             time.sleep(poll_s)
 
 
-def start_serving_server(*args: str) -> ServerProcess:
-    """Start `inferwire serve` and wait until its start-up models are loaded."""
-    server = start_server_process(*args)
+def start_serving_server(
+    *args: str,
+    env: dict[str, str] | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> ServerProcess:
+    """Start `inferwire serve` and wait until its start-up models are loaded; a server
+    with TLS (configured through `env`) is called with `credentials`."""
+    server = start_server_process(*args, env=env)
     try:
-        wait_serving(server)
+        wait_serving(server, credentials=credentials)
     except BaseException:
         stop_server_process(server)
         raise

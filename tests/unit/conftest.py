@@ -16,14 +16,13 @@ import pytest
 from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
 from inferwire.v1 import inference_pb2_grpc
-from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
+from tests.support.fake_backend import FAKE_BACKEND, FakeBackends, serving_fakes
 
 Served = tuple[inference_pb2_grpc.InferenceServiceStub, FakeBackends, grpc.aio.Channel]
 
 
 @pytest.fixture(scope="module")
 async def fake_server() -> AsyncIterator[tuple[InferwireServer, FakeBackends]]:
-    backends = FakeBackends()
     settings = load_settings(
         server={"address": "127.0.0.1:0", "health_check_interval_s": 3600},
         models=[
@@ -32,12 +31,8 @@ async def fake_server() -> AsyncIterator[tuple[InferwireServer, FakeBackends]]:
             {"name": "tight", "backend": FAKE_BACKEND, "max_concurrency": 1, "max_queue": 0},
         ],
     )
-    server = InferwireServer(settings, backend_factory=backends)
-    await server.start()
-    try:
-        yield server, backends
-    finally:
-        await server.stop(grace_s=0)
+    async with serving_fakes(settings) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

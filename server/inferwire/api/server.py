@@ -22,6 +22,7 @@ from inferwire.api.health import SERVICE_NAME, HealthServicer
 from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
 from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
+from inferwire.api.tls import CertificateFiles, log_transport_security
 from inferwire.backends import create_backend
 from inferwire.config import Settings
 from inferwire.core.manager import BackendFactory, ModelManager, ModelSpec
@@ -102,6 +103,8 @@ class InferwireServer:
         self.settings = settings
         self.address = address or settings.server.address
         self.manager = build_manager(settings, backend_factory)
+        # Read and checked now: a bad certificate or key is a configuration error.
+        self.tls = CertificateFiles(settings.server.tls) if settings.server.tls.enabled else None
         self.health = HealthServicer()
         self.manager.add_health_listener(self.health.update)
         self._server = grpc.aio.server(
@@ -137,6 +140,7 @@ class InferwireServer:
         await self._server.start()
         self._listening = True
         log.info("listening", extra={"address": self.address, "port": self.port})
+        log_transport_security(self.address, self.tls)
         self.startup_failures = await self.manager.start()
         return self.port
 
@@ -144,7 +148,7 @@ class InferwireServer:
         """Add the listening port, or raise an OSError that says why in one line."""
         with _native_stderr() as native_log:
             try:
-                port: int | None = self._server.add_insecure_port(self.address)
+                port: int | None = self._add_port()
             except RuntimeError:  # grpc's way of saying the bind failed
                 port = None
         if port is not None:
@@ -153,6 +157,11 @@ class InferwireServer:
         found = _BIND_FAILURE.search(native_log.getvalue())
         why = found["why"] if found else "address in use or not available"
         raise OSError(f"could not listen on {self.address}: {why}")
+
+    def _add_port(self) -> int:
+        if self.tls is None:
+            return self._server.add_insecure_port(self.address)
+        return self._server.add_secure_port(self.address, self.tls.credentials())
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain: NOT_SERVING everywhere, refuse new RPCs, let in-flight ones finish, unload."""

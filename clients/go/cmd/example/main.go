@@ -3,12 +3,23 @@
 // Check for one model, and an invalid request whose google.rpc.BadRequest
 // details it decodes.
 //
-// Usage: example [host:port] [model]   (defaults: localhost:50051 demo)
+// Usage: example [flags] [host:port] [model]   (defaults: localhost:50051 demo)
+//
+// Without flags it connects in plaintext. For a server with TLS or mutual TLS,
+// and one that wants a token:
+//
+//	-tls-ca PATH    PEM CA certificates to verify the server with; turns TLS on ($INFERWIRE_TLS_CA)
+//	-tls-cert PATH  PEM client certificate, for mutual TLS, with -tls-key ($INFERWIRE_TLS_CERT)
+//	-tls-key PATH   its PEM private key ($INFERWIRE_TLS_KEY)
+//	-token TOKEN    sent as "authorization: Bearer TOKEN" on every call; TLS only ($INFERWIRE_TOKEN)
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +30,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -27,22 +39,37 @@ import (
 	inferwirev1 "github.com/inferwire/inferwire/clients/go/inferwire/v1"
 )
 
+// security holds the TLS files and the token; all empty means plaintext.
+type security struct {
+	caFile, certFile, keyFile, token string
+}
+
 func main() {
+	var sec security
+	flag.StringVar(&sec.caFile, "tls-ca", os.Getenv("INFERWIRE_TLS_CA"), "PEM CA certificates to verify the server with; turns TLS on")
+	flag.StringVar(&sec.certFile, "tls-cert", os.Getenv("INFERWIRE_TLS_CERT"), "PEM client certificate for mutual TLS (with -tls-key)")
+	flag.StringVar(&sec.keyFile, "tls-key", os.Getenv("INFERWIRE_TLS_KEY"), "PEM private key of -tls-cert")
+	flag.StringVar(&sec.token, "token", os.Getenv("INFERWIRE_TOKEN"), "bearer token sent on every call (needs TLS)")
+	flag.Parse()
 	address, model := "localhost:50051", "demo"
-	if len(os.Args) > 1 {
-		address = os.Args[1]
+	if flag.NArg() > 0 {
+		address = flag.Arg(0)
 	}
-	if len(os.Args) > 2 {
-		model = os.Args[2]
+	if flag.NArg() > 1 {
+		model = flag.Arg(1)
 	}
-	if err := run(address, model); err != nil {
+	if err := run(address, model, sec); err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
 	}
 }
 
-func run(address, model string) error {
-	conn, err := grpc.NewClient(address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func run(address, model string, sec security) error {
+	dialOptions, err := sec.dialOptions()
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(address, dialOptions...)
 	if err != nil {
 		return err
 	}
@@ -154,3 +181,48 @@ func showBadRequest(ctx context.Context, client inferwirev1.InferenceServiceClie
 	}
 	return nil
 }
+
+// dialOptions returns plaintext transport credentials when no TLS file is given;
+// otherwise TLS, verified against -tls-ca (or the system's CAs), with a client
+// certificate when -tls-cert and -tls-key are given, and the token on every call.
+func (sec security) dialOptions() ([]grpc.DialOption, error) {
+	if sec.caFile == "" && sec.certFile == "" && sec.keyFile == "" {
+		if sec.token != "" {
+			return nil, errors.New("-token needs TLS (-tls-ca): a bearer token must not travel in plaintext")
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	config := &tls.Config{MinVersion: tls.VersionTLS12}
+	if sec.caFile != "" {
+		pem, err := os.ReadFile(sec.caFile)
+		if err != nil {
+			return nil, err
+		}
+		config.RootCAs = x509.NewCertPool()
+		if !config.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate in it", sec.caFile)
+		}
+	}
+	if sec.certFile != "" || sec.keyFile != "" {
+		pair, err := tls.LoadX509KeyPair(sec.certFile, sec.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate (-tls-cert and -tls-key): %w", err)
+		}
+		config.Certificates = []tls.Certificate{pair}
+	}
+	options := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(config))}
+	if sec.token != "" {
+		options = append(options, grpc.WithPerRPCCredentials(bearerToken(sec.token)))
+	}
+	return options, nil
+}
+
+// bearerToken is per-RPC credentials: gRPC adds its metadata to every call.
+type bearerToken string
+
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity makes gRPC refuse to send the token without TLS.
+func (bearerToken) RequireTransportSecurity() bool { return true }

@@ -1,0 +1,114 @@
+"""TLS and mutual TLS with the real tools: grpcurl, grpc_health_probe and the Go client
+example, against live `inferwire serve` processes configured with test certificates."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from tests.polyglot.test_grpc_tools import PROBE_SERVING, SERVICE, json_messages
+from tests.support.certs import Pki, write_pki
+from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.process import ServerProcess, start_serving_server, stop_server_process
+
+GO_CLIENT = CLIENTS / "go"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return write_pki(tmp_path_factory.mktemp("pki"))
+
+
+def serving(pki: Pki, mutual: bool) -> Iterator[ServerProcess]:
+    credentials = grpc.ssl_channel_credentials(
+        pki.ca.read_bytes(),
+        pki.client_key.read_bytes() if mutual else None,
+        pki.client_cert.read_bytes() if mutual else None,
+    )
+    server = start_serving_server(env=pki.server_env(mutual), credentials=credentials)
+    try:
+        yield server
+    finally:
+        stop_server_process(server)
+
+
+@pytest.fixture(scope="module")
+def tls_server(pki: Pki) -> Iterator[ServerProcess]:
+    yield from serving(pki, mutual=False)
+
+
+@pytest.fixture(scope="module")
+def mtls_server(pki: Pki) -> Iterator[ServerProcess]:
+    yield from serving(pki, mutual=True)
+
+
+def grpcurl(target: str, flags: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    command = [require_tool("grpcurl"), *flags, target, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def grpcurl_flags(pki: Pki, mutual: bool) -> list[str]:
+    flags = ["-cacert", str(pki.ca)]
+    return [*flags, "-cert", str(pki.client_cert), "-key", str(pki.client_key)] if mutual else flags
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_grpcurl_lists_describes_and_infers_over_tls(request, pki, mutual):
+    server = request.getfixturevalue("mtls_server" if mutual else "tls_server")
+    flags = grpcurl_flags(pki, mutual)
+    listed = grpcurl(server.target, flags, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert SERVICE in listed.stdout.split()
+    described = grpcurl(server.target, flags, "describe", f"{SERVICE}.Infer")
+    assert described.returncode == 0, described.stderr
+    request_json = '{"model":"demo","prompt":"Hello","parameters":{"maxTokens":4}}'
+    inferred = grpcurl(server.target, [*flags, "-d", request_json], f"{SERVICE}/Infer")
+    assert inferred.returncode == 0, inferred.stderr
+    (response,) = json_messages(inferred.stdout)
+    assert response["usage"]["completionTokens"] == 4
+
+
+def test_grpcurl_without_a_client_certificate_is_refused_by_the_mtls_server(mtls_server, pki):
+    refused = grpcurl(mtls_server.target, ["-cacert", str(pki.ca)], "list")
+    assert refused.returncode != 0
+
+
+def probe(target: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [require_tool("grpc-health-probe"), "-addr", target, "-rpc-timeout", "5s", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
+def test_grpc_health_probe_over_tls_and_mutual_tls(tls_server, mtls_server, pki):
+    tls_flags = ["-tls", "-tls-ca-cert", str(pki.ca)]
+    client = ["-tls-client-cert", str(pki.client_cert), "-tls-client-key", str(pki.client_key)]
+    for target, flags in ((tls_server.target, tls_flags), (mtls_server.target, tls_flags + client)):
+        result = probe(target, *flags, "-service", "model/demo")
+        assert result.returncode == PROBE_SERVING, result.stdout + result.stderr
+    assert probe(mtls_server.target, *tls_flags).returncode != PROBE_SERVING
+
+
+@pytest.mark.timeout(600)  # a cold build compiles grpc-go: about 90 s on 2 busy cores
+def test_go_example_over_tls_with_a_token(tls_server, mtls_server, pki):
+    go = require_tool("go")
+    run_checked(
+        [go, "build", "-buildvcs=false", "-o", "bin/example", "./cmd/example"],
+        cwd=GO_CLIENT,
+        timeout=540,
+    )
+    example = str(GO_CLIENT / "bin" / "example")
+    tls = ["-tls-ca", str(pki.ca), "-token", "test-token"]
+    result = run_checked([example, *tls, tls_server.target, "demo"], cwd=GO_CLIENT, timeout=60)
+    assert_example_output(result.stdout)
+
+    mutual = [*tls, "-tls-cert", str(pki.client_cert), "-tls-key", str(pki.client_key)]
+    result = run_checked([example, *mutual, mtls_server.target], cwd=GO_CLIENT, timeout=60)
+    assert_example_output(result.stdout)
+
+    plaintext_token = subprocess.run(
+        [example, "-token", "t", tls_server.target], capture_output=True, text=True, timeout=60
+    )
+    assert plaintext_token.returncode == 1
+    assert "-token needs TLS" in plaintext_token.stderr
