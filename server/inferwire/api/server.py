@@ -17,12 +17,13 @@ from collections.abc import Iterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from inferwire.api.auth import auth_interceptors
 from inferwire.api.health import SERVICE_NAME, HealthServicer
 from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
 from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
 from inferwire.backends import create_backend
-from inferwire.config import Settings
+from inferwire.config import Settings, TransportSettings
 from inferwire.core.manager import BackendFactory, ModelManager, ModelSpec
 from inferwire.core.validation import RequestLimits
 from inferwire.v1 import inference_pb2_grpc
@@ -79,6 +80,26 @@ def build_manager(
     )
 
 
+def transport_options(transport: TransportSettings) -> list[tuple[str, int]]:
+    """The grpc channel arguments for the `server.transport` limits."""
+    options = [
+        ("grpc.max_metadata_size", transport.max_metadata_bytes),
+        ("grpc.max_concurrent_streams", transport.max_concurrent_streams),
+        (
+            "grpc.http2.min_ping_interval_without_data_ms",
+            round(transport.keepalive_min_ping_interval_s * 1e3),
+        ),
+        ("grpc.http2.max_ping_strikes", transport.keepalive_max_ping_strikes),
+        ("grpc.keepalive_permit_without_calls", int(transport.keepalive_permit_without_calls)),
+    ]
+    if transport.max_connection_age_s is not None:
+        options += [
+            ("grpc.max_connection_age_ms", round(transport.max_connection_age_s * 1e3)),
+            ("grpc.max_connection_age_grace_ms", round(transport.max_connection_age_grace_s * 1e3)),
+        ]
+    return options
+
+
 class StartupLoadError(Exception):
     """Start-up models failed to load, and `server.exit_on_startup_failure` is set."""
 
@@ -107,7 +128,9 @@ class InferwireServer:
             options=[
                 ("grpc.max_receive_message_length", settings.server.max_receive_message_bytes),
                 ("grpc.so_reuseport", 0),
-            ]
+                *transport_options(settings.server.transport),
+            ],
+            interceptors=auth_interceptors(settings.server.auth),
         )
         inference_pb2_grpc.add_InferenceServiceServicer_to_server(
             InferenceServicer(self.manager), self._server
