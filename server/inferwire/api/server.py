@@ -83,7 +83,10 @@ def build_manager(
 def transport_options(transport: TransportSettings) -> list[tuple[str, int]]:
     """The grpc channel arguments for the `server.transport` limits."""
     options = [
+        # grpc's soft limit refuses a growing share of the calls between it and the hard
+        # limit; one value for both refuses every call over it, every time.
         ("grpc.max_metadata_size", transport.max_metadata_bytes),
+        ("grpc.absolute_max_metadata_size", transport.max_metadata_bytes),
         ("grpc.max_concurrent_streams", transport.max_concurrent_streams),
         (
             "grpc.http2.min_ping_interval_without_data_ms",
