@@ -52,6 +52,10 @@ class _Group(TyperGroup):
 app = typer.Typer(help="inferwire: a gRPC inference service.", no_args_is_help=True, cls=_Group)
 models_app = typer.Typer(help="List, load and unload models.", no_args_is_help=True, cls=_Group)
 app.add_typer(models_app, name="models")
+token_app = typer.Typer(
+    help="Make bearer tokens for server.auth.tokens_file.", no_args_is_help=True, cls=_Group
+)
+app.add_typer(token_app, name="token")
 
 DEFAULT_TARGET = "localhost:50051"
 ADDRESS_ENV = "INFERWIRE_ADDRESS"
@@ -63,6 +67,18 @@ AddressOption = Annotated[
 ]
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=0, metavar="SECONDS", help="RPC deadline.")
+]
+TOKEN_ENV = "INFERWIRE_TOKEN"
+TokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar=TOKEN_ENV,
+        metavar="TOKEN",
+        show_default=False,
+        show_envvar=True,
+        help="Bearer token sent as `authorization: Bearer TOKEN` (see `inferwire token new`).",
+    ),
 ]
 ModelArgument = Annotated[str, typer.Argument(metavar="MODEL", help="Model name.")]
 TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV = (
@@ -219,6 +235,11 @@ def _connect(address: str, tls: ClientTls, model: str | None = None) -> Iterator
             elif error.code() == grpc.StatusCode.FAILED_PRECONDITION and model:
                 hint = _command_line("models", "load", model, address=address, tls=tls)
             _fail(error, hint)
+
+
+def _metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The call metadata of every client command: the bearer token, when one is given."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
 
 
 def _field_violations(error: grpc.RpcError) -> list[Any]:
@@ -451,6 +472,7 @@ def infer(
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 300.0,
     tls: ClientTls = PLAINTEXT,
+    token: TokenOption = None,
 ) -> None:
     """Generate text from MODEL for PROMPT; the text goes to standard output."""
     text = _read_prompt(prompt, prompt_file)
@@ -469,13 +491,15 @@ def infer(
     with _connect(address, tls, model=model) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         if stream:
-            for message in stub.InferStream(_as_stream_request(request), timeout=timeout):
+            for message in stub.InferStream(
+                _as_stream_request(request), timeout=timeout, metadata=_metadata(token)
+            ):
                 sys.stdout.write(message.text)
                 sys.stdout.flush()
                 final = message
             sys.stdout.write("\n")
         else:
-            final = stub.Infer(request, timeout=timeout)
+            final = stub.Infer(request, timeout=timeout, metadata=_metadata(token))
             typer.echo(final.text)
     if show_usage and final is not None:
         typer.echo(_usage_line(final), err=True)
@@ -498,11 +522,14 @@ def health(
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 5.0,
     tls: ClientTls = PLAINTEXT,
+    token: TokenOption = None,
 ) -> None:
     """grpc.health.v1 Check; exits 0 only when the service is SERVING."""
     with _connect(address, tls) as channel:
         response = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            health_pb2.HealthCheckRequest(service=service),
+            timeout=timeout,
+            metadata=_metadata(token),
         )
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     typer.echo(status)
@@ -523,11 +550,14 @@ def models_list(
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 10.0,
     tls: ClientTls = PLAINTEXT,
+    token: TokenOption = None,
 ) -> None:
     """List configured models and their states."""
     with _connect(address, tls) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
-        response = stub.ListModels(pb.ListModelsRequest(), timeout=timeout)
+        response = stub.ListModels(
+            pb.ListModelsRequest(), timeout=timeout, metadata=_metadata(token)
+        )
     for status in response.models:
         _print_status(status)
 
@@ -539,11 +569,14 @@ def models_load(
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 600.0,
     tls: ClientTls = PLAINTEXT,
+    token: TokenOption = None,
 ) -> None:
     """Load MODEL (idempotent)."""
     with _connect(address, tls) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
-        response = stub.LoadModel(pb.LoadModelRequest(model=model), timeout=timeout)
+        response = stub.LoadModel(
+            pb.LoadModelRequest(model=model), timeout=timeout, metadata=_metadata(token)
+        )
     _print_status(response.model)
 
 
@@ -554,12 +587,59 @@ def models_unload(
     address: AddressOption = DEFAULT_TARGET,
     timeout: TimeoutOption = 600.0,
     tls: ClientTls = PLAINTEXT,
+    token: TokenOption = None,
 ) -> None:
     """Unload MODEL after its in-flight requests finish (idempotent)."""
     with _connect(address, tls) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
-        response = stub.UnloadModel(pb.UnloadModelRequest(model=model), timeout=timeout)
+        response = stub.UnloadModel(
+            pb.UnloadModelRequest(model=model), timeout=timeout, metadata=_metadata(token)
+        )
     _print_status(response.model)
+
+
+@token_app.command("new", cls=_Command)
+def token_new(
+    name: Annotated[
+        str, typer.Option("--name", metavar="NAME", help="Shown in logs instead of the token.")
+    ],
+    scope: Annotated[
+        list[str],
+        typer.Option("--scope", metavar="SCOPE", help="infer or admin; repeatable."),
+    ],
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model", metavar="GLOB", help="A model it may use; repeatable (default: all)."
+        ),
+    ] = None,
+) -> None:
+    """Print a new random token (first line, shown only now), then its tokens-file entry."""
+    from inferwire.core.auth import Scope, entry_yaml, hash_token, new_token
+
+    try:
+        scopes = [Scope(s) for s in scope]
+    except ValueError:
+        raise typer.BadParameter("each must be infer or admin", param_hint="--scope") from None
+    token = new_token()
+    typer.echo(token)
+    typer.echo(entry_yaml(name, hash_token(token), scopes, model or []), nl=False)
+    typer.echo(
+        "the first line is the token, shown only now; append the rest to the tokens file",
+        err=True,
+    )
+
+
+@token_app.command("hash", cls=_Command)
+def token_hash() -> None:
+    """Read a token on standard input; print the SHA-256 digest the tokens file stores."""
+    from inferwire.core.auth import hash_token
+
+    token = sys.stdin.read().strip()
+    if not token:
+        typer.echo("error: no token on standard input", err=True)
+        raise typer.Exit(2)
+    typer.echo(hash_token(token))
 
 
 def main() -> None:

@@ -72,6 +72,48 @@ class TlsSettings(BaseModel):
         return self.cert_file is not None
 
 
+class AuthSettings(BaseModel):
+    """The `server.auth:` block: bearer tokens and their scopes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens_file: Path | None = None
+    """YAML list of {name, sha256, scopes, models}; re-read when it changes. Unset: every
+    RPC is open (local development)."""
+    anonymous_scopes: list[Literal["infer", "admin"]] = Field(default_factory=list)
+    """Scopes granted to callers without a token, e.g. [infer]; only with a tokens file."""
+    open_services: list[str] = Field(
+        default_factory=lambda: [
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1alpha.ServerReflection",
+            "grpc.reflection.v1.ServerReflection",
+        ]
+    )
+    """Services every caller may use without a token (probes, grpcurl's reflection)."""
+
+
+class TransportSettings(BaseModel):
+    """The `server.transport:` block: HTTP/2 limits that protect the server from its clients."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_metadata_bytes: int = Field(default=16 * 1024, ge=1024)
+    """Largest request metadata block (headers); bigger ones are refused."""
+    max_concurrent_streams: int = Field(default=100, ge=1)
+    """Concurrent RPCs per HTTP/2 connection; further calls wait on the client."""
+    keepalive_min_ping_interval_s: float = Field(default=60.0, gt=0)
+    """Shortest interval between client pings; pinging faster earns strikes."""
+    keepalive_max_ping_strikes: int = Field(default=2, ge=0)
+    """Strikes before the connection is closed with GOAWAY too_many_pings (0: never)."""
+    keepalive_permit_without_calls: bool = False
+    """Whether clients may ping a connection that has no RPC in flight."""
+    max_connection_age_s: float | None = Field(default=1800.0, gt=0)
+    """Close connections this old (GOAWAY), so clients reconnect and spread over replicas;
+    null: never."""
+    max_connection_age_grace_s: float = Field(default=300.0, ge=0)
+    """How long RPCs in flight on an aged connection may still finish."""
+
+
 class ServerSettings(BaseModel):
     """The `server:` block."""
 
@@ -101,6 +143,10 @@ class ServerSettings(BaseModel):
     false keeps serving the other models, with the server NOT_SERVING."""
     tls: TlsSettings = Field(default_factory=TlsSettings)
     """TLS (cert_file, key_file) and mutual TLS (client_ca_file) for the listener."""
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    """Bearer tokens and scopes; by default none (every RPC open)."""
+    transport: TransportSettings = Field(default_factory=TransportSettings)
+    """HTTP/2 limits: metadata size, streams per connection, keepalive, connection age."""
 
     @field_validator("log_level", mode="before")
     @classmethod

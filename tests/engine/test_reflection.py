@@ -2,10 +2,11 @@
 
 import grpc
 import pytest
-from google.protobuf import descriptor_pb2, message_factory
+from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import ServiceDescriptor
 
-from inferwire.api.reflection import METHOD, V1, V1ALPHA
+from inferwire.api.reflection import V1, V1ALPHA
+from tests.support.reflection import reflection_stream
 
 INFERENCE_FILE = "inferwire/v1/inference.proto"
 HEALTH_FILE = "grpc_health/v1/health.proto"
@@ -15,14 +16,7 @@ versions = pytest.mark.parametrize("version", [V1, V1ALPHA], ids=["v1", "v1alpha
 
 async def reflect(channel: grpc.aio.Channel, version: ServiceDescriptor, **request_fields):
     """One request on a ServerReflectionInfo stream of `version`; its one response."""
-    method = version.methods_by_name[METHOD]
-    request_class = message_factory.GetMessageClass(method.input_type)
-    response_class = message_factory.GetMessageClass(method.output_type)
-    call = channel.stream_stream(
-        f"/{version.full_name}/{METHOD}",
-        request_serializer=request_class.SerializeToString,
-        response_deserializer=response_class.FromString,
-    )
+    call, request_class = reflection_stream(channel, version)
     responses = [r async for r in call(iter([request_class(**request_fields)]))]
     assert len(responses) == 1
     return responses[0]

@@ -23,8 +23,13 @@ request_log = logging.getLogger("inferwire.requests")
 
 
 @contextlib.contextmanager
-def logged_request(request: InferenceRequest) -> Iterator[RequestAccount]:
-    """Yield the account the core fills for `request`; write its record when it ends."""
+def logged_request(
+    request: InferenceRequest, principal: str = "anonymous"
+) -> Iterator[RequestAccount]:
+    """Yield the account the core fills for `request`; write its record when it ends.
+
+    `principal` is who called: a token's name, never the token.
+    """
     account = RequestAccount(request_id=request.request_id, model=request.model)
     started = time.perf_counter()
     code = grpc.StatusCode.OK
@@ -45,6 +50,7 @@ def logged_request(request: InferenceRequest) -> Iterator[RequestAccount]:
                 "request_id": bounded(account.request_id, MAX_FIELD_BYTES),
                 "model": bounded(account.model, MAX_FIELD_BYTES),
                 "code": code.name,
+                "principal": principal,
                 "outcome": account.outcome,
                 "prompt_tokens": account.prompt_tokens,
                 "completion_tokens": account.completion_tokens,

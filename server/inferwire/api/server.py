@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from inferwire.api.auth import auth_interceptors
 from inferwire.api.decoding import DecodeErrorInterceptor
 from inferwire.api.health import SERVICE_NAME, HealthServicer
 from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
@@ -24,7 +25,7 @@ from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
 from inferwire.api.tls import CertificateFiles, log_transport_security
 from inferwire.backends import create_backend
-from inferwire.config import Settings
+from inferwire.config import Settings, TransportSettings
 from inferwire.core.manager import BackendFactory, ModelManager, ModelSpec
 from inferwire.core.validation import RequestLimits
 from inferwire.v1 import inference_pb2_grpc
@@ -81,6 +82,29 @@ def build_manager(
     )
 
 
+def transport_options(transport: TransportSettings) -> list[tuple[str, int]]:
+    """The grpc channel arguments for the `server.transport` limits."""
+    options = [
+        # grpc's soft limit refuses a growing share of the calls between it and the hard
+        # limit; one value for both refuses every call over it, every time.
+        ("grpc.max_metadata_size", transport.max_metadata_bytes),
+        ("grpc.absolute_max_metadata_size", transport.max_metadata_bytes),
+        ("grpc.max_concurrent_streams", transport.max_concurrent_streams),
+        (
+            "grpc.http2.min_ping_interval_without_data_ms",
+            round(transport.keepalive_min_ping_interval_s * 1e3),
+        ),
+        ("grpc.http2.max_ping_strikes", transport.keepalive_max_ping_strikes),
+        ("grpc.keepalive_permit_without_calls", int(transport.keepalive_permit_without_calls)),
+    ]
+    if transport.max_connection_age_s is not None:
+        options += [
+            ("grpc.max_connection_age_ms", round(transport.max_connection_age_s * 1e3)),
+            ("grpc.max_connection_age_grace_ms", round(transport.max_connection_age_grace_s * 1e3)),
+        ]
+    return options
+
+
 class StartupLoadError(Exception):
     """Start-up models failed to load, and `server.exit_on_startup_failure` is set."""
 
@@ -108,11 +132,14 @@ class InferwireServer:
         self.health = HealthServicer()
         self.manager.add_health_listener(self.health.update)
         self._server = grpc.aio.server(
-            interceptors=[DecodeErrorInterceptor()],
             options=[
                 ("grpc.max_receive_message_length", settings.server.max_receive_message_bytes),
                 ("grpc.so_reuseport", 0),
+                *transport_options(settings.server.transport),
             ],
+            # Outermost first: a caller without a token is refused before its payload is
+            # looked at; DecodeErrorInterceptor then guards every handler that runs.
+            interceptors=[*auth_interceptors(settings.server.auth), DecodeErrorInterceptor()],
         )
         inference_pb2_grpc.add_InferenceServiceServicer_to_server(
             InferenceServicer(self.manager), self._server

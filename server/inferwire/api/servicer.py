@@ -12,6 +12,7 @@ import contextlib
 import grpc
 from grpc._cython import cygrpc  # type: ignore[attr-defined]
 
+from inferwire.api.auth import current_principal
 from inferwire.api.converters import (
     FINISH_REASON,
     health_to_proto,
@@ -40,12 +41,14 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def LoadModel(
         self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoadModelResponse:
+        current_principal().require_model(request.model)
         status = await self._manager.load(request.model)
         return pb.LoadModelResponse(model=model_status_to_proto(status))
 
     async def UnloadModel(
         self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.UnloadModelResponse:
+        current_principal().require_model(request.model)
         status = await self._manager.unload(request.model)
         return pb.UnloadModelResponse(model=model_status_to_proto(status))
 
@@ -53,7 +56,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: pb.InferRequest, context: grpc.aio.ServicerContext
     ) -> pb.InferResponse:
         domain_request = request_from_proto(request, context.time_remaining())
-        with logged_request(domain_request) as account:
+        principal = current_principal()
+        with logged_request(domain_request, principal.name) as account:
+            principal.require_model(request.model)
             result = await self._manager.infer(domain_request, account)
         return pb.InferResponse(
             request_id=result.request_id,
@@ -69,7 +74,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
     ) -> None:
         domain_request = request_from_proto(request, context.time_remaining())
-        with logged_request(domain_request) as account:
+        principal = current_principal()
+        with logged_request(domain_request, principal.name) as account:
+            principal.require_model(request.model)
             request_id, chunks = self._manager.infer_stream(domain_request, account)
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
@@ -87,13 +94,22 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
     ) -> pb.HealthResponse:
-        return health_to_proto(await self._manager.health_report(request.model))
+        principal = current_principal()
+        if request.model:
+            principal.require_model(request.model)
+        report = await self._manager.health_report(request.model, include=principal.may_use)
+        return health_to_proto(report)
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListModelsResponse:
+        principal = current_principal()
         return pb.ListModelsResponse(
-            models=[model_status_to_proto(s) for s in self._manager.list_models()]
+            models=[
+                model_status_to_proto(s)
+                for s in self._manager.list_models()
+                if principal.may_use(s.name)
+            ]
         )
 
 

@@ -421,8 +421,13 @@ class ModelManager:
         statuses.update({name: self._accepting and m.ready for name, m in self._models.items()})
         return statuses
 
-    async def health_report(self, model_name: str = "") -> HealthReport:
+    async def health_report(
+        self, model_name: str = "", include: Callable[[str], bool] | None = None
+    ) -> HealthReport:
+        """Health of one model, or of every model `include` accepts (default: all)."""
         models = [self._get(model_name)] if model_name else list(self._models.values())
+        if include is not None:
+            models = [m for m in models if include(m.spec.name)]
         reports = tuple(
             ModelHealthReport(
                 name=m.spec.name,
