@@ -159,6 +159,26 @@ class TritonServer:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             return stub.ModelReady(service_pb2.ModelReadyRequest(name=model), timeout=5).ready
 
+    def unload_model(self, model: str) -> None:
+        """Unload `model` straight on Triton, behind the gateway's back; wait until it is."""
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        with grpc.insecure_channel(self.url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            stub.RepositoryModelUnload(service_pb2.RepositoryModelUnloadRequest(model_name=model))
+        deadline = time.monotonic() + 30
+        while self.model_ready(model):
+            assert time.monotonic() < deadline, f"Triton never unloaded {model}"
+            time.sleep(0.05)
+
+    def load_model(self, model: str) -> None:
+        """Load `model` straight on Triton (explicit mode)."""
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+        with grpc.insecure_channel(self.url) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(model_name=model))
+
 
 def _listening_port(pid: int) -> int:
     """The TCP port a process listens on, from /proc (0 until it listens)."""

@@ -15,7 +15,6 @@ from tests.triton_models.echo_engine import echo_text
 if TRITON_DIR is None:
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
-from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
@@ -108,33 +107,19 @@ async def test_triton_invalid_argument_passes_through_with_its_message(stub):
 async def test_model_unloaded_behind_our_back_is_not_found(stub, triton_servers):
     main = triton_servers["main"]
     await stub.LoadModel(pb.LoadModelRequest(model="trtllm_unary"))
-    async with grpc.aio.insecure_channel(main.url) as channel:
-        triton = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        await triton.RepositoryModelUnload(
-            service_pb2.RepositoryModelUnloadRequest(model_name="trtllm_unary")
-        )
-        while main.model_ready("trtllm_unary"):
-            await asyncio.sleep(0.05)
-        try:
-            with pytest.raises(grpc.aio.AioRpcError) as raised:
-                await stub.Infer(pb.InferRequest(model="trtllm_unary", prompt="a b"))
-            assert raised.value.code() == grpc.StatusCode.NOT_FOUND
-        finally:
-            await triton.RepositoryModelLoad(
-                service_pb2.RepositoryModelLoadRequest(model_name="trtllm_unary")
-            )
+    await asyncio.to_thread(main.unload_model, "trtllm_unary")
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.Infer(pb.InferRequest(model="trtllm_unary", prompt="a b"))
+        assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        await asyncio.to_thread(main.load_model, "trtllm_unary")
 
 
 async def test_load_model_loads_again_where_triton_lost_the_model(stub, triton_servers):
     main = triton_servers["main"]
     await stub.LoadModel(pb.LoadModelRequest(model="trtllm_unary"))
-    async with grpc.aio.insecure_channel(main.url) as channel:
-        triton = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        await triton.RepositoryModelUnload(
-            service_pb2.RepositoryModelUnloadRequest(model_name="trtllm_unary")
-        )
-    while main.model_ready("trtllm_unary"):
-        await asyncio.sleep(0.05)
+    await asyncio.to_thread(main.unload_model, "trtllm_unary")
     # As after a Triton restart: inferwire still has the model READY, Triton does not.
     response = await stub.LoadModel(pb.LoadModelRequest(model="trtllm_unary"))
     assert response.model.state == pb.MODEL_STATE_READY

@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from inferwire.api.handlers import Behaviour, rebuild_handler
 from inferwire.api.status import status_code_for, to_rpc_status
 from inferwire.config import AuthSettings
 from inferwire.core.auth import (
@@ -70,24 +71,6 @@ def bearer_token(metadata: tuple[tuple[str, str | bytes], ...] | None) -> str | 
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
     return None
-
-
-Behaviour = Callable[..., Any]
-
-
-def _replace_behaviour(handler: Any, wrap: Callable[[Behaviour], Behaviour]) -> Any:
-    """The same handler with its behaviour (whichever of the four kinds it is) wrapped."""
-    make, behaviour = {
-        (False, False): (grpc.unary_unary_rpc_method_handler, handler.unary_unary),
-        (False, True): (grpc.unary_stream_rpc_method_handler, handler.unary_stream),
-        (True, False): (grpc.stream_unary_rpc_method_handler, handler.stream_unary),
-        (True, True): (grpc.stream_stream_rpc_method_handler, handler.stream_stream),
-    }[(handler.request_streaming, handler.response_streaming)]
-    return make(
-        wrap(behaviour),
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
 
 
 def _refusing(error: InferwireError) -> Callable[[Behaviour], Behaviour]:
@@ -153,8 +136,8 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
                 "request refused",
                 extra={"method": handler_call_details.method, "code": status_code_for(error).name},
             )
-            return _replace_behaviour(handler, _refusing(error))
-        return _replace_behaviour(handler, _as(principal))
+            return rebuild_handler(handler, _refusing(error))
+        return rebuild_handler(handler, _as(principal))
 
 
 def auth_interceptors(settings: AuthSettings) -> list[grpc.aio.ServerInterceptor]:

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-Deserializer = Callable[[bytes], Any]
+from inferwire.api.handlers import Deserializer, rebuild_handler
 
 
 @dataclass(frozen=True)
@@ -94,19 +94,13 @@ class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
+        if handler.request_streaming and not handler.response_streaming:
+            return handler  # client-streaming to unary: no such method is served
         method = handler_call_details.method
-        tolerant = _tolerant(handler.request_deserializer)
-        serializer = handler.response_serializer
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                _guard_unary_request(handler.unary_unary, method), tolerant, serializer
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                _guard_unary_request(handler.unary_stream, method), tolerant, serializer
-            )
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(
-                _guard_request_stream(handler.stream_stream, method), tolerant, serializer
-            )
-        return handler  # client-streaming to unary: none is served
+        guard = _guard_request_stream if handler.request_streaming else _guard_unary_request
+        rebuilt: grpc.RpcMethodHandler[Any, Any] = rebuild_handler(
+            handler,
+            lambda behaviour: guard(behaviour, method),
+            request_deserializer=_tolerant(handler.request_deserializer),
+        )
+        return rebuilt
