@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from tests.polyglot.test_grpc_tools import PROBE_SERVING, SERVICE, json_messages
+from tests.support.auth import tokens_yaml
 from tests.support.certs import Pki, write_pki
 from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
@@ -112,3 +113,57 @@ def test_go_example_over_tls_with_a_token(tls_server, mtls_server, pki):
     )
     assert plaintext_token.returncode == 1
     assert "-token needs TLS" in plaintext_token.stderr
+
+
+@pytest.fixture(scope="module")
+def secured_server(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """TLS plus a tokens file: `apps` may infer on every model."""
+    tokens_file = tmp_path_factory.mktemp("tokens") / "tokens.yaml"
+    tokens_file.write_text(tokens_yaml({"apps": (APP_TOKEN, ["infer"], None)}))
+    credentials = grpc.ssl_channel_credentials(pki.ca.read_bytes())
+    env = {**pki.server_env(), "INFERWIRE_SERVER__AUTH__TOKENS_FILE": str(tokens_file)}
+    server = start_serving_server(env=env, credentials=credentials)
+    try:
+        yield server
+    finally:
+        stop_server_process(server)
+
+
+APP_TOKEN = "iw-test-app-token-0123456789abcdef0123456789"
+
+
+@pytest.mark.timeout(600)
+def test_go_example_and_tools_call_a_tls_plus_token_server(secured_server, pki):
+    go = require_tool("go")
+    run_checked(
+        [go, "build", "-buildvcs=false", "-o", "bin/example", "./cmd/example"],
+        cwd=GO_CLIENT,
+        timeout=540,
+    )
+    example = str(GO_CLIENT / "bin" / "example")
+    result = run_checked(
+        [example, "-tls-ca", str(pki.ca), "-token", APP_TOKEN, secured_server.target, "demo"],
+        cwd=GO_CLIENT,
+        timeout=60,
+    )
+    assert_example_output(result.stdout)
+    wrong = subprocess.run(
+        [example, "-tls-ca", str(pki.ca), "-token", "not-a-token", secured_server.target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert wrong.returncode == 1
+    assert "Unauthenticated" in wrong.stderr or "UNAUTHENTICATED" in wrong.stderr, wrong.stderr
+
+    request_json = '{"model":"demo","prompt":"Hello","parameters":{"maxTokens":4}}'
+    flags = ["-cacert", str(pki.ca), "-d", request_json]
+    bearer = ["-H", f"authorization: Bearer {APP_TOKEN}"]
+    inferred = grpcurl(secured_server.target, [*flags, *bearer], f"{SERVICE}/Infer")
+    assert inferred.returncode == 0, inferred.stderr
+    refused = grpcurl(secured_server.target, flags, f"{SERVICE}/Infer")
+    assert "Unauthenticated" in refused.stderr, refused.stderr
+    # Probes and reflection stay open without a token.
+    assert grpcurl(secured_server.target, ["-cacert", str(pki.ca)], "list").returncode == 0
+    probed = probe(secured_server.target, "-tls", "-tls-ca-cert", str(pki.ca), "-service", "")
+    assert probed.returncode == PROBE_SERVING, probed.stdout + probed.stderr
