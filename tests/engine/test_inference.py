@@ -110,6 +110,17 @@ async def test_same_seed_gives_same_text_and_different_seeds_differ(stub):
     assert await sample(12) != first
 
 
+@pytest.mark.parametrize("top_k", [4097, 2**31 - 1])
+async def test_top_k_beyond_the_vocabulary_samples_like_no_limit(stub, top_k):
+    # Found by fuzzing: ORT GenAI refuses a top_k above the vocabulary (INTERNAL before).
+    async def sample(top_k: int) -> str:
+        parameters = pb.GenerationParameters(max_tokens=20, temperature=1.0, seed=5, top_k=top_k)
+        request = pb.InferRequest(model="demo", prompt="The", parameters=parameters)
+        return (await stub.Infer(request, timeout=10)).text
+
+    assert await sample(top_k) == await sample(0)
+
+
 async def test_stop_sequence_ends_generation_without_the_stop_text(stub):
     parameters = pb.GenerationParameters(max_tokens=60, temperature=0)
     full = await stub.Infer(pb.InferRequest(model="demo", prompt="Hello", parameters=parameters))

@@ -290,7 +290,8 @@ class OrtGenAIBackend(Backend):
         if params.top_p is not None:
             options["top_p"] = params.top_p
         if params.top_k is not None:
-            options["top_k"] = params.top_k or self._vocab_size
+            # 0 means no limit; so does a top_k past the vocabulary, which ORT GenAI refuses.
+            options["top_k"] = min(params.top_k, self._vocab_size) or self._vocab_size
         if params.seed is not None:
             options["random_seed"] = params.seed
         return options

@@ -1,0 +1,170 @@
+"""Hypothesis strategies for every request message of the contract, and raw payloads.
+
+Values aim at the edges: empty, huge and non-ASCII strings with control characters,
+every optional field set or unset, each numeric field's own type extremes (int32,
+uint32, float32 with NaN and infinities), many stop strings and context entries.
+Generated `max_tokens` stay small, apart from the extremes themselves.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import struct
+
+from grpc_health.v1 import health_pb2
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from inferwire.v1 import inference_pb2 as pb
+
+# ~150 examples per message type in CI; INFERWIRE_FUZZ_EXAMPLES=5000 for a long local run.
+EXAMPLES = int(os.environ.get("INFERWIRE_FUZZ_EXAMPLES", "150"))
+
+FUZZ_SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,  # the same cases on every run, so CI is reproducible
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+INT32_MIN, INT32_MAX, UINT32_MAX = -(2**31), 2**31 - 1, 2**32 - 1
+FLOAT32_MAX = struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0]
+FLOAT32_TINY = struct.unpack("<f", struct.pack("<I", 1))[0]  # the smallest subnormal
+
+_controls = st.characters(codec="utf-8", categories=["Cc", "Cf", "Zl", "Zp", "Co"])
+short_text = st.one_of(
+    st.just(""),
+    st.text(max_size=24),  # any code point but surrogates: non-ASCII, controls, NUL
+    st.text(alphabet=_controls, min_size=1, max_size=8),
+    st.sampled_from(["Hello", "KING HENRY:\n", "ünïcødé 漢字 🙂", " ", "\n\t\r"]),
+)
+# Past max_prompt_bytes, and sometimes past max_receive_message_bytes too.
+huge_text = st.builds(operator.mul, st.text(min_size=1, max_size=3), st.integers(2_000, 40_000))
+text_value = st.one_of(short_text, huge_text)
+model_name = st.one_of(st.sampled_from(["demo", "spare", "broken", "nope"]), text_value)
+# Most requests also get plausible values, so that many reach the engine, not only
+# validation: one wild field among plausible ones is the interesting case.
+plausible_text = st.text(
+    st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=24
+)
+
+
+def mostly(plausible: st.SearchStrategy, wild: st.SearchStrategy) -> st.SearchStrategy:
+    """`plausible` about four times in five, else `wild`."""
+    return st.integers(0, 4).flatmap(lambda pick: wild if pick == 0 else plausible)
+
+
+def _extremes(*values: int) -> st.SearchStrategy[int]:
+    return st.sampled_from(values)
+
+
+INT32_EXTREMES = (0, -1, 1, INT32_MIN, INT32_MAX)
+UINT32_EXTREMES = (0, 1, INT32_MAX, INT32_MAX + 1, UINT32_MAX)
+FLOAT32_EXTREMES = (0.0, -0.0, -1.0, 1.0, FLOAT32_MAX, -FLOAT32_MAX, FLOAT32_TINY)
+FLOAT32_EXTREMES += (float("nan"), float("inf"), float("-inf"))
+# The demo model's context length is 1024; 1024 runs to the end of the window.
+MAX_TOKENS_EXTREMES = (0, -1, 1, 1024, 1025, INT32_MIN, INT32_MAX)
+EXTREMES_BY_FIELD = {
+    "max_tokens": MAX_TOKENS_EXTREMES,
+    "temperature": FLOAT32_EXTREMES,
+    "top_p": FLOAT32_EXTREMES,
+    "top_k": (*INT32_EXTREMES, 4096, 4097),  # the demo model's vocabulary is 4096
+    "seed": UINT32_EXTREMES,
+}
+
+int32 = st.one_of(_extremes(*INT32_EXTREMES), st.integers(INT32_MIN, INT32_MAX))
+uint32 = st.one_of(_extremes(*UINT32_EXTREMES), st.integers(0, UINT32_MAX))
+float32 = st.one_of(_extremes(*FLOAT32_EXTREMES), st.floats(width=32))
+# Small, so that accepted requests stay quick, besides the extremes.
+max_tokens = st.one_of(st.integers(1, 8), _extremes(*MAX_TOKENS_EXTREMES))
+
+
+def extreme_parameter_requests(message_type: type) -> list:
+    """One plain request per numeric extreme of each parameter, for `@example`: random
+    generation reaches a given extreme on an otherwise valid request too rarely."""
+    requests = []
+    for name, values in EXTREMES_BY_FIELD.items():
+        for value in values:
+            parameters = pb.GenerationParameters(max_tokens=4, temperature=1.0, seed=3)
+            setattr(parameters, name, value)
+            requests.append(message_type(model="demo", prompt="Hello", parameters=parameters))
+    return requests
+
+
+@st.composite
+def generation_parameters(draw: st.DrawFn) -> pb.GenerationParameters:
+    """Each field set or unset; set ones plausible, except at most one wild field."""
+    plausible = {
+        "max_tokens": st.integers(1, 8),
+        "temperature": st.floats(0, 2, width=32),
+        "top_p": st.floats(0, 1, width=32, exclude_min=True),
+        "top_k": st.integers(0, 64),
+        "seed": st.integers(0, 1000),
+    }
+    wild = {"max_tokens": max_tokens, "temperature": float32, "top_p": float32}
+    wild |= {"top_k": int32, "seed": uint32}
+    wild_field = draw(st.sampled_from([None, *wild]))
+    stops = mostly(st.lists(plausible_text, max_size=3), st.lists(short_text, max_size=20))
+    message = pb.GenerationParameters(stop=draw(stops))
+    for name in plausible:
+        if name == wild_field or draw(st.booleans()):
+            setattr(message, name, draw(wild[name] if name == wild_field else plausible[name]))
+    return message
+
+
+def _inference_request(message_type: type) -> st.SearchStrategy:
+    return st.builds(
+        message_type,
+        model=mostly(st.just("demo"), model_name),
+        prompt=mostly(plausible_text, text_value),
+        context=mostly(st.lists(plausible_text, max_size=3), st.lists(short_text, max_size=70)),
+        parameters=mostly(generation_parameters(), st.none()),
+        request_id=mostly(st.just(""), text_value),
+    )
+
+
+infer_request = _inference_request(pb.InferRequest)
+infer_stream_request = _inference_request(pb.InferStreamRequest)
+load_model_request = st.builds(pb.LoadModelRequest, model=model_name)
+unload_model_request = st.builds(pb.UnloadModelRequest, model=model_name)
+health_request = st.builds(pb.HealthRequest, model=st.one_of(st.just(""), model_name))
+list_models_request = st.just(pb.ListModelsRequest())
+health_check_request = st.builds(
+    health_pb2.HealthCheckRequest,
+    service=st.one_of(
+        st.sampled_from(["", "inferwire.v1.InferenceService", "model/demo", "model/"]),
+        st.builds(operator.add, st.just("model/"), text_value),
+        text_value,
+    ),
+)
+
+# Every method and one strategy for its request; the raw-bytes test reuses the keys.
+UNARY_METHODS = {
+    "/inferwire.v1.InferenceService/LoadModel": load_model_request,
+    "/inferwire.v1.InferenceService/UnloadModel": unload_model_request,
+    "/inferwire.v1.InferenceService/Infer": infer_request,
+    "/inferwire.v1.InferenceService/Health": health_request,
+    "/inferwire.v1.InferenceService/ListModels": list_models_request,
+    "/grpc.health.v1.Health/Check": health_check_request,
+}
+STREAM_METHODS = {
+    "/inferwire.v1.InferenceService/InferStream": infer_stream_request,
+    "/grpc.health.v1.Health/Watch": health_check_request,
+}
+
+
+@st.composite
+def raw_payload(draw: st.DrawFn, message: st.SearchStrategy) -> bytes:
+    """Random bytes, or a real message's encoding cut short or with bytes flipped."""
+    kind = draw(st.sampled_from(["random", "truncated", "flipped"]))
+    if kind == "random":
+        return draw(st.binary(max_size=512))
+    encoded = bytearray(draw(message).SerializeToString()[:4096])
+    if kind == "truncated" or not encoded:
+        return bytes(encoded[: draw(st.integers(0, len(encoded)))])
+    for _ in range(draw(st.integers(1, 8))):
+        index = draw(st.integers(0, len(encoded) - 1))
+        encoded[index] = draw(st.integers(0, 255))
+    return bytes(encoded)
