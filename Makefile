@@ -3,9 +3,10 @@
 #   make check   the quick loop, Python only: ruff, mypy and the unit tests
 #   make test    set up, then lint, check the contract and generated code, and run
 #                every test tier (unit, engine, Triton, the Go/TypeScript/Java/Rust
-#                clients, grpcurl, grpc_health_probe); needs go, node, cargo, java
-#                and mvn on PATH
-# The tiers one at a time: make test-unit, test-engine, test-triton, test-polyglot.
+#                clients, grpcurl, grpc_health_probe, the soak); needs go, node,
+#                cargo, java and mvn on PATH
+# The tiers one at a time: make test-unit, test-engine, test-triton, test-polyglot,
+# test-reliability.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -21,7 +22,8 @@ API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: setup tools triton serve check typecheck test test-unit test-engine test-triton \
-	test-polyglot lint breaking update-api-baseline generate check-generated pytest bench clean
+	test-polyglot test-reliability lint breaking update-api-baseline generate check-generated \
+	pytest bench clean
 
 setup: $(STAMP) $(BUF)
 
@@ -106,6 +108,10 @@ test-triton: $(STAMP) triton
 
 test-polyglot: $(STAMP) tools
 	$(BIN)/python -m pytest tests/polyglot $(PYTEST_ARGS)
+
+# The soak at N=2000 (about 30 s); `python -m tests.reliability.soak --requests N` for more.
+test-reliability: $(STAMP)
+	$(BIN)/python -m pytest tests/reliability $(PYTEST_ARGS)
 
 pytest: $(STAMP) tools triton
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2_grpc
 
 from inferwire.v1 import inference_pb2_grpc
 
-TIERS = ("unit", "engine", "triton", "polyglot")
+TIERS = ("unit", "engine", "triton", "polyglot", "reliability")
 TESTS = Path(__file__).resolve().parent
 
 

@@ -23,6 +23,26 @@ def echo_text(prompt, tokens):
     return " ".join(echo_token(words, i) for i in range(tokens))
 
 
+# A prompt whose first word is `fail:<CODE>` (a pb_utils.TritonError code name, such as
+# NOT_FOUND, INVALID_ARG, UNAVAILABLE or CANCELLED) makes the model answer with that error.
+FAIL_PREFIX = "fail:"
+
+
+class RequestedFailure(Exception):
+    """The prompt asked for an error with Triton code `code` (a TritonError attribute)."""
+
+    def __init__(self, code):
+        super().__init__(f"failing on request with {code}")
+        self.code = code
+
+
+def check_requested_failure(prompt):
+    """Raise RequestedFailure when the prompt's first word is `fail:<CODE>`."""
+    words = prompt.split()
+    if words and words[0].startswith(FAIL_PREFIX):
+        raise RequestedFailure(words[0][len(FAIL_PREFIX) :])
+
+
 def token_delay_s():
     return float(os.environ.get("INFERWIRE_TRITON_TOKEN_DELAY_S", "0.005"))
 
@@ -97,7 +117,8 @@ class Generation:
 class ThreadPerRequest:
     """`execute` for a decoupled model: each request generates on a thread of its own.
 
-    A subclass defines `_generate(request, sender)` and `_fail(sender, message)`.
+    A subclass defines `_generate(request, sender)` and `_fail(sender, message, code)`,
+    where `code` names a pb_utils.TritonError code (None: Triton's default, INTERNAL).
     """
 
     def execute(self, requests):
@@ -109,5 +130,7 @@ class ThreadPerRequest:
         sender = request.get_response_sender()
         try:
             self._generate(request, sender)
+        except RequestedFailure as exc:
+            self._fail(sender, str(exc), exc.code)
         except Exception as exc:
-            self._fail(sender, f"{type(exc).__name__}: {exc}")
+            self._fail(sender, f"{type(exc).__name__}: {exc}", None)

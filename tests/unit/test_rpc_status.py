@@ -18,6 +18,7 @@ from inferwire.v1 import inference_pb2_grpc
 
 RAISED: dict[str, Exception] = {
     "unavailable": errors.BackendUnavailableError("backend at triton-0:8001 is unreachable"),
+    "backend_cancelled": errors.BackendCancelledError("Triton cancelled the request"),
     "unauthenticated": errors.UnauthenticatedError("no bearer token"),
     "permission": errors.PermissionDeniedError("token lacks the admin scope"),
     "queue": errors.QueueFullError("model 'm' is at capacity"),
@@ -51,6 +52,7 @@ async def raising_stub():
 
 EXPECTED = {
     "unavailable": grpc.StatusCode.UNAVAILABLE,
+    "backend_cancelled": grpc.StatusCode.CANCELLED,
     "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
     "permission": grpc.StatusCode.PERMISSION_DENIED,
     "queue": grpc.StatusCode.RESOURCE_EXHAUSTED,

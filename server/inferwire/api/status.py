@@ -36,6 +36,8 @@ STATUS_CODE_BY_ERROR: dict[type[errors.InferwireError], grpc.StatusCode] = {
     errors.ModelNotReadyError: grpc.StatusCode.FAILED_PRECONDITION,
     # The backend cannot be reached or is unhealthy.
     errors.BackendUnavailableError: grpc.StatusCode.UNAVAILABLE,
+    # The backend cancelled the request by itself.
+    errors.BackendCancelledError: grpc.StatusCode.CANCELLED,
     # Concurrency slots and the wait queue are full.
     errors.QueueFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     # The request's deadline passed.

@@ -53,6 +53,10 @@ class BackendUnavailableError(InferwireError):
     """The backend cannot be reached or reports itself unhealthy."""
 
 
+class BackendCancelledError(InferwireError):
+    """The backend cancelled the request by itself (our client did not)."""
+
+
 class QueueFullError(InferwireError):
     """The model's concurrency slots and its wait queue are all taken."""
 

@@ -101,3 +101,10 @@ def test_an_error_inside_a_stream_is_not_found_only_for_an_unknown_model(message
     error = stream_error(message, url=URL, model="llama", triton_model="llama-3")
     assert type(error) is kind
     assert str(error) == f"Triton: {message}"
+
+
+def test_a_request_triton_cancelled_is_cancelled_not_internal():
+    # ModelStreamInfer with the triton_grpc_error header ends with the model's own code.
+    error = translate(Origin.RPC, grpc.StatusCode.CANCELLED, "cancelled by the model")
+    assert isinstance(error, errors.BackendCancelledError)
+    assert str(error) == f"Triton at {URL} cancelled the request: cancelled by the model"

@@ -24,6 +24,9 @@ from inferwire.core.errors import BackendUnavailableError
 log = logging.getLogger(__package__)
 
 _MAX_MESSAGE_BYTES = 2**31 - 1
+# Asks Triton to end a stream with the error's status code rather than put the error,
+# without its code, in a response message (see errors.py). Older Tritons ignore it.
+_STREAM_ERROR_HEADER = ("triton_grpc_error", "true")
 
 
 @dataclass
@@ -178,7 +181,9 @@ class EndpointPool:
             try:
                 if decoupled:
                     call = endpoint.stub.ModelStreamInfer(
-                        iter([message]), metadata=self.metadata, timeout=timeout
+                        iter([message]),
+                        metadata=(*self.metadata, _STREAM_ERROR_HEADER),
+                        timeout=timeout,
                     )
                     try:
                         async for item in call:

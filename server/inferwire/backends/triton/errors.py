@@ -2,8 +2,11 @@
 
 Triton says what went wrong in a status code and, for some cases, only in the message:
 a restricted protocol, or a repository API that model-control mode does not allow. An
-error inside a stream response carries no code at all. The first row that matches an
-answer decides its domain error; anything unexpected is a `TritonError` (INTERNAL).
+error inside a stream response carries no code at all, so streams are opened with the
+`triton_grpc_error` header: Triton (2.47 and later) then ends the stream with the error's
+own status code instead, and only errors raised before the model runs (an unknown model)
+still arrive as messages. The first row that matches an answer decides its domain error;
+anything unexpected is a `TritonError` (INTERNAL).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 import grpc
 
 from inferwire.core.errors import (
+    BackendCancelledError,
     BackendInvalidArgumentError,
     BackendUnavailableError,
     DeadlineExceededError,
@@ -114,6 +118,12 @@ _TABLE: tuple[_Row, ...] = (
         lambda a: BackendInvalidArgumentError(f"Triton: {a.details}"),
         codes=frozenset({grpc.StatusCode.INVALID_ARGUMENT}),
     ),
+    # Triton (or the model) cancelled the request; ours are cancelled on our side first.
+    _Row(
+        _ON_RPC,
+        lambda a: BackendCancelledError(f"Triton at {a.url} cancelled the request: {a.details}"),
+        codes=frozenset({grpc.StatusCode.CANCELLED}),
+    ),
     _Row(
         _ON_RPC,
         lambda a: TritonError(f"Triton at {a.url} answered {a.code.name}: {a.details}"),
@@ -124,7 +134,8 @@ _TABLE: tuple[_Row, ...] = (
             f"Triton at {a.url} failed to load model {a.triton_model!r}: {a.details}"
         ),
     ),
-    # Without a code, only "unknown model" is certain.
+    # Without a code (a Triton before 2.47, or an error before the model ran), only
+    # "unknown model" is certain.
     _Row(
         _IN_STREAM,
         lambda a: ModelNotFoundError(a.model, f"Triton: {a.details}"),

@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from echo_engine import Generation, ThreadPerRequest, token_delay_s
+from echo_engine import Generation, ThreadPerRequest, check_requested_failure, token_delay_s
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 OPTIONAL_SCALARS = ("temperature", "top_p", "top_k", "random_seed")
@@ -59,12 +59,13 @@ class TritonPythonModel(ThreadPerRequest):
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
         return responses[-1]
 
-    def _fail(self, sender, message):
-        error = pb_utils.TritonError(message)
+    def _fail(self, sender, message, code):
+        error = pb_utils.TritonError(message, getattr(pb_utils.TritonError, code or "INTERNAL"))
         sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def _generate(self, request, sender):
         prompt = _scalar(request, "text_input").decode()
+        check_requested_failure(prompt)
         max_tokens = int(_scalar(request, "max_tokens"))
         stream = bool(_scalar(request, "stream"))
         exclude_input = bool(_scalar(request, "exclude_input_in_output"))

@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from echo_engine import Generation, ThreadPerRequest, token_delay_s
+from echo_engine import Generation, ThreadPerRequest, check_requested_failure, token_delay_s
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -25,13 +25,14 @@ class TritonPythonModel(ThreadPerRequest):
     def initialize(self, args):
         self.delay_s = token_delay_s()
 
-    def _fail(self, sender, message):
-        error = pb_utils.TritonError(message)
+    def _fail(self, sender, message, code):
+        error = pb_utils.TritonError(message, getattr(pb_utils.TritonError, code or "INTERNAL"))
         sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def _generate(self, request, sender):
         prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
         prompt = prompt.reshape(-1)[0].decode()
+        check_requested_failure(prompt)
         stream = _flag(request, "stream")
         params_tensor = pb_utils.get_input_tensor_by_name(request, "sampling_parameters")
         params = {}
