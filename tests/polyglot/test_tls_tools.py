@@ -77,6 +77,16 @@ def test_grpcurl_without_a_client_certificate_is_refused_by_the_mtls_server(mtls
     assert refused.returncode != 0
 
 
+def built_go_example() -> str:
+    """Build the Go example (once per run: go caches it) and return its path."""
+    run_checked(
+        [require_tool("go"), "build", "-buildvcs=false", "-o", "bin/example", "./cmd/example"],
+        cwd=GO_CLIENT,
+        timeout=540,
+    )
+    return str(GO_CLIENT / "bin" / "example")
+
+
 def probe(target: str, *args: str) -> subprocess.CompletedProcess[str]:
     command = [require_tool("grpc-health-probe"), "-addr", target, "-rpc-timeout", "5s", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -93,13 +103,7 @@ def test_grpc_health_probe_over_tls_and_mutual_tls(tls_server, mtls_server, pki)
 
 @pytest.mark.timeout(600)  # a cold build compiles grpc-go: about 90 s on 2 busy cores
 def test_go_example_over_tls_with_a_token(tls_server, mtls_server, pki):
-    go = require_tool("go")
-    run_checked(
-        [go, "build", "-buildvcs=false", "-o", "bin/example", "./cmd/example"],
-        cwd=GO_CLIENT,
-        timeout=540,
-    )
-    example = str(GO_CLIENT / "bin" / "example")
+    example = built_go_example()
     tls = ["-tls-ca", str(pki.ca), "-token", "test-token"]
     result = run_checked([example, *tls, tls_server.target, "demo"], cwd=GO_CLIENT, timeout=60)
     assert_example_output(result.stdout)
@@ -134,13 +138,7 @@ APP_TOKEN = "iw-test-app-token-0123456789abcdef0123456789"
 
 @pytest.mark.timeout(600)
 def test_go_example_and_tools_call_a_tls_plus_token_server(secured_server, pki):
-    go = require_tool("go")
-    run_checked(
-        [go, "build", "-buildvcs=false", "-o", "bin/example", "./cmd/example"],
-        cwd=GO_CLIENT,
-        timeout=540,
-    )
-    example = str(GO_CLIENT / "bin" / "example")
+    example = built_go_example()
     result = run_checked(
         [example, "-tls-ca", str(pki.ca), "-token", APP_TOKEN, secured_server.target, "demo"],
         cwd=GO_CLIENT,

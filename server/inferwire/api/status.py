@@ -7,6 +7,7 @@ one, so a new RPC cannot skip the mapping. Nothing else builds a status.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -124,6 +125,17 @@ T = TypeVar("T")
 MAPS_ERRORS = "__inferwire_maps_errors__"
 
 
+@contextlib.asynccontextmanager
+async def _mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    """Abort the RPC with the mapped status of any error raised inside."""
+    try:
+        yield
+    except grpc.aio.AbortError:
+        raise
+    except Exception as exc:
+        await _abort(context, exc)
+
+
 def map_errors(method: F) -> F:
     """Decorate a servicer method so domain errors abort the RPC with the mapped status."""
     if inspect.isasyncgenfunction(method):
@@ -132,25 +144,17 @@ def map_errors(method: F) -> F:
         async def stream_wrapper(
             self: Any, request: Any, context: grpc.aio.ServicerContext
         ) -> AsyncIterator[Any]:
-            try:
+            async with _mapped(context):
                 async for response in method(self, request, context):
                     yield response
-            except grpc.aio.AbortError:
-                raise
-            except Exception as exc:
-                await _abort(context, exc)
 
         setattr(stream_wrapper, MAPS_ERRORS, True)
         return cast(F, stream_wrapper)
 
     @functools.wraps(method)
     async def unary_wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
+        async with _mapped(context):
             return await method(self, request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            await _abort(context, exc)
 
     setattr(unary_wrapper, MAPS_ERRORS, True)
     return cast(F, unary_wrapper)
