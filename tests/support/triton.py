@@ -5,9 +5,9 @@ The `tritonserver` binary and its Python backend come from the `nvidia-pytriton`
 The test models in tests/triton_models run in Triton's Python backend stub, which embeds
 the system Python (Debian: libpython3.11 and python3-numpy).
 
-Every tritonserver binds 127.0.0.1 port 0; the port is read back from the process's own
-listening socket. Each one runs in its own process group, killed by PID at the end, with
-the Python backend stubs it started.
+Every tritonserver binds 127.0.0.1 (or its `address`) port 0; the port is read back from
+the process's own listening socket. Each one runs in its own process group, killed by PID
+at the end, with the Python backend stubs it started.
 
 Servers:
   main  - vllm_echo, trtllm_echo and plain_identity; most tests
@@ -89,10 +89,11 @@ class TritonServer:
     repository: Path = REPOSITORY
     model_control_mode: str = "explicit"
     headers: dict[str, str] = field(default_factory=dict)
+    address: str = "127.0.0.1"  # a loopback address; the DNS tests use 127.0.0.2 and up
 
     @property
     def url(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     def start(self) -> None:
         """Start on `port` (0: any free port), and wait until it is ready."""
@@ -105,7 +106,7 @@ class TritonServer:
             f"--model-repository={self.repository}",
             f"--model-control-mode={self.model_control_mode}",
             "--exit-on-error=false",
-            "--grpc-address=127.0.0.1",
+            f"--grpc-address={self.address}",
             f"--grpc-port={self.port}",
             "--allow-http=false",
             "--allow-metrics=false",

@@ -3,6 +3,9 @@
 - load makes the model ready on every endpoint (through the repository API where
   Triton runs in explicit mode), then reads its metadata to pick its convention.
 - unload unloads it there; release, at gateway shutdown, only disconnects.
+- With `discovery: dns`, a resolver task started at load and stopped at unload or
+  release keeps the endpoints in step with DNS: a new address joins once the model is
+  loaded and healthy there; a gone one drains.
 - A generation sends one request, turns the responses' text into deltas, and ends
   with the finish reason and the usage.
 """
@@ -25,6 +28,7 @@ from inferwire.backends.triton.conventions import (
     build_request,
     describe_model,
 )
+from inferwire.backends.triton.discovery import DnsDiscovery, diff
 from inferwire.backends.triton.endpoints import Endpoint, EndpointPool
 from inferwire.backends.triton.errors import Origin
 from inferwire.backends.triton.options import TritonOptions
@@ -67,13 +71,17 @@ class TritonBackend(Backend):
         self._spec: ModelSpec | None = None
         self._tokenizer: Any = None
         self._stream_mode = self.options.stream_output
+        self._discovery: DnsDiscovery | None = None
 
     # ---- lifecycle -------------------------------------------------------
 
     async def load(self) -> None:
         if self.options.tokenizer is not None and self._tokenizer is None:
             self._tokenizer = await asyncio.to_thread(self._load_tokenizer, self.options.tokenizer)
-        await self._pool.open()
+        if self.options.discovery == "dns":
+            await self._pool.open(await self._first_resolution())
+        else:
+            await self._pool.open()
         results = await asyncio.gather(
             *(self._load_on(endpoint) for endpoint in self._pool.endpoints), return_exceptions=True
         )
@@ -101,6 +109,59 @@ class TritonBackend(Backend):
                 "usage": self._spec.usage_source.value,
             },
         )
+        if self._discovery is not None:
+            self._pool.on_trouble = self._discovery.refresh_soon
+            self._discovery.start()
+
+    async def _first_resolution(self) -> list[str]:
+        """The endpoints DNS names at load; none is an UNAVAILABLE load."""
+        await self._stop_discovery()
+        self._discovery = DnsDiscovery(self.model_name, self.options, self._apply_resolution)
+        urls = sorted(await self._discovery.resolve())
+        if not urls:
+            self._discovery = None
+            raise BackendUnavailableError(self._no_address())
+        return urls
+
+    def _no_address(self) -> str:
+        names = ", ".join(self.options.endpoints)
+        return f"no Triton endpoint: DNS resolved {names} to no address"
+
+    async def _stop_discovery(self) -> None:
+        discovery, self._discovery = self._discovery, None
+        self._pool.on_trouble = None
+        if discovery is not None:
+            await discovery.stop()
+
+    async def _apply_resolution(self, resolved: set[str]) -> None:
+        """Drain the endpoints DNS no longer names; load the model on new ones, then admit."""
+        change = diff(self._pool.urls, resolved)
+        if not change:
+            return
+        log.info(
+            "Triton endpoints changed in DNS",
+            extra={"model": self.model_name, "added": change.added, "removed": change.removed},
+        )
+        for url in change.removed:
+            self._pool.drain(url)
+        await asyncio.gather(*(self._join(url) for url in change.added))
+
+    async def _join(self, url: str) -> None:
+        endpoint = self._pool.add(url)
+        try:
+            await self._load_on(endpoint)
+            await self._pool.check_one(endpoint)
+            if not endpoint.healthy:
+                raise BackendUnavailableError(endpoint.detail)
+        except Exception as exc:
+            log.warning(
+                "new Triton endpoint could not serve the model; trying again at the next "
+                "resolution",
+                extra={"model": self.model_name, "url": url, "error": str(exc)},
+            )
+            self._pool.drain(url)
+            return
+        self._pool.admit(endpoint)
 
     async def reconcile(self) -> None:
         """Load the model again on every endpoint that no longer has it (a Triton restart).
@@ -156,6 +217,7 @@ class TritonBackend(Backend):
 
     async def unload(self) -> None:
         self._spec = None
+        await self._stop_discovery()
         await asyncio.gather(*(self._unload_on(endpoint) for endpoint in self._pool.endpoints))
         await self._pool.close()
 
@@ -163,6 +225,7 @@ class TritonBackend(Backend):
         # Gateway shutdown: other gateways may share these Triton servers, so the
         # model stays loaded there; only an explicit UnloadModel unloads it.
         self._spec = None
+        await self._stop_discovery()
         await self._pool.close()
 
     async def _load_on(self, endpoint: Endpoint) -> bool:
@@ -264,6 +327,8 @@ class TritonBackend(Backend):
     # ---- health and description -------------------------------------------
 
     async def health(self) -> BackendHealth:
+        if self._spec is not None and self._discovery is not None and not self._pool.endpoints:
+            return BackendHealth(False, self._no_address() + self._dns_detail())
         if self._spec is None or not self._pool.endpoints:
             return BackendHealth(False, "not loaded")
         await self._pool.check()
@@ -280,7 +345,21 @@ class TritonBackend(Backend):
         problems = [f"{ep.url}: {ep.detail}" for ep in self._pool.endpoints if not ep.healthy]
         if problems:
             detail += " (" + "; ".join(problems) + ")"
+        if self._discovery is not None:
+            detail += self._dns_detail()
         return BackendHealth(bool(ready), detail)
+
+    def _dns_detail(self) -> str:
+        """The endpoints DNS named: in rotation, joining and draining; a DNS error."""
+        pool = self._pool
+        parts = [f"endpoints from DNS: {', '.join(ep.url for ep in pool.endpoints) or 'none'}"]
+        if pool.joining:
+            parts.append(f"joining: {', '.join(pool.joining)}")
+        if pool.draining:
+            parts.append(f"draining: {', '.join(ep.url for ep in pool.draining)}")
+        if self._discovery is not None and self._discovery.log.error is not None:
+            parts.append(f"DNS error, last good set kept: {self._discovery.log.error}")
+        return "; " + "; ".join(parts)
 
     def capabilities(self) -> Capabilities:
         streaming = self._spec is not None and self._spec.decoupled

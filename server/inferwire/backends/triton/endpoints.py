@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,8 @@ class Endpoint:
     healthy: bool = True
     detail: str = ""
     lost_model: bool = False  # the server is ready but the model is not (a restart)
+    in_flight: int = 0  # requests sent here that have not ended
+    draining: bool = False  # gone from DNS: no new requests; closes once idle
 
     def usable(self) -> bool:
         state = self.channel.get_state(try_to_connect=False)
@@ -56,9 +59,17 @@ class EndpointPool:
         # Request headers, e.g. the --grpc-restricted-protocol key.
         self.metadata = tuple((k.lower(), v) for k, v in options.headers.items())
         self._rotation = itertools.count()
+        # With DNS discovery: endpoints loading the model, and those draining.
+        self.joining: dict[str, Endpoint] = {}
+        self.draining: list[Endpoint] = []
+        self._closing: set[asyncio.Task[None]] = set()
+        self._channel_options: list[tuple[str, int]] = []
+        self._credentials: grpc.ChannelCredentials | None = None
+        # Called when requests find no usable endpoint (DNS discovery resolves again).
+        self.on_trouble: Callable[[], None] | None = None
 
-    async def open(self) -> None:
-        """Open a channel to each configured endpoint, unless they are open."""
+    async def open(self, urls: Sequence[str] | None = None) -> None:
+        """Open a channel to each endpoint (default: the configured ones), unless open."""
         if self.endpoints:
             return
         options = [
@@ -76,28 +87,83 @@ class EndpointPool:
                 lambda: tuple(Path(p).read_bytes() if p else None for p in files)
             )
             credentials = grpc.ssl_channel_credentials(root, key, chain)
-        endpoints = []
-        for url in self.options.endpoints:
-            if credentials is not None:
-                channel = grpc.aio.secure_channel(url, credentials, options=options)
-            else:
-                channel = grpc.aio.insecure_channel(url, options=options)
-            endpoints.append(
-                Endpoint(url, channel, service_pb2_grpc.GRPCInferenceServiceStub(channel))
-            )
-        self.endpoints = endpoints
+        self._channel_options, self._credentials = options, credentials
+        self.endpoints = [self._connect(url) for url in (urls or self.options.endpoints)]
+
+    def _connect(self, url: str) -> Endpoint:
+        if self._credentials is not None:
+            channel = grpc.aio.secure_channel(url, self._credentials, options=self._channel_options)
+        else:
+            channel = grpc.aio.insecure_channel(url, options=self._channel_options)
+        return Endpoint(url, channel, service_pb2_grpc.GRPCInferenceServiceStub(channel))
 
     async def close(self) -> None:
         endpoints, self.endpoints = self.endpoints, []
+        endpoints += [*self.joining.values(), *self.draining]
+        self.joining, self.draining = {}, []
         for endpoint in endpoints:
             await endpoint.channel.close()
+        await asyncio.gather(*self._closing)
+
+    @property
+    def urls(self) -> set[str]:
+        """The endpoints in rotation and those joining it."""
+        return {ep.url for ep in self.endpoints} | set(self.joining)
+
+    def add(self, url: str) -> Endpoint:
+        """Open a channel to a new endpoint; it gets no requests until `admit`ted."""
+        endpoint = self._connect(url)
+        endpoint.healthy, endpoint.detail = False, "joining: loading the model"
+        self.joining[url] = endpoint
+        return endpoint
+
+    def admit(self, endpoint: Endpoint) -> None:
+        """Put a joined endpoint (the model loaded, healthy) into the rotation."""
+        if self.joining.pop(endpoint.url, None) is endpoint:
+            self.endpoints.append(endpoint)
+
+    def drain(self, url: str) -> None:
+        """Take an endpoint out of the rotation at once; close it once idle."""
+        endpoint = self.joining.pop(url, None)
+        if endpoint is None:
+            endpoint = next((ep for ep in self.endpoints if ep.url == url), None)
+            if endpoint is None:
+                return
+            self.endpoints.remove(endpoint)
+        endpoint.draining = True
+        self.draining.append(endpoint)
+        self._close_if_idle(endpoint)
+
+    def _close_if_idle(self, endpoint: Endpoint) -> None:
+        if endpoint.draining and endpoint.in_flight == 0 and endpoint in self.draining:
+            self.draining.remove(endpoint)
+            task = asyncio.create_task(endpoint.channel.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    @contextmanager
+    def _in_flight(self, endpoint: Endpoint) -> Iterator[None]:
+        endpoint.in_flight += 1
+        try:
+            yield
+        finally:
+            endpoint.in_flight -= 1
+            self._close_if_idle(endpoint)
+
+    def _trouble(self) -> None:
+        if self.on_trouble is not None:
+            self.on_trouble()
 
     def pick(self, exclude: Sequence[Endpoint] = ()) -> Endpoint:
         """Round-robin over usable endpoints, or over all when none looks usable."""
         candidates = [ep for ep in self.endpoints if ep not in exclude]
         if not candidates:
+            self._trouble()
             raise BackendUnavailableError(f"model {self.model_name!r}: no Triton endpoint left")
-        usable = [ep for ep in candidates if ep.usable()] or candidates
+        usable = [ep for ep in candidates if ep.usable()]
+        if not usable:
+            self._trouble()
+        usable = usable or candidates
         return usable[next(self._rotation) % len(usable)]
 
     def error(self, exc: grpc.aio.AioRpcError, endpoint: Endpoint, origin: Origin) -> Exception:
@@ -140,9 +206,9 @@ class EndpointPool:
 
     async def check(self) -> None:
         """Refresh every endpoint's health."""
-        await asyncio.gather(*(self._check(endpoint) for endpoint in self.endpoints))
+        await asyncio.gather(*(self.check_one(endpoint) for endpoint in self.endpoints))
 
-    async def _check(self, endpoint: Endpoint) -> None:
+    async def check_one(self, endpoint: Endpoint) -> None:
         """ServerLive, ServerReady and ModelReady for the model we loaded."""
         timeout = self.options.health_timeout_s
         try:
@@ -156,6 +222,12 @@ class EndpointPool:
         except grpc.aio.AioRpcError as exc:
             endpoint.healthy, endpoint.detail = False, f"{exc.code().name}: {exc.details()}"
             endpoint.lost_model = False
+            return
+        except asyncio.CancelledError:
+            if not endpoint.draining:
+                raise
+            # Drained while checked: closing its channel cancelled the RPC.
+            endpoint.healthy, endpoint.detail = False, "draining"
             return
         endpoint.lost_model = bool(live.live and ready.ready and not model_ready)
         if not (live.live and ready.ready):
@@ -177,49 +249,54 @@ class EndpointPool:
         while True:
             endpoint = self.pick(exclude=tried)
             tried.append(endpoint)
-            received = False
-            try:
-                if decoupled:
-                    call = endpoint.stub.ModelStreamInfer(
-                        iter([message]),
-                        metadata=(*self.metadata, _STREAM_ERROR_HEADER),
-                        timeout=timeout,
-                    )
-                    try:
-                        async for item in call:
-                            if item.error_message:
-                                raise stream_error(
-                                    item.error_message,
-                                    url=endpoint.url,
-                                    model=self.model_name,
-                                    triton_model=self.triton_model,
-                                )
-                            received = True
-                            yield item.infer_response
-                            params = item.infer_response.parameters
-                            if params["triton_final_response"].bool_param:
-                                return
-                    finally:
-                        # Our client went away, or we stopped early: cancel on Triton too.
-                        call.cancel()
-                else:
-                    response = await endpoint.stub.ModelInfer(
-                        message, metadata=self.metadata, timeout=timeout
-                    )
-                    received = True
-                    yield response
-                return
-            except grpc.aio.AioRpcError as exc:
-                error = self.error(exc, endpoint, Origin.RPC)
-                if (
-                    isinstance(error, BackendUnavailableError)
-                    and not received
-                    and len(tried) < len(self.endpoints)
-                ):
-                    endpoint.healthy, endpoint.detail = False, f"UNAVAILABLE: {exc.details()}"
-                    log.warning(
-                        "Triton endpoint unreachable; trying another",
-                        extra={"model": self.model_name, "url": endpoint.url},
-                    )
-                    continue
-                raise error from None
+            with self._in_flight(endpoint):
+                received = False
+                try:
+                    if decoupled:
+                        call = endpoint.stub.ModelStreamInfer(
+                            iter([message]),
+                            metadata=(*self.metadata, _STREAM_ERROR_HEADER),
+                            timeout=timeout,
+                        )
+                        try:
+                            async for item in call:
+                                if item.error_message:
+                                    raise stream_error(
+                                        item.error_message,
+                                        url=endpoint.url,
+                                        model=self.model_name,
+                                        triton_model=self.triton_model,
+                                    )
+                                received = True
+                                yield item.infer_response
+                                params = item.infer_response.parameters
+                                if params["triton_final_response"].bool_param:
+                                    return
+                        finally:
+                            # Our client went away, or we stopped early: cancel on Triton too.
+                            call.cancel()
+                    else:
+                        response = await endpoint.stub.ModelInfer(
+                            message, metadata=self.metadata, timeout=timeout
+                        )
+                        received = True
+                        yield response
+                    return
+                except grpc.aio.AioRpcError as exc:
+                    error = self.error(exc, endpoint, Origin.RPC)
+                    if (
+                        isinstance(error, BackendUnavailableError)
+                        and not received
+                        and len(tried) < len(self.endpoints)
+                    ):
+                        endpoint.healthy = False
+                        endpoint.detail = f"UNAVAILABLE: {exc.details()}"
+                        self._trouble()
+                        log.warning(
+                            "Triton endpoint unreachable; trying another",
+                            extra={"model": self.model_name, "url": endpoint.url},
+                        )
+                        continue
+                    if isinstance(error, BackendUnavailableError):
+                        self._trouble()
+                    raise error from None

@@ -19,6 +19,19 @@ class TritonOptions(BackendOptions):
     urls: list[str] = Field(
         default_factory=list, description="Several Triton gRPC endpoints serving the model."
     )
+    discovery: Literal["static", "dns"] = Field(
+        default="static",
+        description="static: the urls as given; dns: each url's host name resolved to all its "
+        "addresses (A and AAAA), one endpoint per address, resolved again every dns_refresh_s.",
+    )
+    dns_refresh_s: float = Field(
+        default=5.0, gt=0, description="With discovery dns: seconds between resolutions."
+    )
+    dns_server: str | None = Field(
+        default=None,
+        description="With discovery dns: host:port of the DNS server to ask "
+        "(default: the system resolver).",
+    )
     triton_model: str | None = Field(
         default=None, description="The model's name on Triton (default: our model name)."
     )
@@ -79,6 +92,13 @@ class TritonOptions(BackendOptions):
             raise ValueError("set exactly one of url or urls")
         if len(set(self.endpoints)) != len(self.endpoints):
             raise ValueError("urls must not repeat")
+        if self.discovery == "static" and self.dns_server is not None:
+            raise ValueError("dns_server needs discovery: dns")
+        if self.discovery == "dns":
+            for url in [*self.endpoints, *([self.dns_server] if self.dns_server else [])]:
+                host, _, port = url.rpartition(":")
+                if not host or not port.isdigit():
+                    raise ValueError(f"{url!r} is not host:port")
         return self
 
     @property
