@@ -2,11 +2,16 @@
 BadRequest. Uses only the generated stubs in `inferwire.v1` plus grpcio's own
 packages (grpc_health, grpc_status and googleapis' google.rpc types).
 
-    python clients/python/example.py [HOST:PORT] [MODEL]
+    python clients/python/example.py [--lb round_robin] [HOST:PORT] [MODEL]
+
+--lb picks a load-balancing policy: with a `dns:///host:port` target, round_robin
+spreads calls over every address of the name (one per replica behind a headless
+Service).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -19,8 +24,12 @@ from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
 
-def main(target: str = "localhost:50051", model: str = "demo") -> None:
-    with grpc.insecure_channel(target) as channel:
+def main(target: str = "localhost:50051", model: str = "demo", lb: str = "") -> None:
+    options = []
+    if lb:
+        config = {"loadBalancingConfig": [{lb: {}}]}
+        options.append(("grpc.service_config", json.dumps(config)))
+    with grpc.insecure_channel(target, options=options) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
 
         # 1. Unary Infer.
@@ -77,4 +86,9 @@ def main(target: str = "localhost:50051", model: str = "demo") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", nargs="?", default="localhost:50051")
+    parser.add_argument("model", nargs="?", default="demo")
+    parser.add_argument("--lb", default="", help="load-balancing policy, e.g. round_robin")
+    args = parser.parse_args()
+    main(args.target, args.model, args.lb)

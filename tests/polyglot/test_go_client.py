@@ -33,3 +33,13 @@ def test_go_example_infers_streams_checks_health_and_reads_bad_request(live_serv
     assert_example_output(result.stdout)
     deltas = sum(line.startswith("DELTA ") for line in result.stdout.splitlines())
     assert f"deltas={deltas}" in result.stdout, result.stdout
+
+    # Round robin over every address of a DNS name, as over the replicas of a headless
+    # Service: localhost resolves to 127.0.0.1 (the server) and ::1 (refused, skipped).
+    spread = [f"dns:///localhost:{live_server.port}", "demo"]
+    result = run_checked(
+        [str(GO_CLIENT / "bin" / "example"), "-lb", "round_robin", *spread],
+        cwd=GO_CLIENT,
+        timeout=60,
+    )
+    assert_example_output(result.stdout)

@@ -58,12 +58,13 @@ def test_python_example_runs_from_the_client_wheel_without_the_server(
     stubs = run_checked([str(client_python), "-I", "-c", import_stubs], cwd=tmp_path, timeout=60)
     assert Path(stubs.stdout.strip()).is_relative_to(client_python.parents[1]), stubs.stdout
 
-    result = run_checked(
-        [str(client_python), "-I", str(PYTHON_CLIENT / "example.py"), live_server.target, "demo"],
-        cwd=tmp_path,
-        timeout=60,
-    )
+    example = [str(client_python), "-I", str(PYTHON_CLIENT / "example.py")]
+    result = run_checked([*example, live_server.target, "demo"], cwd=tmp_path, timeout=60)
+    assert_example_output(result.stdout)
 
+    # Round robin over every address of a DNS name, as over a headless Service's replicas.
+    spread = ["--lb", "round_robin", f"dns:///localhost:{live_server.port}", "demo"]
+    result = run_checked([*example, *spread], cwd=tmp_path, timeout=60)
     assert_example_output(result.stdout)
 
 

@@ -50,6 +50,7 @@ func main() {
 	flag.StringVar(&sec.certFile, "tls-cert", os.Getenv("INFERWIRE_TLS_CERT"), "PEM client certificate for mutual TLS (with -tls-key)")
 	flag.StringVar(&sec.keyFile, "tls-key", os.Getenv("INFERWIRE_TLS_KEY"), "PEM private key of -tls-cert")
 	flag.StringVar(&sec.token, "token", os.Getenv("INFERWIRE_TOKEN"), "bearer token sent on every call (needs TLS)")
+	lb := flag.String("lb", "", "load-balancing policy, e.g. round_robin with a dns:///host:port target, to spread calls over every address of a Service")
 	flag.Parse()
 	address, model := "localhost:50051", "demo"
 	if flag.NArg() > 0 {
@@ -58,16 +59,22 @@ func main() {
 	if flag.NArg() > 1 {
 		model = flag.Arg(1)
 	}
-	if err := run(address, model, sec); err != nil {
+	if err := run(address, model, sec, *lb); err != nil {
 		fmt.Fprintln(os.Stderr, "example:", err)
 		os.Exit(1)
 	}
 }
 
-func run(address, model string, sec security) error {
+func run(address, model string, sec security, lb string) error {
 	dialOptions, err := sec.dialOptions()
 	if err != nil {
 		return err
+	}
+	if lb != "" {
+		// A service config picks the policy; with dns:/// the resolver returns every
+		// address of the name (one per replica behind a headless Service).
+		config := fmt.Sprintf(`{"loadBalancingConfig":[{%q:{}}]}`, lb)
+		dialOptions = append(dialOptions, grpc.WithDefaultServiceConfig(config))
 	}
 	conn, err := grpc.NewClient(address, dialOptions...)
 	if err != nil {
