@@ -5,10 +5,14 @@ gives every tier the same stubs over its own channel.
 A tier that serves inferwire defines a session-scoped `channel` to its server; `stub`
 and `health_stub` are cheap, so they are function-scoped here and always use the
 channel of the requesting test's tier.
+
+Servers built in a test process serve metrics on a free port, not the default 9464,
+so that several can run at once (tests/support/process.py does the same for processes).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import grpc
@@ -16,6 +20,8 @@ import pytest
 from grpc_health.v1 import health_pb2_grpc
 
 from inferwire.v1 import inference_pb2_grpc
+
+os.environ.setdefault("INFERWIRE_SERVER__METRICS_ADDRESS", "127.0.0.1:0")
 
 TIERS = ("unit", "engine", "triton", "polyglot", "reliability")
 TESTS = Path(__file__).resolve().parent

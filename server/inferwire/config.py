@@ -141,6 +141,12 @@ class ServerSettings(BaseModel):
     exit_on_startup_failure: bool = True
     """Exit (status 1) when a `load_on_startup` model fails to load, as Triton does;
     false keeps serving the other models, with the server NOT_SERVING."""
+    metrics_address: str = "0.0.0.0:9464"
+    """host:port ([::]:port for IPv6) where Prometheus scrapes `/metrics`; port 0 picks a
+    free port (logged at start-up); an empty string turns metrics off."""
+    log_prompts: bool = False
+    """Write prompt and output text into the request log. Off by default: prompts may
+    hold personal or confidential data."""
     tls: TlsSettings = Field(default_factory=TlsSettings)
     """TLS (cert_file, key_file) and mutual TLS (client_ca_file) for the listener."""
     auth: AuthSettings = Field(default_factory=AuthSettings)
@@ -153,18 +159,27 @@ class ServerSettings(BaseModel):
     def _level_in_any_case(cls, level: object) -> object:
         return level.upper() if isinstance(level, str) else level
 
+    @field_validator("metrics_address")
+    @classmethod
+    def _metrics_host_and_port(cls, address: str) -> str:
+        return address and _require_host_and_port(address)
+
     @field_validator("address")
     @classmethod
     def _host_and_port(cls, address: str) -> str:
         if address.startswith(("unix:", "unix-abstract:")):
             return address
-        match = _HOST_PORT.match(address)
-        if match is None or int(match["port"]) > 65535:
-            raise ValueError(
-                f"must be host:port with a port from 0 to 65535 (for example 0.0.0.0:50051 "
-                f"or [::]:50051), got {address!r}"
-            )
-        return address
+        return _require_host_and_port(address)
+
+
+def _require_host_and_port(address: str) -> str:
+    match = _HOST_PORT.match(address)
+    if match is None or int(match["port"]) > 65535:
+        raise ValueError(
+            f"must be host:port with a port from 0 to 65535 (for example 0.0.0.0:50051 "
+            f"or [::]:50051), got {address!r}"
+        )
+    return address
 
 
 class ModelConfig(BaseModel):

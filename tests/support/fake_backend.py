@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -122,6 +123,8 @@ class FakeBackend(Backend):
                 if self.infer_error is not None and index == self.error_after_pieces:
                     raise self.infer_error
                 await self.generation_gate.passed()
+                if record.first_token_at is None:
+                    record.first_token_at = time.perf_counter()
                 record.completion_tokens += 1
                 yield TextDelta(piece, record.completion_tokens)
             if self.infer_error is not None:

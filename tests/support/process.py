@@ -15,6 +15,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 INFERWIRE = Path(sys.executable).with_name("inferwire")
+# Servers started here serve metrics on a free port, so several can run at once; a
+# caller's `env` may set another address.
+DEFAULT_ENV = {"INFERWIRE_SERVER__METRICS_ADDRESS": "127.0.0.1:0"}
 
 
 @dataclass
@@ -29,7 +32,7 @@ class ServerProcess:
 
 
 def start_server_process(*args: str, env: dict[str, str] | None = None) -> ServerProcess:
-    """Start `inferwire serve` on 127.0.0.1:0 and wait for its `listening` log line.
+    """Start `inferwire serve` on 127.0.0.1:0 (metrics too) and wait for its `listening` line.
 
     A thread keeps draining the process's output so its log can never fill the
     pipe and stall it.
@@ -39,7 +42,7 @@ def start_server_process(*args: str, env: dict[str, str] | None = None) -> Serve
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **DEFAULT_ENV, **(env or {})},
     )
     lines: list[str] = []
     listening = threading.Event()

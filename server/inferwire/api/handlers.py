@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 Behaviour = Callable[..., Any]
 Deserializer = Callable[[bytes], Any]
+# What an interceptor calls for the handler of the next interceptor (or the servicer).
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Any]]
 
 
 def rebuild_handler(

@@ -1,18 +1,26 @@
-"""One log record per inference request, however it ended, with its status code.
+"""One access line per RPC; for an inference request, one record with its status code.
 
-The core fills a RequestAccount (tokens, outcome, queue time) as the request runs; the
-record is written here, where the request's status code is known: the code the error
-table gives its error, OK, CANCELLED, or DEADLINE_EXCEEDED when the caller's deadline
-had passed by the time it went away.
+Every RPC gets exactly one line. Infer and InferStream write theirs here, from
+`logged_request` (logger `inferwire.requests`), where the request's tokens and status
+code are known: the code the error table gives its error, OK, CANCELLED, or
+DEADLINE_EXCEEDED when the caller's deadline had passed by the time it went away.
+Every other RPC, and an inference RPC refused before it reached the servicer (no
+token, undecodable), gets its line from the metrics interceptor (`inferwire.access`),
+through `write_access_line`.
+
+Prompt and output text are logged only when `server.log_prompts` is set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -20,17 +28,52 @@ from inferwire.api.status import MAX_FIELD_BYTES, bounded, status_code_for
 from inferwire.core.types import InferenceRequest, RequestAccount
 
 request_log = logging.getLogger("inferwire.requests")
+access_log = logging.getLogger("inferwire.access")
+
+
+@dataclass
+class RpcCall:
+    """The RPC being served, as the metrics interceptor saw it arrive."""
+
+    method: str
+    peer: str
+    logged: bool = False  # its access line was written
+
+
+_CALL: contextvars.ContextVar[RpcCall | None] = contextvars.ContextVar(
+    "inferwire_rpc_call", default=None
+)
+
+
+def begin_call(method: str, peer: str) -> RpcCall:
+    """Note the RPC this task serves; every RPC runs in its own task."""
+    call = RpcCall(method, peer)
+    _CALL.set(call)
+    return call
+
+
+def write_access_line(
+    logger: logging.Logger, message: str, call: RpcCall, fields: dict[str, Any]
+) -> None:
+    """Write the RPC's one access line: the common fields, then `fields`."""
+    call.logged = True
+    logger.info(message, extra={"method": call.method, "peer": call.peer, **fields})
 
 
 @contextlib.contextmanager
 def logged_request(
-    request: InferenceRequest, principal: str = "anonymous"
+    request: InferenceRequest,
+    principal: str = "anonymous",
+    output: list[str] | None = None,
+    log_prompts: bool = False,
 ) -> Iterator[RequestAccount]:
     """Yield the account the core fills for `request`; write its record when it ends.
 
-    `principal` is who called: a token's name, never the token.
+    `principal` is who called: a token's name, never the token. With `log_prompts`,
+    the record carries the prompt and the text in `output`, which the caller fills.
     """
     account = RequestAccount(request_id=request.request_id, model=request.model)
+    call = _CALL.get() or RpcCall(method="", peer="")
     started = time.perf_counter()
     code = grpc.StatusCode.OK
     try:
@@ -44,9 +87,13 @@ def logged_request(
         code = status_code_for(error)
         raise
     finally:
-        request_log.info(
+        elapsed_ms = round((time.perf_counter() - started) * 1e3, 3)
+        texts = {"prompt": request.prompt, "text": "".join(output or ())} if log_prompts else {}
+        write_access_line(
+            request_log,
             "request finished",
-            extra={
+            call,
+            {
                 "request_id": bounded(account.request_id, MAX_FIELD_BYTES),
                 "model": bounded(account.model, MAX_FIELD_BYTES),
                 "code": code.name,
@@ -57,6 +104,8 @@ def logged_request(
                 "cancelled": code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED),
                 "tokens_after_cancel": account.tokens_after_cancel,
                 "queue_ms": round(account.queue_ms, 3),
-                "total_ms": round((time.perf_counter() - started) * 1e3, 3),
+                "duration_ms": elapsed_ms,
+                "total_ms": elapsed_ms,
+                **texts,
             },
         )

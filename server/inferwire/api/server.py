@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from inferwire.api.auth import auth_interceptors
 from inferwire.api.decoding import DecodeErrorInterceptor
 from inferwire.api.health import SERVICE_NAME, HealthServicer
+from inferwire.api.metrics import MetricsEndpoint, MetricsInterceptor, PrometheusMetrics
 from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
 from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
@@ -27,6 +28,7 @@ from inferwire.api.tls import CertificateFiles, log_transport_security
 from inferwire.backends import create_backend
 from inferwire.config import Settings, TransportSettings
 from inferwire.core.manager import BackendFactory, ModelManager, ModelSpec
+from inferwire.core.metrics import MetricsListener
 from inferwire.core.validation import RequestLimits
 from inferwire.v1 import inference_pb2_grpc
 
@@ -60,7 +62,9 @@ def _native_stderr() -> Iterator[io.StringIO]:
 
 
 def build_manager(
-    settings: Settings, backend_factory: BackendFactory = create_backend
+    settings: Settings,
+    backend_factory: BackendFactory = create_backend,
+    metrics: MetricsListener | None = None,
 ) -> ModelManager:
     """Create the model manager; raises ConfigurationError for a bad model entry."""
     specs = [
@@ -79,6 +83,7 @@ def build_manager(
         backend_factory,
         RequestLimits(max_prompt_bytes=settings.server.max_prompt_bytes),
         health_check_interval_s=settings.server.health_check_interval_s,
+        metrics=metrics,
     )
 
 
@@ -126,7 +131,13 @@ class InferwireServer:
     ) -> None:
         self.settings = settings
         self.address = address or settings.server.address
-        self.manager = build_manager(settings, backend_factory)
+        self.metrics = PrometheusMetrics()
+        self.manager = build_manager(settings, backend_factory, self.metrics)
+        self._metrics_endpoint = (
+            MetricsEndpoint(settings.server.metrics_address, self.metrics.registry)
+            if settings.server.metrics_address
+            else None
+        )
         # Read and checked now: a bad certificate or key is a configuration error.
         self.tls = CertificateFiles(settings.server.tls) if settings.server.tls.enabled else None
         self.health = HealthServicer()
@@ -137,12 +148,17 @@ class InferwireServer:
                 ("grpc.so_reuseport", 0),
                 *transport_options(settings.server.transport),
             ],
-            # Outermost first: a caller without a token is refused before its payload is
-            # looked at; DecodeErrorInterceptor then guards every handler that runs.
-            interceptors=[*auth_interceptors(settings.server.auth), DecodeErrorInterceptor()],
+            # Outermost first: every RPC is counted and gets its access line, refused ones
+            # too; a caller without a token is refused before its payload is looked at;
+            # DecodeErrorInterceptor then guards every handler that runs.
+            interceptors=[
+                MetricsInterceptor(self.metrics),
+                *auth_interceptors(settings.server.auth),
+                DecodeErrorInterceptor(),
+            ],
         )
         inference_pb2_grpc.add_InferenceServiceServicer_to_server(
-            InferenceServicer(self.manager), self._server
+            InferenceServicer(self.manager, settings.server.log_prompts), self._server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         add_reflection(
@@ -154,6 +170,7 @@ class InferwireServer:
             ],
         )
         self.port = 0
+        self.metrics_port: int | None = None  # None: metrics are off
         self.startup_failures: dict[str, str] = {}
         self._listening = False
         self._stopped = False
@@ -164,6 +181,8 @@ class InferwireServer:
         Start-up models that failed to load are left in `startup_failures`.
         """
         self.port = self._bind()
+        if self._metrics_endpoint is not None:
+            self.metrics_port = self._metrics_endpoint.start()
         await self._server.start()
         self._listening = True
         log.info("listening", extra={"address": self.address, "port": self.port})
@@ -204,6 +223,8 @@ class InferwireServer:
             await asyncio.sleep(self.settings.server.shutdown_delay_s)
         await self._server.stop(grace)
         await self.manager.close()
+        if self._metrics_endpoint is not None:
+            await asyncio.to_thread(self._metrics_endpoint.stop)
         log.info("stopped", extra={"drain_ms": round((time.perf_counter() - started) * 1e3, 1)})
 
     async def wait_for_termination(self) -> None:

@@ -35,8 +35,9 @@ PEER_GONE_GRACE_S = 5.0
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     """inferwire.v1.InferenceService over a ModelManager."""
 
-    def __init__(self, manager: ModelManager) -> None:
+    def __init__(self, manager: ModelManager, log_prompts: bool = False) -> None:
         self._manager = manager
+        self._log_prompts = log_prompts  # prompt and output text in the request log
 
     async def LoadModel(
         self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
@@ -57,9 +58,11 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     ) -> pb.InferResponse:
         domain_request = request_from_proto(request, context.time_remaining())
         principal = current_principal()
-        with logged_request(domain_request, principal.name) as account:
+        output: list[str] = []
+        with logged_request(domain_request, principal.name, output, self._log_prompts) as account:
             principal.require_model(request.model)
             result = await self._manager.infer(domain_request, account)
+            output.append(result.text)
         return pb.InferResponse(
             request_id=result.request_id,
             model=result.model,
@@ -75,11 +78,13 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     ) -> None:
         domain_request = request_from_proto(request, context.time_remaining())
         principal = current_principal()
-        with logged_request(domain_request, principal.name) as account:
+        output: list[str] = []
+        with logged_request(domain_request, principal.name, output, self._log_prompts) as account:
             principal.require_model(request.model)
             request_id, chunks = self._manager.infer_stream(domain_request, account)
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
+                    output.append(chunk.text)
                     message = pb.InferStreamResponse(
                         request_id=request_id, model=request.model, text=chunk.text
                     )

@@ -27,6 +27,7 @@ from inferwire.core.errors import (
     QueueFullError,
 )
 from inferwire.core.generation import generation_request, join, stop_at_sequences
+from inferwire.core.metrics import MetricsListener, NoMetrics, RequestMetrics
 from inferwire.core.types import (
     BackendHealthReport,
     GenerationRequest,
@@ -124,6 +125,22 @@ class _Run:
             total_ms=(now - self.arrived) * 1e3,
         )
 
+    def metrics(self, outcome: str) -> RequestMetrics:
+        record, now = self.record, time.perf_counter()
+        first_token_s = per_token_s = None
+        if record.first_token_at is not None:
+            first_token_s = record.first_token_at - self.arrived
+            if record.completion_tokens > 1:
+                per_token_s = (now - record.first_token_at) / (record.completion_tokens - 1)
+        return RequestMetrics(
+            self.model.spec.name,
+            outcome,
+            record.prompt_tokens,
+            record.completion_tokens,
+            first_token_s,
+            per_token_s,
+        )
+
 
 class ModelManager:
     """Holds every configured model and runs requests against them."""
@@ -135,8 +152,10 @@ class ModelManager:
         limits: RequestLimits,
         health_check_interval_s: float = 2.0,
         failure_cooldown_s: float | None = None,
+        metrics: MetricsListener | None = None,
     ) -> None:
         self._limits = limits
+        self._metrics: MetricsListener = metrics or NoMetrics()
         self._health_check_interval_s = health_check_interval_s
         self._failure_cooldown_s = (
             max(FAILURE_COOLDOWN_S, 2 * health_check_interval_s)
@@ -148,6 +167,8 @@ class ModelManager:
             if spec.name in self._models:
                 raise ValueError(f"model {spec.name!r} is configured twice")
             self._models[spec.name] = _ManagedModel(spec, backend_factory(spec))
+            self._metrics.readiness_changed(spec.name, False)
+            self._metrics.load_changed(spec.name, 0, 0)
         self._listeners: list[HealthListener] = []
         self._accepting = False
         self._watcher: asyncio.Task[None] | None = None
@@ -332,31 +353,40 @@ class ModelManager:
     ) -> AsyncIterator[_Run]:
         """Validate, queue for a slot, and account for one request, unary or streamed."""
         arrived = time.perf_counter()
-        validate_inference_request(request, self._limits)
-        model = self._get(request.model)
-        self._require_ready(model)
-        run = _Run(model, generation_request(model.spec.name, model.backend, request), arrived)
-        async with self._slot(model):
-            run.started = time.perf_counter()
-            try:
-                yield run
-            except (GeneratorExit, asyncio.CancelledError):
-                # The caller went away (cancel or deadline) or stopped reading.
-                run.outcome = "cancelled"
-                raise
-            except Exception as error:
-                await self._count_backend_failure(model, error)
-                raise
-            else:
-                await self._count_backend_success(model)
-            finally:
-                record = run.record
-                model.generated_tokens_total += record.completion_tokens
-                account.outcome = run.outcome
-                account.prompt_tokens = record.prompt_tokens
-                account.completion_tokens = record.completion_tokens
-                account.tokens_after_cancel = record.tokens_after_cancel
-                account.queue_ms = (run.started - arrived) * 1e3
+        run: _Run | None = None
+        try:
+            validate_inference_request(request, self._limits)
+            model = self._get(request.model)
+            self._require_ready(model)
+            run = _Run(model, generation_request(model.spec.name, model.backend, request), arrived)
+            async with self._slot(model):
+                run.started = time.perf_counter()
+                try:
+                    yield run
+                except (GeneratorExit, asyncio.CancelledError):
+                    # The caller went away (cancel or deadline) or stopped reading.
+                    run.outcome = "cancelled"
+                    raise
+                except Exception as error:
+                    await self._count_backend_failure(model, error)
+                    raise
+                else:
+                    await self._count_backend_success(model)
+                finally:
+                    record = run.record
+                    model.generated_tokens_total += record.completion_tokens
+                    account.outcome = run.outcome
+                    account.prompt_tokens = record.prompt_tokens
+                    account.completion_tokens = record.completion_tokens
+                    account.tokens_after_cancel = record.tokens_after_cancel
+                    account.queue_ms = (run.started - arrived) * 1e3
+        finally:
+            if request.model in self._models:  # a made-up name never becomes a label
+                self._metrics.request_finished(
+                    run.metrics(account.outcome)
+                    if run is not None
+                    else RequestMetrics(request.model, account.outcome)
+                )
 
     @contextlib.asynccontextmanager
     async def _slot(self, model: _ManagedModel) -> AsyncIterator[None]:
@@ -368,23 +398,30 @@ class ModelManager:
             )
         model.requests_total += 1
         model.queued += 1
+        self._report_load(model)
         model.idle.clear()
         try:
             try:
                 await model.slots.acquire()
             finally:
                 model.queued -= 1
+                self._report_load(model)
             try:
                 model.running += 1
+                self._report_load(model)
                 # The model may have started unloading while this request waited.
                 self._require_ready(model)
                 yield
             finally:
                 model.running -= 1
+                self._report_load(model)
                 model.slots.release()
         finally:
             if model.running == 0 and model.queued == 0:
                 model.idle.set()
+
+    def _report_load(self, model: _ManagedModel) -> None:
+        self._metrics.load_changed(model.spec.name, model.queued, model.running)
 
     @staticmethod
     def _require_ready(model: _ManagedModel) -> None:
@@ -459,6 +496,8 @@ class ModelManager:
 
     async def _publish_health(self) -> None:
         statuses = self.health_statuses()
+        for name, model in self._models.items():
+            self._metrics.readiness_changed(name, model.ready)
         for listener in self._listeners:
             await listener(statuses)
 
