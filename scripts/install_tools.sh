@@ -15,6 +15,8 @@ TOOLS=(
   "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
   "github.com/grpc-ecosystem/grpc-health-probe@v0.4.62"
   "github.com/bojand/ghz/cmd/ghz@v0.120.0"
+  # deploy/kubernetes: tests/unit/test_kubernetes.py renders the kustomizations with it.
+  "sigs.k8s.io/kustomize/kustomize/v5@v5.7.1"
 )
 
 for tool in "${TOOLS[@]}"; do

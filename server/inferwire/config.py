@@ -144,6 +144,9 @@ class ServerSettings(BaseModel):
     metrics_address: str = "0.0.0.0:9464"
     """host:port ([::]:port for IPv6) where Prometheus scrapes `/metrics`; port 0 picks a
     free port (logged at start-up); an empty string turns metrics off."""
+    health_address: str = ""
+    """host:port of a second, plaintext listener that serves grpc.health.v1 only, for
+    probes that cannot speak TLS (Kubernetes' native gRPC probes); empty (the default): off."""
     log_prompts: bool = False
     """Write prompt and output text into the request log. Off by default: prompts may
     hold personal or confidential data."""
@@ -159,7 +162,7 @@ class ServerSettings(BaseModel):
     def _level_in_any_case(cls, level: object) -> object:
         return level.upper() if isinstance(level, str) else level
 
-    @field_validator("metrics_address")
+    @field_validator("metrics_address", "health_address")
     @classmethod
     def _metrics_host_and_port(cls, address: str) -> str:
         return address and _require_host_and_port(address)

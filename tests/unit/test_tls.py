@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from typer.testing import CliRunner, Result
 
 from inferwire.api.server import InferwireServer
@@ -86,6 +87,26 @@ async def test_tls_handshake_succeeds_with_the_right_ca_and_fails_with_another(
                 await inference_pb2_grpc.InferenceServiceStub(plaintext).ListModels(
                     pb.ListModelsRequest(), timeout=5
                 )
+
+
+async def test_health_address_answers_plaintext_probes_beside_a_tls_listener(server_files, ca):
+    settings = settings_for(**server_files)
+    settings.server.health_address = "127.0.0.1:0"
+    async with serving_fakes(settings) as (server, _):
+        assert server.health_port is not None and server.health_port != server.port
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.health_port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "model/m"):
+                request = health_pb2.HealthCheckRequest(service=service)
+                reply = await health.Check(request, timeout=5)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+            # Only health is served there: inference stays behind TLS.
+            with pytest.raises(grpc.aio.AioRpcError) as refused_call:
+                await inference_pb2_grpc.InferenceServiceStub(channel).ListModels(
+                    pb.ListModelsRequest(), timeout=5
+                )
+            assert refused_call.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert await list_models(server.port, credentials(ca)) == ["m"]
 
 
 async def test_mutual_tls_refuses_clients_without_a_certificate_from_the_client_ca(

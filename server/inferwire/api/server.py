@@ -12,7 +12,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -169,7 +169,13 @@ class InferwireServer:
                 *REFLECTION_SERVICE_NAMES,
             ],
         )
+        # Kubernetes' gRPC probes speak plaintext only: with TLS on, they need their own port.
+        self._health_server: grpc.aio.Server | None = None
+        if settings.server.health_address:
+            self._health_server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self._health_server)
         self.port = 0
+        self.health_port: int | None = None  # None: no separate health listener
         self.metrics_port: int | None = None  # None: metrics are off
         self.startup_failures: dict[str, str] = {}
         self._listening = False
@@ -180,7 +186,17 @@ class InferwireServer:
 
         Start-up models that failed to load are left in `startup_failures`.
         """
-        self.port = self._bind()
+        self.port = self._bind(self.address, self._add_port)
+        if self._health_server is not None:
+            health_server = self._health_server
+            health_address = self.settings.server.health_address
+            self.health_port = self._bind(
+                health_address, lambda: health_server.add_insecure_port(health_address)
+            )
+            await health_server.start()
+            log.info(
+                "health listening", extra={"address": health_address, "port": self.health_port}
+            )
         if self._metrics_endpoint is not None:
             self.metrics_port = self._metrics_endpoint.start()
         await self._server.start()
@@ -190,11 +206,12 @@ class InferwireServer:
         self.startup_failures = await self.manager.start()
         return self.port
 
-    def _bind(self) -> int:
-        """Add the listening port, or raise an OSError that says why in one line."""
+    @staticmethod
+    def _bind(address: str, add_port: Callable[[], int]) -> int:
+        """Add a listening port, or raise an OSError that says why in one line."""
         with _native_stderr() as native_log:
             try:
-                port: int | None = self._add_port()
+                port: int | None = add_port()
             except RuntimeError:  # grpc's way of saying the bind failed
                 port = None
         if port is not None:
@@ -202,7 +219,7 @@ class InferwireServer:
             return port
         found = _BIND_FAILURE.search(native_log.getvalue())
         why = found["why"] if found else "address in use or not available"
-        raise OSError(f"could not listen on {self.address}: {why}")
+        raise OSError(f"could not listen on {address}: {why}")
 
     def _add_port(self) -> int:
         if self.tls is None:
@@ -222,6 +239,8 @@ class InferwireServer:
         if self.settings.server.shutdown_delay_s:
             await asyncio.sleep(self.settings.server.shutdown_delay_s)
         await self._server.stop(grace)
+        if self._health_server is not None:  # probes saw NOT_SERVING to the end
+            await self._health_server.stop(0)
         await self.manager.close()
         if self._metrics_endpoint is not None:
             await asyncio.to_thread(self._metrics_endpoint.stop)
