@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): installing inferwire and its dependencies (about 20 s, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,triton]"
+	$(BIN)/pip install --quiet -e ".[dev,triton,otel]"
 	touch $@
 
 $(BUF): package.json package-lock.json

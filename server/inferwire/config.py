@@ -150,6 +150,10 @@ class ServerSettings(BaseModel):
     log_prompts: bool = False
     """Write prompt and output text into the request log. Off by default: prompts may
     hold personal or confidential data."""
+    tracing: bool | None = None
+    """OpenTelemetry tracing (the `inferwire[otel]` extra), configured by the OTEL_*
+    variables. Unset (the default): on when OTEL_TRACES_EXPORTER names an exporter or
+    OTEL_SERVICE_NAME is set; true without the extra is a start-up error."""
     tls: TlsSettings = Field(default_factory=TlsSettings)
     """TLS (cert_file, key_file) and mutual TLS (client_ca_file) for the listener."""
     auth: AuthSettings = Field(default_factory=AuthSettings)

@@ -19,6 +19,7 @@ from inferwire.api.server import InferwireServer
 from inferwire.config import Settings
 from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
 from inferwire.core.manager import ModelSpec
+from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
@@ -115,7 +116,8 @@ class FakeBackend(Backend):
         self, request: GenerationRequest, record: GenerationRecord
     ) -> GenerationEvents:
         self.calls.requests.append(request)
-        record.prompt_tokens = self.prompt_tokens
+        with record.tracer.span(TOKENIZE):
+            record.prompt_tokens = self.prompt_tokens
         self.started.set()
         finished = False
         try:
@@ -173,10 +175,12 @@ class FakeBackends:
 
 
 @contextlib.asynccontextmanager
-async def serving_fakes(settings: Settings) -> AsyncIterator[tuple[InferwireServer, FakeBackends]]:
+async def serving_fakes(
+    settings: Settings, tracer_provider: object = None
+) -> AsyncIterator[tuple[InferwireServer, FakeBackends]]:
     """The real server assembly over FakeBackends, started, and stopped at the end."""
     backends = FakeBackends()
-    server = InferwireServer(settings, backend_factory=backends)
+    server = InferwireServer(settings, backend_factory=backends, tracer_provider=tracer_provider)
     await server.start()
     try:
         yield server, backends

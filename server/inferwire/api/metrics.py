@@ -151,17 +151,6 @@ class _ObservedRpc:
             self.received()
             yield request
 
-    def _code(self, error: BaseException | None) -> grpc.StatusCode:
-        if isinstance(error, asyncio.CancelledError | GeneratorExit):
-            remaining = self._raw_context.time_remaining()
-            deadline_passed = remaining is not None and remaining <= 0
-            return (
-                grpc.StatusCode.DEADLINE_EXCEEDED if deadline_passed else grpc.StatusCode.CANCELLED
-            )
-        if error is not None and not isinstance(error, grpc.aio.AbortError):
-            return grpc.StatusCode.UNKNOWN
-        return status_code(self._raw_context.code())
-
     @contextlib.contextmanager
     def running(self, request: Any) -> Iterator[None]:
         started = time.perf_counter()
@@ -173,7 +162,7 @@ class _ObservedRpc:
             raise
         finally:
             elapsed = time.perf_counter() - started
-            code = self._code(error)
+            code = rpc_code(self._raw_context, error)
             self.metrics.handled.labels(*self.labels, code.name).inc()
             self.metrics.handling.labels(*self.labels).observe(elapsed)
             if not self.call.logged:
@@ -195,6 +184,19 @@ class _ObservedRpc:
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def rpc_code(
+    context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None
+) -> grpc.StatusCode:
+    """The status an RPC ended with, given what escaped its handler (None: nothing)."""
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        remaining = context.time_remaining()
+        deadline_passed = remaining is not None and remaining <= 0
+        return grpc.StatusCode.DEADLINE_EXCEEDED if deadline_passed else grpc.StatusCode.CANCELLED
+    if error is not None and not isinstance(error, grpc.aio.AbortError):
+        return grpc.StatusCode.UNKNOWN
+    return status_code(context.code())
 
 
 def status_code(code: Any) -> grpc.StatusCode:

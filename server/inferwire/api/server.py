@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -25,10 +26,12 @@ from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
 from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
 from inferwire.api.tls import CertificateFiles, log_transport_security
+from inferwire.api.tracing import server_tracing
 from inferwire.backends import create_backend
 from inferwire.config import Settings, TransportSettings
 from inferwire.core.manager import BackendFactory, ModelManager, ModelSpec
 from inferwire.core.metrics import MetricsListener
+from inferwire.core.tracing import Tracer
 from inferwire.core.validation import RequestLimits
 from inferwire.v1 import inference_pb2_grpc
 
@@ -65,6 +68,7 @@ def build_manager(
     settings: Settings,
     backend_factory: BackendFactory = create_backend,
     metrics: MetricsListener | None = None,
+    tracer: Tracer | None = None,
 ) -> ModelManager:
     """Create the model manager; raises ConfigurationError for a bad model entry."""
     specs = [
@@ -84,6 +88,7 @@ def build_manager(
         RequestLimits(max_prompt_bytes=settings.server.max_prompt_bytes),
         health_check_interval_s=settings.server.health_check_interval_s,
         metrics=metrics,
+        tracer=tracer,
     )
 
 
@@ -128,11 +133,18 @@ class InferwireServer:
         settings: Settings,
         address: str | None = None,
         backend_factory: BackendFactory = create_backend,
+        tracer_provider: Any = None,
     ) -> None:
+        """`tracer_provider`: an OpenTelemetry TracerProvider to trace with, whatever the
+        settings say; None: tracing as `server.tracing` and the OTEL_* variables say."""
         self.settings = settings
         self.address = address or settings.server.address
         self.metrics = PrometheusMetrics()
-        self.manager = build_manager(settings, backend_factory, self.metrics)
+        # Raises ConfigurationError when tracing is asked for but cannot be had.
+        self.tracing = server_tracing(settings.server.tracing, tracer_provider)
+        self.manager = build_manager(
+            settings, backend_factory, self.metrics, self.tracing.tracer if self.tracing else None
+        )
         self._metrics_endpoint = (
             MetricsEndpoint(settings.server.metrics_address, self.metrics.registry)
             if settings.server.metrics_address
@@ -149,10 +161,11 @@ class InferwireServer:
                 *transport_options(settings.server.transport),
             ],
             # Outermost first: every RPC is counted and gets its access line, refused ones
-            # too; a caller without a token is refused before its payload is looked at;
-            # DecodeErrorInterceptor then guards every handler that runs.
+            # too, and is traced; a caller without a token is refused before its payload
+            # is looked at; DecodeErrorInterceptor then guards every handler that runs.
             interceptors=[
                 MetricsInterceptor(self.metrics),
+                *([self.tracing.interceptor] if self.tracing else []),
                 *auth_interceptors(settings.server.auth),
                 DecodeErrorInterceptor(),
             ],
@@ -244,6 +257,8 @@ class InferwireServer:
         await self.manager.close()
         if self._metrics_endpoint is not None:
             await asyncio.to_thread(self._metrics_endpoint.stop)
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.close)
         log.info("stopped", extra={"drain_ms": round((time.perf_counter() - started) * 1e3, 1)})
 
     async def wait_for_termination(self) -> None:

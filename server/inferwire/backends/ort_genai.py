@@ -26,6 +26,7 @@ from pydantic import Field
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationRecord
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.generation import check_prompt_fits
+from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
@@ -178,7 +179,8 @@ class OrtGenAIBackend(Backend):
         model, tokenizer, executor = self._model, self._tokenizer, self._executor
         if model is None or tokenizer is None or executor is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        encoded = await asyncio.to_thread(tokenizer.encode, request.prompt)
+        with record.tracer.span(TOKENIZE):
+            encoded = await asyncio.to_thread(tokenizer.encode, request.prompt)
         input_ids = [int(t) for t in encoded]
         record.prompt_tokens = len(input_ids)
         check_prompt_fits(request, len(input_ids), self.model_name, self.limits())

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferwire.core.errors import ConfigurationError
+from inferwire.core.tracing import NoTracer, Tracer
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
@@ -65,6 +66,8 @@ class GenerationRecord:
     first_token_at: float | None = None  # time.perf_counter() when the first token was ready
     cancelled: bool = False
     tokens_after_cancel: int = 0
+    # Times the backend's own stages (`tokenize`) in the request's trace.
+    tracer: Tracer = field(default_factory=NoTracer)
 
 
 class Backend(abc.ABC):

@@ -28,6 +28,7 @@ from inferwire.core.errors import (
 )
 from inferwire.core.generation import generation_request, join, stop_at_sequences
 from inferwire.core.metrics import MetricsListener, NoMetrics, RequestMetrics
+from inferwire.core.tracing import GENERATE, QUEUE, NoTracer, Tracer
 from inferwire.core.types import (
     BackendHealthReport,
     GenerationRequest,
@@ -153,9 +154,11 @@ class ModelManager:
         health_check_interval_s: float = 2.0,
         failure_cooldown_s: float | None = None,
         metrics: MetricsListener | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._limits = limits
         self._metrics: MetricsListener = metrics or NoMetrics()
+        self._tracer: Tracer = tracer or NoTracer()
         self._health_check_interval_s = health_check_interval_s
         self._failure_cooldown_s = (
             max(FAILURE_COOLDOWN_S, 2 * health_check_interval_s)
@@ -358,11 +361,17 @@ class ModelManager:
             validate_inference_request(request, self._limits)
             model = self._get(request.model)
             self._require_ready(model)
-            run = _Run(model, generation_request(model.spec.name, model.backend, request), arrived)
+            run = _Run(
+                model,
+                generation_request(model.spec.name, model.backend, request),
+                arrived,
+                record=GenerationRecord(tracer=self._tracer),
+            )
             async with self._slot(model):
                 run.started = time.perf_counter()
                 try:
-                    yield run
+                    with self._tracer.span(GENERATE):
+                        yield run
                 except (GeneratorExit, asyncio.CancelledError):
                     # The caller went away (cancel or deadline) or stopped reading.
                     run.outcome = "cancelled"
@@ -402,7 +411,8 @@ class ModelManager:
         model.idle.clear()
         try:
             try:
-                await model.slots.acquire()
+                with self._tracer.span(QUEUE):
+                    await model.slots.acquire()
             finally:
                 model.queued -= 1
                 self._report_load(model)

@@ -1,0 +1,32 @@
+"""Where the core marks the stages of a request for tracing, without knowing the tracer.
+
+The model manager times the wait for a slot (`queue`) and the backend's generation
+(`generate`); a backend that tokenizes itself times that (`tokenize`) through the
+tracer on its `GenerationRecord`. The transport layer implements `Tracer` with
+OpenTelemetry (`inferwire.api.tracing`); without it every span is a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+QUEUE = "queue"
+TOKENIZE = "tokenize"
+GENERATE = "generate"
+
+
+class Tracer(Protocol):
+    """Opens one span per stage; the span ends, with the error if one escaped, on exit."""
+
+    def span(self, name: str) -> AbstractContextManager[None]: ...
+
+
+class NoTracer:
+    """A tracer that records nothing: the default."""
+
+    @contextlib.contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        yield
