@@ -14,6 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from inferwire.api.server import InferwireServer
 from inferwire.api.tracing import server_tracing, tracing_requested
+from inferwire.backends.triton.endpoints import trace_metadata
 from inferwire.config import load_settings
 from inferwire.core.errors import BackendUnavailableError, ConfigurationError
 from inferwire.v1 import inference_pb2 as pb
@@ -178,3 +179,14 @@ def test_an_exporter_that_is_not_installed_is_a_start_up_error(
 
 def test_tracing_is_off_by_default() -> None:
     assert server_tracing(False) is None
+
+
+def test_the_triton_backend_passes_the_current_context_on_as_traceparent() -> None:
+    provider = TracerProvider()
+    assert trace_metadata() == ()  # outside a trace: nothing
+    with provider.get_tracer("test").start_as_current_span("rpc") as span:
+        metadata = dict(trace_metadata())
+    context = span.get_span_context()
+    assert metadata["traceparent"] == (
+        f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    )

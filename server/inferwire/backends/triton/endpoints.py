@@ -22,12 +22,29 @@ from inferwire.backends.triton.errors import Origin, rpc_error, stream_error
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.core.errors import BackendUnavailableError
 
+try:  # the inferwire[otel] extra
+    from opentelemetry.propagate import inject as inject_trace_context
+except ImportError:
+    inject_trace_context = None  # type: ignore[assignment]
+
 log = logging.getLogger(__package__)
 
 _MAX_MESSAGE_BYTES = 2**31 - 1
 # Asks Triton to end a stream with the error's status code rather than put the error,
 # without its code, in a response message (see errors.py). Older Tritons ignore it.
 _STREAM_ERROR_HEADER = ("triton_grpc_error", "true")
+
+
+def trace_metadata() -> tuple[tuple[str, str], ...]:
+    """The current trace context (W3C `traceparent`, `tracestate`) as gRPC metadata.
+
+    Empty without the otel extra or outside a traced request.
+    """
+    if inject_trace_context is None:
+        return ()
+    carrier: dict[str, str] = {}
+    inject_trace_context(carrier)
+    return tuple(carrier.items())
 
 
 @dataclass
@@ -255,7 +272,7 @@ class EndpointPool:
                     if decoupled:
                         call = endpoint.stub.ModelStreamInfer(
                             iter([message]),
-                            metadata=(*self.metadata, _STREAM_ERROR_HEADER),
+                            metadata=(*self.metadata, _STREAM_ERROR_HEADER, *trace_metadata()),
                             timeout=timeout,
                         )
                         try:
@@ -277,7 +294,7 @@ class EndpointPool:
                             call.cancel()
                     else:
                         response = await endpoint.stub.ModelInfer(
-                            message, metadata=self.metadata, timeout=timeout
+                            message, metadata=(*self.metadata, *trace_metadata()), timeout=timeout
                         )
                         received = True
                         yield response
