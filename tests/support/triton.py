@@ -111,6 +111,8 @@ class TritonServer:
             "--allow-http=false",
             "--allow-metrics=false",
             "--exit-timeout-secs=2",
+            # The caller's trace context reaches the models as request parameters.
+            "--grpc-header-forward-pattern=traceparent",
             *(f"--load-model={name}" for name in self.load_models),
             *self.extra_args,
         ]

@@ -95,8 +95,12 @@ class Generation:
             if self.finish is not None:
                 return
 
-    def record(self, model, request_id, stream, params):
-        """Write what the request did to $INFERWIRE_TRITON_RECORD_DIR, if set."""
+    def record(self, model, request_id, stream, params, forwarded=None):
+        """Write what the request did to $INFERWIRE_TRITON_RECORD_DIR, if set.
+
+        `forwarded`: the request parameters Triton made from gRPC headers
+        (--grpc-header-forward-pattern), such as the caller's `traceparent`.
+        """
         directory = os.environ.get("INFERWIRE_TRITON_RECORD_DIR")
         if not directory or not request_id:
             return
@@ -107,6 +111,7 @@ class Generation:
             "stream": stream,
             "params": params,
             "prompt": self.prompt,
+            "forwarded": forwarded or {},
         }
         path = os.path.join(directory, f"{model}-{request_id}.json")
         with open(path + ".tmp", "w") as f:

@@ -71,7 +71,8 @@ class TritonPythonModel(ThreadPerRequest):
             if stream and generation.finish is None:
                 sender.send(response(generation.text, generation.tokens - sent_tokens, None))
                 sent_tokens = generation.tokens
-        generation.record("vllm_echo", request.request_id(), stream, params)
+        forwarded = json.loads(request.parameters() or "{}")
+        generation.record("vllm_echo", request.request_id(), stream, params, forwarded)
         text, tokens, finish = generation.text, generation.tokens, generation.finish
         if generation.cancelled:
             error = pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)
