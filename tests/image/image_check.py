@@ -62,15 +62,20 @@ def step(name: str, timings: dict[str, float]) -> Iterator[None]:
         log(f"{name}: {timings[name]:.1f} s")
 
 
-def run(args: list[str], timeout: float = 600, **kwargs: object) -> str:
+def run(
+    args: list[str],
+    timeout: float = 600,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
     """Run a command; on failure raise with its whole output."""
-    result = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)  # type: ignore[call-overload]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
     if result.returncode != 0:
         raise AssertionError(
             f"{' '.join(args)} exited {result.returncode}\n"
             f"--- stdout ---\n{result.stdout[-6000:]}\n--- stderr ---\n{result.stderr[-6000:]}"
         )
-    return str(result.stdout)
+    return result.stdout
 
 
 def docker(*args: str, timeout: float = 600) -> str:
@@ -247,6 +252,39 @@ def probe(grpc_address: str, metrics_address: str) -> None:
     log(f"/metrics: {started[0]}")
 
 
+EXTRA_CAS = Path("/usr/local/share/ca-certificates")
+# Run inside the image: which certificate files hold any of the given base64 lines.
+FIND_CERTS = """
+import os, sys
+markers = [m.encode() for m in sys.argv[1:]]
+for root, dirs, files in os.walk("/"):
+    dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys", "/dev")]
+    for name in files:
+        path = os.path.join(root, name)
+        if name.endswith((".crt", ".pem")) and os.path.isfile(path):
+            data = open(path, "rb").read()
+            if any(m in data for m in markers):
+                print(path)
+"""
+
+
+def check_no_extra_ca() -> None:
+    """The host's extra CAs (the proxy's) were trusted in the builder only."""
+    markers = []
+    for cert in sorted(EXTRA_CAS.glob("*.crt")):
+        lines = [line for line in cert.read_text().splitlines() if not line.startswith("-----")]
+        if len(lines) > 2:
+            markers.append(lines[1])  # a line of the certificate's own body
+    if not markers:
+        return
+    found = docker(
+        *("run", "--rm", "--network", "none", "--entrypoint", "python3", IMAGE),
+        *("-c", FIND_CERTS, *markers),
+    ).split()
+    assert not found, f"the host's extra CA certificates reached the image: {found}"
+    log(f"none of the {len(markers)} extra CA certificates is in the image")
+
+
 def run_and_probe(timings: dict[str, float]) -> None:
     user = docker("image", "inspect", "--format", "{{.Config.User}}", IMAGE).strip()
     assert user and user.split(":")[0] not in ("0", "root"), f"image runs as {user!r}"
@@ -281,7 +319,7 @@ def run_and_probe(timings: dict[str, float]) -> None:
                 log(f"container log:\n{logs.stdout[-4000:]}{logs.stderr[-4000:]}")
                 raise
     finally:
-        with step("stop the container", timings):
+        with step("stop the container (SIGTERM: drain)", timings):
             subprocess.run([DOCKER, "stop", "--time", "30", container], capture_output=True)
             state = subprocess.run(
                 [DOCKER, "inspect", "--format", "{{.State.ExitCode}}", container],
@@ -292,6 +330,8 @@ def run_and_probe(timings: dict[str, float]) -> None:
             log(f"exit code {state.stdout.strip()}; last log lines:")
             print(*(logs.stdout + logs.stderr).splitlines()[-3:], sep="\n", flush=True)
             subprocess.run([DOCKER, "rm", "--force", container], capture_output=True)
+    # Reached only when the probes passed: inferwire, PID 1 in the container, drained.
+    assert state.stdout.strip() == "0", f"exit code {state.stdout.strip()} after docker stop"
 
 
 def main() -> None:
@@ -307,6 +347,8 @@ def main() -> None:
             build_image(base)
         size = int(docker("image", "inspect", "--format", "{{.Size}}", IMAGE))
         log(f"image size: {size / 1e6:.0f} MB ({size} bytes)")
+        with step("no extra CA certificate in the image", timings):
+            check_no_extra_ca()
         run_and_probe(timings)
     finally:
         if dockerd is not None:
