@@ -21,6 +21,7 @@ start): the test skips on it. Anything that fails once the engine is up raises
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -152,38 +153,56 @@ def stop_dockerd(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
+# The local base: Debian minbase with python3 and python3-venv, without documentation.
+MMDEBSTRAP_OPTIONS = (
+    "--variant=minbase",
+    "--include=python3,python3-venv,ca-certificates",
+    # Without it, a bookworm minbase pulls in perl for usrmerge.
+    "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
+    "--dpkgopt=path-exclude=/usr/share/doc/*",
+    "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+    "--dpkgopt=path-exclude=/usr/share/man/*",
+    "--dpkgopt=path-exclude=/usr/share/info/*",
+    "--dpkgopt=path-exclude=/usr/share/locale/*",
+)
+
+
 def ensure_base() -> str:
-    """A local Debian base with python3 and python3-venv; the tarball is cached."""
+    """The local Debian base, imported from a cached mmdebstrap tarball; the tag and the
+    tarball are named after the options, so changing them rebuilds it."""
     suite = codename()
-    tag = f"inferwire-base:{suite}"
+    key = hashlib.sha256("\n".join(MMDEBSTRAP_OPTIONS).encode()).hexdigest()[:8]
+    tag = f"inferwire-base:{suite}-{key}"
     if subprocess.run([DOCKER, "image", "inspect", tag], capture_output=True).returncode == 0:
         return tag
     CACHE.mkdir(parents=True, exist_ok=True)
-    tarball = CACHE / f"base-{suite}.tar"
+    tarball = CACHE / f"base-{suite}-{key}.tar"
     if not tarball.exists():
-        partial = CACHE / f"base-{suite}.partial.tar"
-        run(
-            [
-                "mmdebstrap",
-                "--quiet",
-                "--variant=minbase",
-                "--include=python3,python3-venv,ca-certificates",
-                # Without it, a bookworm minbase pulls in perl for usrmerge.
-                "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
-                suite,
-                str(partial),
-            ]
-        )
+        for stale in CACHE.glob("base-*.tar"):
+            stale.unlink()
+        partial = CACHE / f"partial-{suite}-{key}.tar"
+        run(["mmdebstrap", "--quiet", *MMDEBSTRAP_OPTIONS, suite, str(partial)])
         partial.rename(tarball)
     docker("import", str(tarball), tag)
     return tag
 
 
+def image_id() -> str | None:
+    result = subprocess.run(
+        [DOCKER, "image", "inspect", "--format", "{{.Id}}", IMAGE], capture_output=True, text=True
+    )
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
 def build_image(base: str) -> None:
+    """Build IMAGE; the image it replaces, if any, is removed so rebuilds do not pile up."""
+    previous = image_id()
     args = ["build", "--file", "deploy/Dockerfile", "--build-arg", f"BASE={base}", "--tag", IMAGE]
     if CA_BUNDLE.exists():  # the host's bundle, with any extra CA; a secret, never a layer
         args += ["--secret", f"id=ca,src={CA_BUNDLE}"]
     run([DOCKER, *args, "."], cwd=REPO, env={**os.environ, "DOCKER_BUILDKIT": "1"})
+    if previous and previous != image_id():
+        subprocess.run([DOCKER, "image", "rm", previous], capture_output=True)
 
 
 def tool(name: str) -> str:
