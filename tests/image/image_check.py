@@ -1,6 +1,10 @@
 """Build deploy/Dockerfile, run the image locked down, and probe it from outside.
 
-    python -m tests.image.image_check        (as root; `make test-image` runs it via pytest)
+    python3 -m tests.image.image_check            (as root; `make test-image` runs it via pytest)
+    python3 -m tests.image.image_check --prepare  (only the apt packages and the base tarball)
+
+Only the standard library: .ci/run starts `--prepare` with the system python3 before the
+virtualenv exists.
 
 Steps: install Debian's docker.io and mmdebstrap with apt when missing; start
 `dockerd` by hand (pidfile, log file, poll `docker info`) unless an engine already
@@ -167,14 +171,16 @@ MMDEBSTRAP_OPTIONS = (
 )
 
 
-def ensure_base() -> str:
-    """The local Debian base, imported from a cached mmdebstrap tarball; the tag and the
-    tarball are named after the options, so changing them rebuilds it."""
-    suite = codename()
+def base_key() -> tuple[str, str]:
+    """(suite, a hash of the mmdebstrap options): the base's tag and tarball carry both,
+    so changing the options rebuilds it."""
     key = hashlib.sha256("\n".join(MMDEBSTRAP_OPTIONS).encode()).hexdigest()[:8]
-    tag = f"inferwire-base:{suite}-{key}"
-    if subprocess.run([DOCKER, "image", "inspect", tag], capture_output=True).returncode == 0:
-        return tag
+    return codename(), key
+
+
+def base_tarball() -> Path:
+    """The local Debian base as a tarball, cached under .cache/image/; no engine needed."""
+    suite, key = base_key()
     CACHE.mkdir(parents=True, exist_ok=True)
     tarball = CACHE / f"base-{suite}-{key}.tar"
     if not tarball.exists():
@@ -183,7 +189,15 @@ def ensure_base() -> str:
         partial = CACHE / f"partial-{suite}-{key}.tar"
         run(["mmdebstrap", "--quiet", *MMDEBSTRAP_OPTIONS, suite, str(partial)])
         partial.rename(tarball)
-    docker("import", str(tarball), tag)
+    return tarball
+
+
+def ensure_base() -> str:
+    """The local Debian base in the engine, imported from the cached tarball."""
+    suite, key = base_key()
+    tag = f"inferwire-base:{suite}-{key}"
+    if subprocess.run([DOCKER, "image", "inspect", tag], capture_output=True).returncode != 0:
+        docker("import", str(base_tarball()), tag)
     return tag
 
 
@@ -377,9 +391,19 @@ def main() -> None:
         log(f"total: {sum(timings.values()):.1f} s")
 
 
+def prepare() -> None:
+    """What needs no engine: the apt packages and the base tarball. .ci/run starts this
+    early, in the background, so that the image test finds both ready."""
+    timings: dict[str, float] = {}
+    with step("install docker.io and mmdebstrap (apt, when missing)", timings):
+        install_packages()
+    with step("local Debian base tarball (mmdebstrap, cached)", timings):
+        base_tarball()
+
+
 if __name__ == "__main__":
     try:
-        main()
+        prepare() if sys.argv[1:] == ["--prepare"] else main()
     except Unavailable as error:
         print(f"SKIP: Docker unavailable: {error}", file=sys.stderr)
         sys.exit(77)
