@@ -3,10 +3,12 @@
 #   make check   the quick loop, Python only: ruff, mypy and the unit tests
 #   make test    set up, then lint, check the contract and generated code, and run
 #                every test tier (unit, engine, Triton, the Go/TypeScript/Java/Rust
-#                clients, grpcurl, grpc_health_probe, the soak); needs go, node,
-#                cargo, java and mvn on PATH
+#                clients, grpcurl, grpc_health_probe, the soak, the container image);
+#                needs go, node, cargo, java and mvn on PATH, and root for the image
 # The tiers one at a time: make test-unit, test-engine, test-triton, test-polyglot,
-# test-reliability.
+# test-reliability, test-image (as root: builds deploy/Dockerfile with a Docker engine it
+# installs and starts when missing, runs it and probes it; skips, with the reason, when
+# Docker cannot be used, unless INFERWIRE_REQUIRE_IMAGE=1).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -22,7 +24,7 @@ API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: setup tools triton serve check typecheck test test-unit test-engine test-triton \
-	test-polyglot test-reliability lint breaking update-api-baseline generate check-generated \
+	test-polyglot test-reliability test-image lint breaking update-api-baseline generate check-generated \
 	pytest bench clean
 
 setup: $(STAMP) $(BUF)
@@ -113,6 +115,12 @@ test-polyglot: $(STAMP) tools
 test-reliability: $(STAMP)
 	$(BIN)/python -m pytest tests/reliability $(PYTEST_ARGS)
 
+# deploy/Dockerfile: hadolint, then built on a local Debian base, run --read-only with
+# every capability dropped, and probed with grpc_health_probe, grpcurl and /metrics.
+test-image: $(STAMP) tools
+	$(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
+
+# Every tier, tests/image included.
 pytest: $(STAMP) tools triton
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
