@@ -16,15 +16,15 @@ wrapper around the RPC's handler: each RPC runs in its own task, so it sees only
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
 
-from inferwire.api.handlers import Behaviour, rebuild_handler
+from inferwire.api.handlers import Behaviour, Call, calls_within, rebuild_handler
 from inferwire.api.status import status_code_for, to_rpc_status
 from inferwire.config import AuthSettings
 from inferwire.core.auth import (
@@ -86,23 +86,12 @@ def _refusing(error: InferwireError) -> Callable[[Behaviour], Behaviour]:
 
 
 def _as(principal: Principal) -> Callable[[Behaviour], Behaviour]:
-    def wrap(behaviour: Behaviour) -> Behaviour:
-        if inspect.isasyncgenfunction(behaviour):
+    @contextlib.contextmanager
+    def scope(request: Any, context: Any) -> Iterator[Call]:
+        _PRINCIPAL.set(principal)  # each RPC runs in a task of its own
+        yield request, context, None
 
-            async def generate(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                _PRINCIPAL.set(principal)
-                async for response in behaviour(request, context):
-                    yield response
-
-            return generate
-
-        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            _PRINCIPAL.set(principal)
-            return await behaviour(request, context)
-
-        return call
-
-    return wrap
+    return lambda behaviour: calls_within(behaviour, scope)
 
 
 class TokenAuthInterceptor(grpc.aio.ServerInterceptor):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import grpc
@@ -11,6 +13,10 @@ Behaviour = Callable[..., Any]
 Deserializer = Callable[[bytes], Any]
 # What an interceptor calls for the handler of the next interceptor (or the servicer).
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Any]]
+# Around one call: given its request and context, a context manager that yields the
+# request and context to call the behaviour with, and a hook for each streamed response.
+Call = tuple[Any, Any, Callable[[], None] | None]
+Scope = Callable[[Any, Any], AbstractContextManager[Call]]
 
 
 def rebuild_handler(
@@ -33,3 +39,27 @@ def rebuild_handler(
         request_deserializer=request_deserializer or handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )
+
+
+def calls_within(behaviour: Behaviour, scope: Scope) -> Behaviour:
+    """`behaviour` with each call run inside `scope(request, context)`.
+
+    The scope sees whatever the call raises. An async generator stays one, so grpc.aio
+    still streams its responses, and the scope's hook (if any) sees each of them.
+    """
+    if inspect.isasyncgenfunction(behaviour):
+
+        async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
+            with scope(request, context) as (request, context, each_response):
+                async for response in behaviour(request, context):
+                    if each_response is not None:
+                        each_response()
+                    yield response
+
+        return generate
+
+    async def call(request: Any, context: Any) -> Any:
+        with scope(request, context) as (request, context, _):
+            return await behaviour(request, context)
+
+    return call

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
@@ -21,7 +20,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from inferwire.api.auth import current_principal
-from inferwire.api.handlers import Behaviour, Continuation, rebuild_handler
+from inferwire.api.handlers import Behaviour, Call, Continuation, calls_within, rebuild_handler
 from inferwire.api.request_log import RpcCall, access_log, begin_call, write_access_line
 from inferwire.api.status import MAX_FIELD_BYTES, bounded
 from inferwire.core.metrics import RequestMetrics
@@ -136,15 +135,17 @@ class _ObservedRpc:
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> None:
         self.metrics, self.labels, self.call = metrics, labels, call
+        # The labelled children once per RPC: a stream counts every message it sends.
+        self._sent, self._received = metrics.sent.labels(*labels), metrics.received.labels(*labels)
         self.context = _CountingContext(context, self.sent)
         self._raw_context = context
         metrics.started.labels(*labels).inc()
 
     def sent(self) -> None:
-        self.metrics.sent.labels(*self.labels).inc()
+        self._sent.inc()
 
     def received(self) -> None:
-        self.metrics.received.labels(*self.labels).inc()
+        self._received.inc()
 
     async def counted(self, requests: AsyncIterable[Any]) -> AsyncIterator[Any]:
         async for request in requests:
@@ -231,33 +232,20 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
     ) -> Behaviour:
         metrics = self._metrics
 
-        def begin(request: Any, context: Any) -> tuple[_ObservedRpc, Any]:
+        @contextlib.contextmanager
+        def scope(request: Any, context: Any) -> Iterator[Call]:
             rpc = _ObservedRpc(metrics, labels, begin_call(method, context.peer()), context)
             if handler.request_streaming:
-                return rpc, rpc.counted(request)
-            rpc.received()
-            return rpc, request
-
-        if inspect.isasyncgenfunction(behaviour):
-
-            async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
-                rpc, requests = begin(request, context)
-                with rpc.running(request):
-                    async for response in behaviour(requests, rpc.context):
-                        rpc.sent()
-                        yield response
-
-            return generate
-
-        async def run(request: Any, context: Any) -> Any:
-            rpc, requests = begin(request, context)
+                requests = rpc.counted(request)
+            else:
+                rpc.received()
+                requests = request
             with rpc.running(request):
-                response = await behaviour(requests, rpc.context)
+                yield requests, rpc.context, rpc.sent
                 if not handler.response_streaming:
-                    rpc.sent()
-            return response
+                    rpc.sent()  # the unary response, returned once the call succeeded
 
-        return run
+        return calls_within(behaviour, scope)
 
 
 def _host_and_port(address: str) -> tuple[str, int]:

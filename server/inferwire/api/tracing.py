@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from inferwire.api.handlers import Behaviour, Continuation, rebuild_handler
+from inferwire.api.handlers import Behaviour, Call, Continuation, calls_within, rebuild_handler
 from inferwire.api.metrics import rpc_code
 from inferwire.core.errors import ConfigurationError
 
@@ -169,41 +168,32 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
             attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": method},
         )
 
-    @staticmethod
-    @contextlib.contextmanager
-    def _running(span: otel_trace.Span, context: Any) -> Iterator[None]:
-        error: BaseException | None = None
-        try:
-            with otel_trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                yield
-        except BaseException as raised:
-            error = raised
-            raise
-        finally:
-            code = rpc_code(context, error)
-            span.set_attribute("rpc.grpc.status_code", code.value[0])
-            if code in SERVER_ERRORS:
-                why = context.details() if error is None else f"{type(error).__name__}: {error}"
-                span.set_status(
-                    Status(StatusCode.ERROR, f"{code.name}: {why}" if why else code.name)
-                )
-            span.end()
-
     def _traced(self, behaviour: Behaviour, service: str, method: str, metadata: Any) -> Behaviour:
-        if inspect.isasyncgenfunction(behaviour):
+        @contextlib.contextmanager
+        def scope(request: Any, context: Any) -> Iterator[Call]:
+            span = self._start(service, method, metadata)
+            error: BaseException | None = None
+            try:
+                with otel_trace.use_span(
+                    span, record_exception=False, set_status_on_exception=False
+                ):
+                    yield request, context, None
+            except BaseException as raised:
+                error = raised
+                raise
+            finally:
+                self._end(span, context, error)
 
-            async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
-                with self._running(self._start(service, method, metadata), context):
-                    async for response in behaviour(request, context):
-                        yield response
+        return calls_within(behaviour, scope)
 
-            return generate
-
-        async def run(request: Any, context: Any) -> Any:
-            with self._running(self._start(service, method, metadata), context):
-                return await behaviour(request, context)
-
-        return run
+    @staticmethod
+    def _end(span: otel_trace.Span, context: Any, error: BaseException | None) -> None:
+        code = rpc_code(context, error)
+        span.set_attribute("rpc.grpc.status_code", code.value[0])
+        if code in SERVER_ERRORS:
+            why = context.details() if error is None else f"{type(error).__name__}: {error}"
+            span.set_status(Status(StatusCode.ERROR, f"{code.name}: {why}" if why else code.name))
+        span.end()
 
 
 class ServerTracing:
