@@ -338,7 +338,11 @@ class ModelManager:
     def _events(run: _Run, unary: bool) -> GenerationEvents:
         backend = run.model.backend
         run_backend = backend.infer if unary else backend.infer_stream
-        return stop_at_sequences(run_backend(run.job, run.record), run.job.params.stop, run.record)
+        events = run_backend(run.job, run.record)
+        stops = run.job.params.stop
+        # Without stop strings the backend's events pass as they are: no extra
+        # generator hop on every token.
+        return stop_at_sequences(events, stops, run.record) if stops else events
 
     @staticmethod
     def _with_request_id(
