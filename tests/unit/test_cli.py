@@ -91,7 +91,7 @@ async def test_invalid_argument_prints_each_violation_once(fake_server):
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
         "error: INVALID_ARGUMENT: 2 invalid fields",
-        "  prompt: must be non-empty",
+        "  prompt: must be non-empty (or send messages instead)",
         "  parameters.stop[0]: must be a non-empty string",
     ]
 

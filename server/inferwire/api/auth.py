@@ -49,6 +49,7 @@ SCOPE_BY_RPC: dict[str, Scope] = {
     "InferStream": Scope.INFER,
     "ListModels": Scope.INFER,
     "Health": Scope.INFER,
+    "Tokenize": Scope.INFER,
     "LoadModel": Scope.ADMIN,
     "UnloadModel": Scope.ADMIN,
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from inferwire.core import types
 from inferwire.v1 import inference_pb2 as pb
@@ -33,6 +34,9 @@ def request_from_proto(
         top_k=p.top_k if p.HasField("top_k") else None,
         seed=p.seed if p.HasField("seed") else None,
         stop=tuple(p.stop),
+        logprobs=p.logprobs,
+        top_logprobs=p.top_logprobs,
+        constraint=constraint_from_proto(p.constraint),
     )
     return types.InferenceRequest(
         request_id=message.request_id,
@@ -41,7 +45,34 @@ def request_from_proto(
         context=tuple(message.context),
         params=params,
         deadline=None if time_remaining is None else time.monotonic() + time_remaining,
+        messages=messages_from_proto(message.messages),
     )
+
+
+def messages_from_proto(messages: Iterable[pb.ChatMessage]) -> tuple[types.ChatMessage, ...]:
+    return tuple(types.ChatMessage(m.role, m.content) for m in messages)
+
+
+def constraint_from_proto(constraint: pb.OutputConstraint) -> types.OutputConstraint | None:
+    kind = constraint.WhichOneof("kind")
+    if kind is None:
+        return None
+    return types.OutputConstraint(types.ConstraintKind(kind), getattr(constraint, kind))
+
+
+def logprobs_to_proto(logprobs: Iterable[types.TokenLogprob]) -> list[pb.TokenLogprob]:
+    return [
+        pb.TokenLogprob(
+            token=entry.token,
+            token_id=entry.token_id,
+            logprob=entry.logprob,
+            top=[
+                pb.TopLogprob(token=alt.token, token_id=alt.token_id, logprob=alt.logprob)
+                for alt in entry.top
+            ],
+        )
+        for entry in logprobs
+    ]
 
 
 def usage_to_proto(usage: types.Usage) -> pb.Usage:
@@ -72,6 +103,9 @@ def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
                 modalities=list(caps.modalities),
                 context_length=caps.context_length,
                 max_output_tokens=caps.max_output_tokens,
+                chat=caps.chat,
+                logprobs=caps.logprobs,
+                constrained_output=caps.constrained_output,
             )
         )
     return message

@@ -16,6 +16,8 @@ from inferwire.api.auth import current_principal
 from inferwire.api.converters import (
     FINISH_REASON,
     health_to_proto,
+    logprobs_to_proto,
+    messages_from_proto,
     model_status_to_proto,
     request_from_proto,
     timing_to_proto,
@@ -71,6 +73,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             finish_reason=FINISH_REASON[result.finish_reason],
             usage=usage_to_proto(result.usage),
             timing=timing_to_proto(result.timing),
+            logprobs=logprobs_to_proto(result.logprobs),
         )
 
     async def InferStream(
@@ -88,6 +91,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                     message = pb.InferStreamResponse(
                         request_id=request_id, model=request.model, text=chunk.text
                     )
+                    if chunk.logprobs:
+                        message.logprobs.extend(logprobs_to_proto(chunk.logprobs))
                     if chunk.finish_reason is not None:
                         message.finish_reason = FINISH_REASON[chunk.finish_reason]
                     if chunk.usage is not None:
@@ -95,6 +100,19 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                     if chunk.timing is not None:
                         message.timing.CopyFrom(timing_to_proto(chunk.timing))
                     await _write(context, message)
+
+    async def Tokenize(
+        self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TokenizeResponse:
+        current_principal().require_model(request.model)
+        result = await self._manager.tokenize(
+            request.model, request.prompt, messages_from_proto(request.messages)
+        )
+        return pb.TokenizeResponse(
+            token_ids=result.token_ids,
+            count=len(result.token_ids),
+            rendered_prompt=result.rendered_prompt,
+        )
 
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext

@@ -16,17 +16,18 @@ string reach the engine. See docs/backends.md for writing one.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from inferwire.core.errors import ConfigurationError
+from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.tracing import NoTracer, Tracer
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
+    ChatMessage,
     GenerationEnd,
     GenerationRequest,
     ModelLimits,
@@ -152,6 +153,29 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def limits(self) -> ModelLimits:
         """Request limits of the loaded model."""
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt the model's chat template makes of `messages`, the reply opened.
+
+        Called for chat requests on a loaded model. A model without a chat template
+        raises ModelNotReadyError (FAILED_PRECONDITION) naming the option that sets one.
+        Must be quick: the core calls it on the event loop.
+        """
+        raise ModelNotReadyError(
+            f"model {self.model_name!r} has no chat template; backend {self.name!r} "
+            "does not render chat messages"
+        )
+
+    async def tokenize(self, text: str) -> list[int]:
+        """The token ids the model sees for `text` (the Tokenize RPC).
+
+        A backend without a tokenizer for the model raises ModelNotReadyError naming
+        the option that gives it one.
+        """
+        raise ModelNotReadyError(
+            f"model {self.model_name!r} has no tokenizer in the gateway; backend "
+            f"{self.name!r} does not tokenize"
+        )
 
     def default_max_tokens(self) -> int:
         """max_tokens for requests that leave it unset."""

@@ -1,7 +1,8 @@
 """What the core does around every generation, whatever the backend.
 
-It renders the prompt the model sees, applies the model's limits to the
-request, matches stop strings in the output (closing the backend's stream on
+It renders the prompt the model sees (context passages, or chat messages
+through the model's chat template), applies the model's limits and
+capabilities to the request, matches stop strings in the output (closing the backend's stream on
 a match, which cancels the rest of the generation), and joins a unary result.
 """
 
@@ -14,6 +15,7 @@ from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.stop_sequences import StopSequenceMatcher
 from inferwire.core.types import (
+    Capabilities,
     FinishReason,
     GenerationEnd,
     GenerationParams,
@@ -21,6 +23,7 @@ from inferwire.core.types import (
     InferenceRequest,
     ModelLimits,
     TextDelta,
+    TokenLogprob,
     Usage,
 )
 
@@ -37,16 +40,41 @@ def generation_request(
     limits = backend.limits()
     params = request.params
     violations = list(_limit_violations(model, params, limits))
+    violations += _capability_violations(model, params, backend.capabilities())
     if violations:
         raise InvalidArgumentError(violations)
+    if request.messages:
+        prompt = backend.render_chat(request.messages)
+    else:
+        prompt = render_prompt(request.prompt, request.context, backend.options.context_separator)
     return GenerationRequest(
         request_id=request.request_id,
-        prompt=render_prompt(request.prompt, request.context, backend.options.context_separator),
+        prompt=prompt,
         max_tokens=backend.default_max_tokens() if params.max_tokens is None else params.max_tokens,
         params=params,
         deadline=request.deadline,
         has_context=bool(request.context),
+        is_chat=bool(request.messages),
     )
+
+
+def _capability_violations(
+    model: str, params: GenerationParams, capabilities: Capabilities
+) -> list[FieldViolation]:
+    violations = []
+    if params.logprobs and not capabilities.logprobs:
+        violations.append(
+            FieldViolation(
+                "parameters.logprobs", f"model {model!r} does not return log-probabilities"
+            )
+        )
+    if params.constraint is not None and not capabilities.constrained_output:
+        violations.append(
+            FieldViolation(
+                params.constraint.field, f"model {model!r} does not take output constraints"
+            )
+        )
+    return violations
 
 
 def _limit_violations(
@@ -116,13 +144,17 @@ async def stop_at_sequences(
     yield GenerationEnd(FinishReason.STOP_SEQUENCE, Usage(record.prompt_tokens, completion_tokens))
 
 
-async def join(events: GenerationEvents) -> tuple[str, GenerationEnd]:
-    """The text of a generation's deltas, and its end."""
+async def join(
+    events: GenerationEvents,
+) -> tuple[str, GenerationEnd, tuple[TokenLogprob, ...]]:
+    """The text of a generation's deltas, its end, and its tokens' log-probabilities."""
     pieces: list[str] = []
+    logprobs: list[TokenLogprob] = []
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, TextDelta):
                 pieces.append(event.text)
+                logprobs.extend(event.logprobs)
             else:
-                return "".join(pieces), event
+                return "".join(pieces), event, tuple(logprobs)
     raise RuntimeError("the backend ended a stream without a result")

@@ -31,6 +31,7 @@ from inferwire.core.metrics import MetricsListener, NoMetrics, RequestMetrics
 from inferwire.core.tracing import GENERATE, QUEUE, NoTracer, Tracer
 from inferwire.core.types import (
     BackendHealthReport,
+    ChatMessage,
     GenerationRequest,
     HealthReport,
     InferenceRequest,
@@ -42,8 +43,14 @@ from inferwire.core.types import (
     StreamChunk,
     TextDelta,
     Timing,
+    Tokenization,
 )
-from inferwire.core.validation import RequestLimits, require_model_name, validate_inference_request
+from inferwire.core.validation import (
+    RequestLimits,
+    require_model_name,
+    validate_inference_request,
+    validate_text_input,
+)
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +304,7 @@ class ModelManager:
         """Unary generation through the backend's own `infer`; `account` records what it did."""
         request = self._with_request_id(request, account)
         async with self._admit(request, account or RequestAccount()) as run:
-            text, end = await join(self._events(run, unary=True))
+            text, end, logprobs = await join(self._events(run, unary=True))
             run.outcome = end.finish_reason.value
             return InferenceResult(
                 request_id=request.request_id,
@@ -307,6 +314,7 @@ class ModelManager:
                 finish_reason=end.finish_reason,
                 usage=end.usage,
                 timing=run.timing(),
+                logprobs=logprobs,
             )
 
     def infer_stream(
@@ -324,7 +332,7 @@ class ModelManager:
             async with contextlib.aclosing(events):
                 async for event in events:
                     if isinstance(event, TextDelta):
-                        yield StreamChunk(event.text)
+                        yield StreamChunk(event.text, logprobs=event.logprobs)
                     else:
                         run.outcome = event.finish_reason.value
                         yield StreamChunk(
@@ -333,6 +341,20 @@ class ModelManager:
                             usage=event.usage,
                             timing=run.timing(),
                         )
+
+    async def tokenize(
+        self, model_name: str, prompt: str, messages: tuple[ChatMessage, ...]
+    ) -> Tokenization:
+        """The token ids a model sees for a prompt, or for messages through its chat template.
+
+        Takes no concurrency slot: tokenizing costs little next to generating.
+        """
+        validate_text_input(model_name, prompt, messages, self._limits)
+        model = self._get(model_name)
+        self._require_ready(model)
+        rendered = model.backend.render_chat(messages) if messages else ""
+        token_ids = await model.backend.tokenize(rendered if messages else prompt)
+        return Tokenization(tuple(token_ids), rendered)
 
     @staticmethod
     def _events(run: _Run, unary: bool) -> GenerationEvents:

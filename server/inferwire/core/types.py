@@ -24,6 +24,39 @@ class FinishReason(enum.Enum):
     LENGTH = "LENGTH"  # max_tokens or the context window reached
 
 
+CHAT_ROLES = ("system", "user", "assistant")
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One turn of a conversation; the model's chat template renders them into a prompt."""
+
+    role: str  # one of CHAT_ROLES
+    content: str
+
+
+class ConstraintKind(enum.Enum):
+    """What an output constraint is written in; the value is its request field's name."""
+
+    JSON_SCHEMA = "json_schema"
+    REGEX = "regex"
+    LARK_GRAMMAR = "lark_grammar"
+
+
+@dataclass(frozen=True)
+class OutputConstraint:
+    """Output the model must produce: JSON valid under a schema, a regex match, or a grammar."""
+
+    kind: ConstraintKind
+    text: str
+
+    @property
+    def field(self) -> str:
+        """The request field to name when the constraint is refused."""
+        return f"parameters.constraint.{self.kind.value}"
+
+
 @dataclass(frozen=True)
 class GenerationParams:
     """Decoding parameters; None means the model's default."""
@@ -34,6 +67,9 @@ class GenerationParams:
     top_k: int | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    logprobs: bool = False  # return each generated token's log-probability
+    top_logprobs: int = 0  # with logprobs: this many most likely alternatives per token
+    constraint: OutputConstraint | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +82,7 @@ class InferenceRequest:
     context: tuple[str, ...] = ()
     params: GenerationParams = field(default_factory=GenerationParams)
     deadline: float | None = None  # time.monotonic() by which the caller needs the result
+    messages: tuple[ChatMessage, ...] = ()  # the alternative to `prompt`
 
 
 @dataclass(frozen=True)
@@ -62,10 +99,13 @@ class GenerationRequest:
     params: GenerationParams = field(default_factory=GenerationParams)
     deadline: float | None = None  # time.monotonic() by which the caller needs the result
     has_context: bool = False  # whether `prompt` includes context passages
+    is_chat: bool = False  # whether `prompt` is chat messages rendered by the chat template
 
     @property
     def prompt_field(self) -> str:
         """The request field to name when the rendered prompt is refused."""
+        if self.is_chat:
+            return "messages"
         return "context" if self.has_context else "prompt"
 
 
@@ -100,14 +140,35 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    token_id: int
+    logprob: float
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token, its log-probability, and the most likely alternatives."""
+
+    token: str
+    token_id: int
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class TextDelta:
     """Text generated since the previous delta, with the running token count.
 
     `completion_tokens` is None from a backend that counts tokens only at the end.
+    With `params.logprobs`, `logprobs` holds the tokens whose text this delta carries
+    (a token whose text is still incomplete, such as part of a UTF-8 character, rides
+    with the delta that completes it).
     """
 
     text: str
     completion_tokens: int | None
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +187,7 @@ class StreamChunk:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     timing: Timing | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +199,15 @@ class InferenceResult:
     finish_reason: FinishReason
     usage: Usage
     timing: Timing
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tokenization:
+    """The tokens a model sees for a prompt, or for chat messages and what they rendered to."""
+
+    token_ids: tuple[int, ...]
+    rendered_prompt: str = ""  # for messages: the chat template's output
 
 
 @dataclass(frozen=True)
@@ -149,6 +220,9 @@ class Capabilities:
     modalities: tuple[str, ...] = ("text",)
     context_length: int = 0
     max_output_tokens: int = 0
+    chat: bool = False  # takes chat messages (has a chat template)
+    logprobs: bool = False  # returns log-probabilities
+    constrained_output: bool = False  # takes an output constraint
 
 
 @dataclass(frozen=True)

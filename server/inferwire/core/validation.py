@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
-from inferwire.core.types import InferenceRequest
+from inferwire.core.types import CHAT_ROLES, MAX_TOP_LOGPROBS, ChatMessage, InferenceRequest
 
 MAX_STOP_SEQUENCES = 16
 MAX_CONTEXT_ENTRIES = 64
+MAX_CHAT_MESSAGES = 256
 MAX_REQUEST_ID_CHARS = 128
 
 # ONNX Runtime GenAI's tokenizer reads text as a C string: everything after a NUL would be
@@ -62,15 +63,60 @@ def validate_inference_request(request: InferenceRequest, limits: RequestLimits)
         raise InvalidArgumentError(violations)
 
 
-def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[FieldViolation]:
-    if (problem := model_name_problem(request.model)) is not None:
-        yield FieldViolation("model", problem)
-    if not request.prompt:
-        yield FieldViolation("prompt", "must be non-empty")
-    prompt_bytes = len(request.prompt.encode())
+def validate_text_input(
+    model: str, prompt: str, messages: tuple[ChatMessage, ...], limits: RequestLimits
+) -> None:
+    """Check a Tokenize request's model, and its prompt or messages."""
+    violations = []
+    if (problem := model_name_problem(model)) is not None:
+        violations.append(FieldViolation("model", problem))
+    violations += _prompt_or_messages_violations(prompt, messages, limits)
+    if violations:
+        raise InvalidArgumentError(violations)
+
+
+def _prompt_or_messages_violations(
+    prompt: str, messages: tuple[ChatMessage, ...], limits: RequestLimits
+) -> Iterator[FieldViolation]:
+    """Exactly one of prompt and messages, within the size limit, roles known, no NUL."""
+    if prompt and messages:
+        yield FieldViolation("messages", "set either prompt or messages, not both")
+    if not prompt and not messages:
+        yield FieldViolation("prompt", "must be non-empty (or send messages instead)")
+    prompt_bytes = len(prompt.encode())
     if prompt_bytes > limits.max_prompt_bytes:
         yield FieldViolation(
             "prompt", f"is {prompt_bytes} bytes; the limit is {limits.max_prompt_bytes} bytes"
+        )
+    if NUL in prompt:
+        yield FieldViolation("prompt", NUL_PROBLEM)
+    if len(messages) > MAX_CHAT_MESSAGES:
+        yield FieldViolation(
+            "messages", f"has {len(messages)} entries; at most {MAX_CHAT_MESSAGES} are allowed"
+        )
+    messages_bytes = sum(len(m.content.encode()) for m in messages)
+    if messages_bytes > limits.max_prompt_bytes:
+        yield FieldViolation(
+            "messages",
+            f"the contents are {messages_bytes} bytes; the limit is {limits.max_prompt_bytes}",
+        )
+    for index, message in enumerate(messages[:MAX_CHAT_MESSAGES]):
+        if message.role not in CHAT_ROLES:
+            yield FieldViolation(
+                f"messages[{index}].role", f"must be one of {', '.join(CHAT_ROLES)}"
+            )
+        if NUL in message.content:
+            yield FieldViolation(f"messages[{index}].content", NUL_PROBLEM)
+
+
+def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[FieldViolation]:
+    if (problem := model_name_problem(request.model)) is not None:
+        yield FieldViolation("model", problem)
+    yield from _prompt_or_messages_violations(request.prompt, request.messages, limits)
+    prompt_bytes = len(request.prompt.encode())
+    if request.messages and request.context:
+        yield FieldViolation(
+            "context", "applies to prompt only; with messages, put passages in a message"
         )
     if len(request.context) > MAX_CONTEXT_ENTRIES:
         yield FieldViolation(
@@ -85,8 +131,7 @@ def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[Fi
         )
     if len(request.request_id) > MAX_REQUEST_ID_CHARS:
         yield FieldViolation("request_id", f"must be at most {MAX_REQUEST_ID_CHARS} characters")
-    texts = {"prompt": request.prompt}
-    texts.update({f"context[{i}]": passage for i, passage in enumerate(request.context)})
+    texts = {f"context[{i}]": passage for i, passage in enumerate(request.context)}
     texts.update({f"parameters.stop[{i}]": stop for i, stop in enumerate(request.params.stop)})
     for field, text in texts.items():
         if NUL in text:
@@ -117,3 +162,15 @@ def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[Fi
     for index, stop in enumerate(params.stop):
         if not stop:
             yield FieldViolation(f"parameters.stop[{index}]", "must be a non-empty string")
+    if not 0 <= params.top_logprobs <= MAX_TOP_LOGPROBS:
+        yield FieldViolation(
+            "parameters.top_logprobs",
+            f"must be in 0..{MAX_TOP_LOGPROBS}, got {params.top_logprobs}",
+        )
+    elif params.top_logprobs and not params.logprobs:
+        yield FieldViolation("parameters.top_logprobs", "needs parameters.logprobs set to true")
+    if (constraint := params.constraint) is not None:
+        if not constraint.text:
+            yield FieldViolation(constraint.field, "must be non-empty")
+        elif NUL in constraint.text:
+            yield FieldViolation(constraint.field, NUL_PROBLEM)

@@ -34,34 +34,82 @@ MODEL_STATE_UNLOADING: ModelState
 MODEL_STATE_FAILED: ModelState
 
 class GenerationParameters(_message.Message):
-    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs", "top_logprobs", "constraint")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     temperature: float
     top_p: float
     top_k: int
     seed: int
     stop: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+    logprobs: bool
+    top_logprobs: int
+    constraint: OutputConstraint
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., constraint: _Optional[_Union[OutputConstraint, _Mapping]] = ...) -> None: ...
+
+class OutputConstraint(_message.Message):
+    __slots__ = ("json_schema", "regex", "lark_grammar")
+    JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    REGEX_FIELD_NUMBER: _ClassVar[int]
+    LARK_GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    json_schema: str
+    regex: str
+    lark_grammar: str
+    def __init__(self, json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., lark_grammar: _Optional[str] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class TopLogprob(_message.Message):
+    __slots__ = ("token", "token_id", "logprob")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    token_id: int
+    logprob: float
+    def __init__(self, token: _Optional[str] = ..., token_id: _Optional[int] = ..., logprob: _Optional[float] = ...) -> None: ...
+
+class TokenLogprob(_message.Message):
+    __slots__ = ("token", "token_id", "logprob", "top")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    token_id: int
+    logprob: float
+    top: _containers.RepeatedCompositeFieldContainer[TopLogprob]
+    def __init__(self, token: _Optional[str] = ..., token_id: _Optional[int] = ..., logprob: _Optional[float] = ..., top: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
 
 class InferRequest(_message.Message):
-    __slots__ = ("model", "prompt", "context", "parameters", "request_id")
+    __slots__ = ("model", "prompt", "context", "parameters", "request_id", "messages")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     context: _containers.RepeatedScalarFieldContainer[str]
     parameters: GenerationParameters
     request_id: str
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens")
@@ -82,7 +130,7 @@ class Timing(_message.Message):
     def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class InferResponse(_message.Message):
-    __slots__ = ("request_id", "model", "backend", "text", "finish_reason", "usage", "timing")
+    __slots__ = ("request_id", "model", "backend", "text", "finish_reason", "usage", "timing", "logprobs")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +138,7 @@ class InferResponse(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     backend: str
@@ -97,53 +146,64 @@ class InferResponse(_message.Message):
     finish_reason: FinishReason
     usage: Usage
     timing: Timing
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., backend: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., backend: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class InferStreamRequest(_message.Message):
-    __slots__ = ("model", "prompt", "context", "parameters", "request_id")
+    __slots__ = ("model", "prompt", "context", "parameters", "request_id", "messages")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     context: _containers.RepeatedScalarFieldContainer[str]
     parameters: GenerationParameters
     request_id: str
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class InferStreamResponse(_message.Message):
-    __slots__ = ("request_id", "model", "text", "finish_reason", "usage", "timing")
+    __slots__ = ("request_id", "model", "text", "finish_reason", "usage", "timing", "logprobs")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     model: str
     text: str
     finish_reason: FinishReason
     usage: Usage
     timing: Timing
-    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class ModelCapabilities(_message.Message):
-    __slots__ = ("streaming", "max_concurrency", "on_premises", "modalities", "context_length", "max_output_tokens")
+    __slots__ = ("streaming", "max_concurrency", "on_premises", "modalities", "context_length", "max_output_tokens", "chat", "logprobs", "constrained_output")
     STREAMING_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     ON_PREMISES_FIELD_NUMBER: _ClassVar[int]
     MODALITIES_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHAT_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     streaming: bool
     max_concurrency: int
     on_premises: bool
     modalities: _containers.RepeatedScalarFieldContainer[str]
     context_length: int
     max_output_tokens: int
-    def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ...) -> None: ...
+    chat: bool
+    logprobs: bool
+    constrained_output: bool
+    def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., constrained_output: _Optional[bool] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
     __slots__ = ("name", "backend", "state", "detail", "capabilities")
@@ -240,3 +300,23 @@ class HealthResponse(_message.Message):
     models: _containers.RepeatedCompositeFieldContainer[ModelHealth]
     backends: _containers.RepeatedCompositeFieldContainer[BackendHealth]
     def __init__(self, serving: _Optional[bool] = ..., models: _Optional[_Iterable[_Union[ModelHealth, _Mapping]]] = ..., backends: _Optional[_Iterable[_Union[BackendHealth, _Mapping]]] = ...) -> None: ...
+
+class TokenizeRequest(_message.Message):
+    __slots__ = ("model", "prompt", "messages")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    prompt: str
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+
+class TokenizeResponse(_message.Message):
+    __slots__ = ("token_ids", "count", "rendered_prompt")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    RENDERED_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    count: int
+    rendered_prompt: str
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., count: _Optional[int] = ..., rendered_prompt: _Optional[str] = ...) -> None: ...

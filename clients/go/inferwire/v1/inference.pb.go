@@ -173,7 +173,21 @@ type GenerationParameters struct {
 	Seed *uint32 `protobuf:"varint,5,opt,name=seed,proto3,oneof" json:"seed,omitempty"`
 	// Stop strings: generation ends when any of them appears. At most 16, each
 	// non-empty. The stop string itself is not returned.
-	Stop          []string `protobuf:"bytes,6,rep,name=stop,proto3" json:"stop,omitempty"`
+	Stop []string `protobuf:"bytes,6,rep,name=stop,proto3" json:"stop,omitempty"`
+	// Return, for every generated token, its text, id and log-probability.
+	// The log-probabilities are those of the distribution each token was chosen
+	// from: after the penalties the model's configuration applies (for example
+	// a repetition penalty) and after temperature. Under greedy decoding the
+	// chosen token is therefore always the most likely alternative. Models
+	// whose capabilities say logprobs = false refuse it (INVALID_ARGUMENT).
+	Logprobs *bool `protobuf:"varint,7,opt,name=logprobs,proto3,oneof" json:"logprobs,omitempty"`
+	// With logprobs, also return this many most likely alternatives for every
+	// token, most likely first. 0 to 20.
+	TopLogprobs *uint32 `protobuf:"varint,8,opt,name=top_logprobs,json=topLogprobs,proto3,oneof" json:"top_logprobs,omitempty"`
+	// Constrain the output to a JSON schema, a regular expression or a Lark
+	// grammar. Models whose capabilities say constrained_output = false refuse
+	// it (INVALID_ARGUMENT).
+	Constraint    *OutputConstraint `protobuf:"bytes,9,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,12 +264,332 @@ func (x *GenerationParameters) GetStop() []string {
 	return nil
 }
 
+func (x *GenerationParameters) GetLogprobs() bool {
+	if x != nil && x.Logprobs != nil {
+		return *x.Logprobs
+	}
+	return false
+}
+
+func (x *GenerationParameters) GetTopLogprobs() uint32 {
+	if x != nil && x.TopLogprobs != nil {
+		return *x.TopLogprobs
+	}
+	return 0
+}
+
+func (x *GenerationParameters) GetConstraint() *OutputConstraint {
+	if x != nil {
+		return x.Constraint
+	}
+	return nil
+}
+
+// OutputConstraint restricts what the model may generate.
+type OutputConstraint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one kind; an unset constraint means unconstrained output.
+	//
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*OutputConstraint_JsonSchema
+	//	*OutputConstraint_Regex
+	//	*OutputConstraint_LarkGrammar
+	Kind          isOutputConstraint_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputConstraint) Reset() {
+	*x = OutputConstraint{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputConstraint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputConstraint) ProtoMessage() {}
+
+func (x *OutputConstraint) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputConstraint.ProtoReflect.Descriptor instead.
+func (*OutputConstraint) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *OutputConstraint) GetKind() isOutputConstraint_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *OutputConstraint) GetJsonSchema() string {
+	if x != nil {
+		if x, ok := x.Kind.(*OutputConstraint_JsonSchema); ok {
+			return x.JsonSchema
+		}
+	}
+	return ""
+}
+
+func (x *OutputConstraint) GetRegex() string {
+	if x != nil {
+		if x, ok := x.Kind.(*OutputConstraint_Regex); ok {
+			return x.Regex
+		}
+	}
+	return ""
+}
+
+func (x *OutputConstraint) GetLarkGrammar() string {
+	if x != nil {
+		if x, ok := x.Kind.(*OutputConstraint_LarkGrammar); ok {
+			return x.LarkGrammar
+		}
+	}
+	return ""
+}
+
+type isOutputConstraint_Kind interface {
+	isOutputConstraint_Kind()
+}
+
+type OutputConstraint_JsonSchema struct {
+	// A JSON Schema, as a JSON string: the output is a JSON document that
+	// validates against it.
+	JsonSchema string `protobuf:"bytes,1,opt,name=json_schema,json=jsonSchema,proto3,oneof"`
+}
+
+type OutputConstraint_Regex struct {
+	// A regular expression that the whole output matches.
+	Regex string `protobuf:"bytes,2,opt,name=regex,proto3,oneof"`
+}
+
+type OutputConstraint_LarkGrammar struct {
+	// A Lark grammar (llguidance's dialect) whose start rule the output matches.
+	LarkGrammar string `protobuf:"bytes,3,opt,name=lark_grammar,json=larkGrammar,proto3,oneof"`
+}
+
+func (*OutputConstraint_JsonSchema) isOutputConstraint_Kind() {}
+
+func (*OutputConstraint_Regex) isOutputConstraint_Kind() {}
+
+func (*OutputConstraint_LarkGrammar) isOutputConstraint_Kind() {}
+
+// ChatMessage is one turn of a conversation. The model's chat template turns
+// the messages into the prompt the model sees.
+type ChatMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "system", "user" or "assistant".
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// The turn's text.
+	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChatMessage) Reset() {
+	*x = ChatMessage{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChatMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChatMessage) ProtoMessage() {}
+
+func (x *ChatMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChatMessage.ProtoReflect.Descriptor instead.
+func (*ChatMessage) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ChatMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ChatMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+// TopLogprob is one of the most likely alternatives for a generated token.
+type TopLogprob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The alternative's text.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The alternative's token id.
+	TokenId uint32 `protobuf:"varint,2,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// Its natural-log probability (<= 0).
+	Logprob       float32 `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopLogprob) Reset() {
+	*x = TopLogprob{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopLogprob) ProtoMessage() {}
+
+func (x *TopLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
+func (*TopLogprob) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TopLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TopLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TopLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+// TokenLogprob is one generated token and its log-probability.
+type TokenLogprob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token's text. A token that is part of a multi-byte character may
+	// have text that is not valid on its own; its bytes are replaced.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The token's id.
+	TokenId uint32 `protobuf:"varint,2,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// Its natural-log probability (<= 0).
+	Logprob float32 `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// The parameters.top_logprobs most likely alternatives, most likely first.
+	Top           []*TopLogprob `protobuf:"bytes,4,rep,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprob) Reset() {
+	*x = TokenLogprob{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprob) ProtoMessage() {}
+
+func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
+func (*TokenLogprob) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TokenLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TokenLogprob) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprob) GetTop() []*TopLogprob {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
 // InferRequest asks for one completion, returned in a single response.
 type InferRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Name of the model, as configured on the server. Required.
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// The prompt text. Required and non-empty.
+	// The prompt text. Set exactly one of prompt and messages.
 	Prompt string `protobuf:"bytes,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	// Source passages that the model's prompt template puts before the prompt,
 	// in order. At most 64 entries.
@@ -264,14 +598,19 @@ type InferRequest struct {
 	Parameters *GenerationParameters `protobuf:"bytes,4,opt,name=parameters,proto3" json:"parameters,omitempty"`
 	// Caller-chosen request ID for tracing. The server generates one if empty
 	// and echoes it in the response.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Chat messages, the alternative to prompt: set exactly one of the two.
+	// The model's chat template renders them, with the opening of the
+	// assistant's reply, into the prompt the model sees. Models whose
+	// capabilities say chat = false refuse them (FAILED_PRECONDITION).
+	Messages      []*ChatMessage `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InferRequest) Reset() {
 	*x = InferRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[1]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +622,7 @@ func (x *InferRequest) String() string {
 func (*InferRequest) ProtoMessage() {}
 
 func (x *InferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[1]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +635,7 @@ func (x *InferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferRequest.ProtoReflect.Descriptor instead.
 func (*InferRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{1}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *InferRequest) GetModel() string {
@@ -334,6 +673,13 @@ func (x *InferRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *InferRequest) GetMessages() []*ChatMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 // Usage counts the tokens a request consumed.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -347,7 +693,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[2]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +705,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[2]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +718,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{2}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -404,7 +750,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[3]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -416,7 +762,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[3]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -429,7 +775,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{3}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Timing) GetQueueMs() float64 {
@@ -469,14 +815,16 @@ type InferResponse struct {
 	// Token counts.
 	Usage *Usage `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Latency breakdown.
-	Timing        *Timing `protobuf:"bytes,7,opt,name=timing,proto3" json:"timing,omitempty"`
+	Timing *Timing `protobuf:"bytes,7,opt,name=timing,proto3" json:"timing,omitempty"`
+	// With parameters.logprobs: one entry per generated token, in order.
+	Logprobs      []*TokenLogprob `protobuf:"bytes,8,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InferResponse) Reset() {
 	*x = InferResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[4]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +836,7 @@ func (x *InferResponse) String() string {
 func (*InferResponse) ProtoMessage() {}
 
 func (x *InferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[4]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +849,7 @@ func (x *InferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferResponse.ProtoReflect.Descriptor instead.
 func (*InferResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{4}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InferResponse) GetRequestId() string {
@@ -553,13 +901,20 @@ func (x *InferResponse) GetTiming() *Timing {
 	return nil
 }
 
+func (x *InferResponse) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
 // InferStreamRequest asks for one completion, streamed as text deltas. Its
 // fields mean the same as InferRequest's.
 type InferStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Name of the model, as configured on the server. Required.
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	// The prompt text. Required and non-empty.
+	// The prompt text. Set exactly one of prompt and messages.
 	Prompt string `protobuf:"bytes,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
 	// Source passages that the model's prompt template puts before the prompt,
 	// in order. At most 64 entries.
@@ -568,14 +923,16 @@ type InferStreamRequest struct {
 	Parameters *GenerationParameters `protobuf:"bytes,4,opt,name=parameters,proto3" json:"parameters,omitempty"`
 	// Caller-chosen request ID for tracing. The server generates one if empty
 	// and echoes it in every message.
-	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Chat messages, the alternative to prompt: set exactly one of the two.
+	Messages      []*ChatMessage `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InferStreamRequest) Reset() {
 	*x = InferStreamRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[5]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +944,7 @@ func (x *InferStreamRequest) String() string {
 func (*InferStreamRequest) ProtoMessage() {}
 
 func (x *InferStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[5]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +957,7 @@ func (x *InferStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferStreamRequest.ProtoReflect.Descriptor instead.
 func (*InferStreamRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{5}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InferStreamRequest) GetModel() string {
@@ -638,6 +995,13 @@ func (x *InferStreamRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *InferStreamRequest) GetMessages() []*ChatMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
 // InferStreamResponse is one piece of a streamed generation.
 type InferStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -653,14 +1017,17 @@ type InferStreamResponse struct {
 	// Set on the last message only: token counts.
 	Usage *Usage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Set on the last message only: latency breakdown.
-	Timing        *Timing `protobuf:"bytes,6,opt,name=timing,proto3" json:"timing,omitempty"`
+	Timing *Timing `protobuf:"bytes,6,opt,name=timing,proto3" json:"timing,omitempty"`
+	// With parameters.logprobs: the tokens whose text this message carries, in
+	// order. Concatenated over the stream they equal InferResponse.logprobs.
+	Logprobs      []*TokenLogprob `protobuf:"bytes,7,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InferStreamResponse) Reset() {
 	*x = InferStreamResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[6]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +1039,7 @@ func (x *InferStreamResponse) String() string {
 func (*InferStreamResponse) ProtoMessage() {}
 
 func (x *InferStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[6]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +1052,7 @@ func (x *InferStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferStreamResponse.ProtoReflect.Descriptor instead.
 func (*InferStreamResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{6}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InferStreamResponse) GetRequestId() string {
@@ -730,6 +1097,13 @@ func (x *InferStreamResponse) GetTiming() *Timing {
 	return nil
 }
 
+func (x *InferStreamResponse) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
 // ModelCapabilities describe what a model and its backend can do.
 type ModelCapabilities struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -746,13 +1120,19 @@ type ModelCapabilities struct {
 	ContextLength uint32 `protobuf:"varint,5,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
 	// The largest max_tokens a request may ask for; 0 if unknown.
 	MaxOutputTokens uint32 `protobuf:"varint,6,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Whether the model takes chat messages (it has a chat template).
+	Chat bool `protobuf:"varint,7,opt,name=chat,proto3" json:"chat,omitempty"`
+	// Whether the model returns log-probabilities (parameters.logprobs).
+	Logprobs bool `protobuf:"varint,8,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// Whether the model takes an output constraint (parameters.constraint).
+	ConstrainedOutput bool `protobuf:"varint,9,opt,name=constrained_output,json=constrainedOutput,proto3" json:"constrained_output,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ModelCapabilities) Reset() {
 	*x = ModelCapabilities{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[7]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +1144,7 @@ func (x *ModelCapabilities) String() string {
 func (*ModelCapabilities) ProtoMessage() {}
 
 func (x *ModelCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[7]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +1157,7 @@ func (x *ModelCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCapabilities.ProtoReflect.Descriptor instead.
 func (*ModelCapabilities) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{7}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ModelCapabilities) GetStreaming() bool {
@@ -822,6 +1202,27 @@ func (x *ModelCapabilities) GetMaxOutputTokens() uint32 {
 	return 0
 }
 
+func (x *ModelCapabilities) GetChat() bool {
+	if x != nil {
+		return x.Chat
+	}
+	return false
+}
+
+func (x *ModelCapabilities) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *ModelCapabilities) GetConstrainedOutput() bool {
+	if x != nil {
+		return x.ConstrainedOutput
+	}
+	return false
+}
+
 // ModelStatus is a configured model and its state.
 type ModelStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -841,7 +1242,7 @@ type ModelStatus struct {
 
 func (x *ModelStatus) Reset() {
 	*x = ModelStatus{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[8]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1254,7 @@ func (x *ModelStatus) String() string {
 func (*ModelStatus) ProtoMessage() {}
 
 func (x *ModelStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[8]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1267,7 @@ func (x *ModelStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatus.ProtoReflect.Descriptor instead.
 func (*ModelStatus) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{8}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ModelStatus) GetName() string {
@@ -915,7 +1316,7 @@ type LoadModelRequest struct {
 
 func (x *LoadModelRequest) Reset() {
 	*x = LoadModelRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[9]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1328,7 @@ func (x *LoadModelRequest) String() string {
 func (*LoadModelRequest) ProtoMessage() {}
 
 func (x *LoadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[9]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1341,7 @@ func (x *LoadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelRequest.ProtoReflect.Descriptor instead.
 func (*LoadModelRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{9}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LoadModelRequest) GetModel() string {
@@ -961,7 +1362,7 @@ type LoadModelResponse struct {
 
 func (x *LoadModelResponse) Reset() {
 	*x = LoadModelResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[10]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1374,7 @@ func (x *LoadModelResponse) String() string {
 func (*LoadModelResponse) ProtoMessage() {}
 
 func (x *LoadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[10]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1387,7 @@ func (x *LoadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelResponse.ProtoReflect.Descriptor instead.
 func (*LoadModelResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{10}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LoadModelResponse) GetModel() *ModelStatus {
@@ -1007,7 +1408,7 @@ type UnloadModelRequest struct {
 
 func (x *UnloadModelRequest) Reset() {
 	*x = UnloadModelRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[11]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1420,7 @@ func (x *UnloadModelRequest) String() string {
 func (*UnloadModelRequest) ProtoMessage() {}
 
 func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[11]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1433,7 @@ func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelRequest.ProtoReflect.Descriptor instead.
 func (*UnloadModelRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{11}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UnloadModelRequest) GetModel() string {
@@ -1053,7 +1454,7 @@ type UnloadModelResponse struct {
 
 func (x *UnloadModelResponse) Reset() {
 	*x = UnloadModelResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[12]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1466,7 @@ func (x *UnloadModelResponse) String() string {
 func (*UnloadModelResponse) ProtoMessage() {}
 
 func (x *UnloadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[12]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1479,7 @@ func (x *UnloadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelResponse.ProtoReflect.Descriptor instead.
 func (*UnloadModelResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{12}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UnloadModelResponse) GetModel() *ModelStatus {
@@ -1097,7 +1498,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1510,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1523,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{13}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{17}
 }
 
 // ListModelsResponse holds every configured model.
@@ -1136,7 +1537,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1549,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1562,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{14}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelStatus {
@@ -1182,7 +1583,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1595,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1608,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{15}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HealthRequest) GetModel() string {
@@ -1245,7 +1646,7 @@ type ModelHealth struct {
 
 func (x *ModelHealth) Reset() {
 	*x = ModelHealth{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1658,7 @@ func (x *ModelHealth) String() string {
 func (*ModelHealth) ProtoMessage() {}
 
 func (x *ModelHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1671,7 @@ func (x *ModelHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelHealth.ProtoReflect.Descriptor instead.
 func (*ModelHealth) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{16}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ModelHealth) GetName() string {
@@ -1351,7 +1752,7 @@ type BackendHealth struct {
 
 func (x *BackendHealth) Reset() {
 	*x = BackendHealth{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1764,7 @@ func (x *BackendHealth) String() string {
 func (*BackendHealth) ProtoMessage() {}
 
 func (x *BackendHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1777,7 @@ func (x *BackendHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendHealth.ProtoReflect.Descriptor instead.
 func (*BackendHealth) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{17}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BackendHealth) GetName() string {
@@ -1416,7 +1817,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1829,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1842,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{18}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HealthResponse) GetServing() bool {
@@ -1465,11 +1866,140 @@ func (x *HealthResponse) GetBackends() []*BackendHealth {
 	return nil
 }
 
+// TokenizeRequest names a model and the text to tokenize: a prompt or chat
+// messages (exactly one of the two).
+type TokenizeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the model, as configured on the server. Required.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The text to tokenize, as the model would see it for Infer's prompt.
+	Prompt string `protobuf:"bytes,2,opt,name=prompt,proto3" json:"prompt,omitempty"`
+	// Chat messages, rendered with the model's chat template first.
+	Messages      []*ChatMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenizeRequest) Reset() {
+	*x = TokenizeRequest{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeRequest) ProtoMessage() {}
+
+func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
+func (*TokenizeRequest) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TokenizeRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *TokenizeRequest) GetPrompt() string {
+	if x != nil {
+		return x.Prompt
+	}
+	return ""
+}
+
+func (x *TokenizeRequest) GetMessages() []*ChatMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// TokenizeResponse holds the tokens the model sees.
+type TokenizeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token ids, in order.
+	TokenIds []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// How many there are; compare with ModelCapabilities.context_length.
+	Count uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// For messages: the prompt the chat template rendered. Empty for a prompt.
+	RenderedPrompt string `protobuf:"bytes,3,opt,name=rendered_prompt,json=renderedPrompt,proto3" json:"rendered_prompt,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TokenizeResponse) Reset() {
+	*x = TokenizeResponse{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenizeResponse) ProtoMessage() {}
+
+func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
+func (*TokenizeResponse) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TokenizeResponse) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *TokenizeResponse) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *TokenizeResponse) GetRenderedPrompt() string {
+	if x != nil {
+		return x.RenderedPrompt
+	}
+	return ""
+}
+
 var File_inferwire_v1_inference_proto protoreflect.FileDescriptor
 
 const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\"\xfe\x01\n" +
+	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\"\xa5\x03\n" +
 	"\x14GenerationParameters\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
@@ -1477,12 +2007,38 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x05top_p\x18\x03 \x01(\x02H\x02R\x04topP\x88\x01\x01\x12\x18\n" +
 	"\x05top_k\x18\x04 \x01(\x05H\x03R\x04topK\x88\x01\x01\x12\x17\n" +
 	"\x04seed\x18\x05 \x01(\rH\x04R\x04seed\x88\x01\x01\x12\x12\n" +
-	"\x04stop\x18\x06 \x03(\tR\x04stopB\r\n" +
+	"\x04stop\x18\x06 \x03(\tR\x04stop\x12\x1f\n" +
+	"\blogprobs\x18\a \x01(\bH\x05R\blogprobs\x88\x01\x01\x12&\n" +
+	"\ftop_logprobs\x18\b \x01(\rH\x06R\vtopLogprobs\x88\x01\x01\x12>\n" +
+	"\n" +
+	"constraint\x18\t \x01(\v2\x1e.inferwire.v1.OutputConstraintR\n" +
+	"constraintB\r\n" +
 	"\v_max_tokensB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\b\n" +
 	"\x06_top_kB\a\n" +
-	"\x05_seed\"\xb9\x01\n" +
+	"\x05_seedB\v\n" +
+	"\t_logprobsB\x0f\n" +
+	"\r_top_logprobs\"z\n" +
+	"\x10OutputConstraint\x12!\n" +
+	"\vjson_schema\x18\x01 \x01(\tH\x00R\n" +
+	"jsonSchema\x12\x16\n" +
+	"\x05regex\x18\x02 \x01(\tH\x00R\x05regex\x12#\n" +
+	"\flark_grammar\x18\x03 \x01(\tH\x00R\vlarkGrammarB\x06\n" +
+	"\x04kind\";\n" +
+	"\vChatMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\"W\n" +
+	"\n" +
+	"TopLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x19\n" +
+	"\btoken_id\x18\x02 \x01(\rR\atokenId\x12\x18\n" +
+	"\alogprob\x18\x03 \x01(\x02R\alogprob\"\x85\x01\n" +
+	"\fTokenLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x19\n" +
+	"\btoken_id\x18\x02 \x01(\rR\atokenId\x12\x18\n" +
+	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12*\n" +
+	"\x03top\x18\x04 \x03(\v2\x18.inferwire.v1.TopLogprobR\x03top\"\xf0\x01\n" +
 	"\fInferRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\x18\n" +
@@ -1491,14 +2047,15 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"parameters\x18\x04 \x01(\v2\".inferwire.v1.GenerationParametersR\n" +
 	"parameters\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"Y\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x125\n" +
+	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\"Y\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\"r\n" +
 	"\x06Timing\x12\x19\n" +
 	"\bqueue_ms\x18\x01 \x01(\x01R\aqueueMs\x122\n" +
 	"\x16time_to_first_token_ms\x18\x02 \x01(\x01R\x12timeToFirstTokenMs\x12\x19\n" +
-	"\btotal_ms\x18\x03 \x01(\x01R\atotalMs\"\x8c\x02\n" +
+	"\btotal_ms\x18\x03 \x01(\x01R\atotalMs\"\xc4\x02\n" +
 	"\rInferResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -1507,7 +2064,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x04text\x18\x04 \x01(\tR\x04text\x12?\n" +
 	"\rfinish_reason\x18\x05 \x01(\x0e2\x1a.inferwire.v1.FinishReasonR\ffinishReason\x12)\n" +
 	"\x05usage\x18\x06 \x01(\v2\x13.inferwire.v1.UsageR\x05usage\x12,\n" +
-	"\x06timing\x18\a \x01(\v2\x14.inferwire.v1.TimingR\x06timing\"\xbf\x01\n" +
+	"\x06timing\x18\a \x01(\v2\x14.inferwire.v1.TimingR\x06timing\x126\n" +
+	"\blogprobs\x18\b \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\"\xf6\x01\n" +
 	"\x12InferStreamRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\x18\n" +
@@ -1516,7 +2074,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"parameters\x18\x04 \x01(\v2\".inferwire.v1.GenerationParametersR\n" +
 	"parameters\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\tR\trequestId\"\xf8\x01\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x125\n" +
+	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\"\xb0\x02\n" +
 	"\x13InferStreamResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -1524,7 +2083,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12?\n" +
 	"\rfinish_reason\x18\x04 \x01(\x0e2\x1a.inferwire.v1.FinishReasonR\ffinishReason\x12)\n" +
 	"\x05usage\x18\x05 \x01(\v2\x13.inferwire.v1.UsageR\x05usage\x12,\n" +
-	"\x06timing\x18\x06 \x01(\v2\x14.inferwire.v1.TimingR\x06timing\"\xee\x01\n" +
+	"\x06timing\x18\x06 \x01(\v2\x14.inferwire.v1.TimingR\x06timing\x126\n" +
+	"\blogprobs\x18\a \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\"\xcd\x02\n" +
 	"\x11ModelCapabilities\x12\x1c\n" +
 	"\tstreaming\x18\x01 \x01(\bR\tstreaming\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\rR\x0emaxConcurrency\x12\x1f\n" +
@@ -1534,7 +2094,10 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"modalities\x18\x04 \x03(\tR\n" +
 	"modalities\x12%\n" +
 	"\x0econtext_length\x18\x05 \x01(\rR\rcontextLength\x12*\n" +
-	"\x11max_output_tokens\x18\x06 \x01(\rR\x0fmaxOutputTokens\"\xc8\x01\n" +
+	"\x11max_output_tokens\x18\x06 \x01(\rR\x0fmaxOutputTokens\x12\x12\n" +
+	"\x04chat\x18\a \x01(\bR\x04chat\x12\x1a\n" +
+	"\blogprobs\x18\b \x01(\bR\blogprobs\x12-\n" +
+	"\x12constrained_output\x18\t \x01(\bR\x11constrainedOutput\"\xc8\x01\n" +
 	"\vModelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12.\n" +
@@ -1571,7 +2134,15 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x0eHealthResponse\x12\x18\n" +
 	"\aserving\x18\x01 \x01(\bR\aserving\x121\n" +
 	"\x06models\x18\x02 \x03(\v2\x19.inferwire.v1.ModelHealthR\x06models\x127\n" +
-	"\bbackends\x18\x03 \x03(\v2\x1b.inferwire.v1.BackendHealthR\bbackends*\x80\x01\n" +
+	"\bbackends\x18\x03 \x03(\v2\x1b.inferwire.v1.BackendHealthR\bbackends\"v\n" +
+	"\x0fTokenizeRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
+	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x125\n" +
+	"\bmessages\x18\x03 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\"n\n" +
+	"\x10TokenizeResponse\x12\x1b\n" +
+	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12'\n" +
+	"\x0frendered_prompt\x18\x03 \x01(\tR\x0erenderedPrompt*\x80\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x1f\n" +
@@ -1584,7 +2155,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x13MODEL_STATE_LOADING\x10\x02\x12\x15\n" +
 	"\x11MODEL_STATE_READY\x10\x03\x12\x19\n" +
 	"\x15MODEL_STATE_UNLOADING\x10\x04\x12\x16\n" +
-	"\x12MODEL_STATE_FAILED\x10\x052\xe2\x03\n" +
+	"\x12MODEL_STATE_FAILED\x10\x052\xad\x04\n" +
 	"\x10InferenceService\x12L\n" +
 	"\tLoadModel\x12\x1e.inferwire.v1.LoadModelRequest\x1a\x1f.inferwire.v1.LoadModelResponse\x12R\n" +
 	"\vUnloadModel\x12 .inferwire.v1.UnloadModelRequest\x1a!.inferwire.v1.UnloadModelResponse\x12@\n" +
@@ -1592,7 +2163,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\vInferStream\x12 .inferwire.v1.InferStreamRequest\x1a!.inferwire.v1.InferStreamResponse0\x01\x12C\n" +
 	"\x06Health\x12\x1b.inferwire.v1.HealthRequest\x1a\x1c.inferwire.v1.HealthResponse\x12O\n" +
 	"\n" +
-	"ListModels\x12\x1f.inferwire.v1.ListModelsRequest\x1a .inferwire.v1.ListModelsResponseBh\n" +
+	"ListModels\x12\x1f.inferwire.v1.ListModelsRequest\x1a .inferwire.v1.ListModelsResponse\x12I\n" +
+	"\bTokenize\x12\x1d.inferwire.v1.TokenizeRequest\x1a\x1e.inferwire.v1.TokenizeResponseBh\n" +
 	"\x10dev.inferwire.v1B\x0eInferenceProtoP\x01ZBgithub.com/inferwire/inferwire/clients/go/inferwire/v1;inferwirev1b\x06proto3"
 
 var (
@@ -1608,64 +2180,79 @@ func file_inferwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_inferwire_v1_inference_proto_goTypes = []any{
 	(FinishReason)(0),            // 0: inferwire.v1.FinishReason
 	(ModelState)(0),              // 1: inferwire.v1.ModelState
 	(*GenerationParameters)(nil), // 2: inferwire.v1.GenerationParameters
-	(*InferRequest)(nil),         // 3: inferwire.v1.InferRequest
-	(*Usage)(nil),                // 4: inferwire.v1.Usage
-	(*Timing)(nil),               // 5: inferwire.v1.Timing
-	(*InferResponse)(nil),        // 6: inferwire.v1.InferResponse
-	(*InferStreamRequest)(nil),   // 7: inferwire.v1.InferStreamRequest
-	(*InferStreamResponse)(nil),  // 8: inferwire.v1.InferStreamResponse
-	(*ModelCapabilities)(nil),    // 9: inferwire.v1.ModelCapabilities
-	(*ModelStatus)(nil),          // 10: inferwire.v1.ModelStatus
-	(*LoadModelRequest)(nil),     // 11: inferwire.v1.LoadModelRequest
-	(*LoadModelResponse)(nil),    // 12: inferwire.v1.LoadModelResponse
-	(*UnloadModelRequest)(nil),   // 13: inferwire.v1.UnloadModelRequest
-	(*UnloadModelResponse)(nil),  // 14: inferwire.v1.UnloadModelResponse
-	(*ListModelsRequest)(nil),    // 15: inferwire.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),   // 16: inferwire.v1.ListModelsResponse
-	(*HealthRequest)(nil),        // 17: inferwire.v1.HealthRequest
-	(*ModelHealth)(nil),          // 18: inferwire.v1.ModelHealth
-	(*BackendHealth)(nil),        // 19: inferwire.v1.BackendHealth
-	(*HealthResponse)(nil),       // 20: inferwire.v1.HealthResponse
+	(*OutputConstraint)(nil),     // 3: inferwire.v1.OutputConstraint
+	(*ChatMessage)(nil),          // 4: inferwire.v1.ChatMessage
+	(*TopLogprob)(nil),           // 5: inferwire.v1.TopLogprob
+	(*TokenLogprob)(nil),         // 6: inferwire.v1.TokenLogprob
+	(*InferRequest)(nil),         // 7: inferwire.v1.InferRequest
+	(*Usage)(nil),                // 8: inferwire.v1.Usage
+	(*Timing)(nil),               // 9: inferwire.v1.Timing
+	(*InferResponse)(nil),        // 10: inferwire.v1.InferResponse
+	(*InferStreamRequest)(nil),   // 11: inferwire.v1.InferStreamRequest
+	(*InferStreamResponse)(nil),  // 12: inferwire.v1.InferStreamResponse
+	(*ModelCapabilities)(nil),    // 13: inferwire.v1.ModelCapabilities
+	(*ModelStatus)(nil),          // 14: inferwire.v1.ModelStatus
+	(*LoadModelRequest)(nil),     // 15: inferwire.v1.LoadModelRequest
+	(*LoadModelResponse)(nil),    // 16: inferwire.v1.LoadModelResponse
+	(*UnloadModelRequest)(nil),   // 17: inferwire.v1.UnloadModelRequest
+	(*UnloadModelResponse)(nil),  // 18: inferwire.v1.UnloadModelResponse
+	(*ListModelsRequest)(nil),    // 19: inferwire.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),   // 20: inferwire.v1.ListModelsResponse
+	(*HealthRequest)(nil),        // 21: inferwire.v1.HealthRequest
+	(*ModelHealth)(nil),          // 22: inferwire.v1.ModelHealth
+	(*BackendHealth)(nil),        // 23: inferwire.v1.BackendHealth
+	(*HealthResponse)(nil),       // 24: inferwire.v1.HealthResponse
+	(*TokenizeRequest)(nil),      // 25: inferwire.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),     // 26: inferwire.v1.TokenizeResponse
 }
 var file_inferwire_v1_inference_proto_depIdxs = []int32{
-	2,  // 0: inferwire.v1.InferRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	0,  // 1: inferwire.v1.InferResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	4,  // 2: inferwire.v1.InferResponse.usage:type_name -> inferwire.v1.Usage
-	5,  // 3: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
-	2,  // 4: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	0,  // 5: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	4,  // 6: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
-	5,  // 7: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
-	1,  // 8: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
-	9,  // 9: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
-	10, // 10: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	10, // 11: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	10, // 12: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
-	1,  // 13: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
-	18, // 14: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
-	19, // 15: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
-	11, // 16: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
-	13, // 17: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
-	3,  // 18: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
-	7,  // 19: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
-	17, // 20: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
-	15, // 21: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
-	12, // 22: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
-	14, // 23: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
-	6,  // 24: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
-	8,  // 25: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
-	20, // 26: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
-	16, // 27: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	3,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
+	5,  // 1: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
+	2,  // 2: inferwire.v1.InferRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	4,  // 3: inferwire.v1.InferRequest.messages:type_name -> inferwire.v1.ChatMessage
+	0,  // 4: inferwire.v1.InferResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	8,  // 5: inferwire.v1.InferResponse.usage:type_name -> inferwire.v1.Usage
+	9,  // 6: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
+	6,  // 7: inferwire.v1.InferResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	2,  // 8: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	4,  // 9: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
+	0,  // 10: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	8,  // 11: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
+	9,  // 12: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
+	6,  // 13: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	1,  // 14: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
+	13, // 15: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
+	14, // 16: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	14, // 17: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	14, // 18: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
+	1,  // 19: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
+	22, // 20: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
+	23, // 21: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
+	4,  // 22: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
+	15, // 23: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
+	17, // 24: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
+	7,  // 25: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
+	11, // 26: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
+	21, // 27: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
+	19, // 28: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
+	25, // 29: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
+	16, // 30: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
+	18, // 31: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
+	10, // 32: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
+	12, // 33: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
+	24, // 34: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
+	20, // 35: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
+	26, // 36: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_inferwire_v1_inference_proto_init() }
@@ -1674,13 +2261,18 @@ func file_inferwire_v1_inference_proto_init() {
 		return
 	}
 	file_inferwire_v1_inference_proto_msgTypes[0].OneofWrappers = []any{}
+	file_inferwire_v1_inference_proto_msgTypes[1].OneofWrappers = []any{
+		(*OutputConstraint_JsonSchema)(nil),
+		(*OutputConstraint_Regex)(nil),
+		(*OutputConstraint_LarkGrammar)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inferwire_v1_inference_proto_rawDesc), len(file_inferwire_v1_inference_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,7 @@ const (
 	InferenceService_InferStream_FullMethodName = "/inferwire.v1.InferenceService/InferStream"
 	InferenceService_Health_FullMethodName      = "/inferwire.v1.InferenceService/Health"
 	InferenceService_ListModels_FullMethodName  = "/inferwire.v1.InferenceService/ListModels"
+	InferenceService_Tokenize_FullMethodName    = "/inferwire.v1.InferenceService/Tokenize"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -63,6 +64,11 @@ type InferenceServiceClient interface {
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
 	// ListModels lists every configured model and its current state.
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// Tokenize returns the token ids the model sees for a prompt, or for chat
+	// messages rendered with the model's chat template, so that clients can
+	// count tokens against the context window before they send. It needs the
+	// same scope as Infer.
+	Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error)
 }
 
 type inferenceServiceClient struct {
@@ -142,6 +148,16 @@ func (c *inferenceServiceClient) ListModels(ctx context.Context, in *ListModelsR
 	return out, nil
 }
 
+func (c *inferenceServiceClient) Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TokenizeResponse)
+	err := c.cc.Invoke(ctx, InferenceService_Tokenize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -170,6 +186,11 @@ type InferenceServiceServer interface {
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
 	// ListModels lists every configured model and its current state.
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// Tokenize returns the token ids the model sees for a prompt, or for chat
+	// messages rendered with the model's chat template, so that clients can
+	// count tokens against the context window before they send. It needs the
+	// same scope as Infer.
+	Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -197,6 +218,9 @@ func (UnimplementedInferenceServiceServer) Health(context.Context, *HealthReques
 }
 func (UnimplementedInferenceServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedInferenceServiceServer) Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Tokenize not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -320,6 +344,24 @@ func _InferenceService_ListModels_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_Tokenize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TokenizeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).Tokenize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_Tokenize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).Tokenize(ctx, req.(*TokenizeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -346,6 +388,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _InferenceService_ListModels_Handler,
+		},
+		{
+			MethodName: "Tokenize",
+			Handler:    _InferenceService_Tokenize_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

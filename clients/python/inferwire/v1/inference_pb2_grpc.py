@@ -65,6 +65,11 @@ class InferenceServiceStub:
                 request_serializer=inferwire_dot_v1_dot_inference__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=inferwire_dot_v1_dot_inference__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.Tokenize = channel.unary_unary(
+                '/inferwire.v1.InferenceService/Tokenize',
+                request_serializer=inferwire_dot_v1_dot_inference__pb2.TokenizeRequest.SerializeToString,
+                response_deserializer=inferwire_dot_v1_dot_inference__pb2.TokenizeResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -123,6 +128,16 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Tokenize(self, request, context):
+        """Tokenize returns the token ids the model sees for a prompt, or for chat
+        messages rendered with the model's chat template, so that clients can
+        count tokens against the context window before they send. It needs the
+        same scope as Infer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -155,6 +170,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=inferwire_dot_v1_dot_inference__pb2.ListModelsRequest.FromString,
                     response_serializer=inferwire_dot_v1_dot_inference__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'Tokenize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Tokenize,
+                    request_deserializer=inferwire_dot_v1_dot_inference__pb2.TokenizeRequest.FromString,
+                    response_serializer=inferwire_dot_v1_dot_inference__pb2.TokenizeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -320,6 +340,33 @@ class InferenceService:
             '/inferwire.v1.InferenceService/ListModels',
             inferwire_dot_v1_dot_inference__pb2.ListModelsRequest.SerializeToString,
             inferwire_dot_v1_dot_inference__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Tokenize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inferwire.v1.InferenceService/Tokenize',
+            inferwire_dot_v1_dot_inference__pb2.TokenizeRequest.SerializeToString,
+            inferwire_dot_v1_dot_inference__pb2.TokenizeResponse.FromString,
             options,
             channel_credentials,
             insecure,

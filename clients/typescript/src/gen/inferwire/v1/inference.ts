@@ -193,13 +193,90 @@ export interface GenerationParameters {
    * non-empty. The stop string itself is not returned.
    */
   stop: string[];
+  /**
+   * Return, for every generated token, its text, id and log-probability.
+   * The log-probabilities are those of the distribution each token was chosen
+   * from: after the penalties the model's configuration applies (for example
+   * a repetition penalty) and after temperature. Under greedy decoding the
+   * chosen token is therefore always the most likely alternative. Models
+   * whose capabilities say logprobs = false refuse it (INVALID_ARGUMENT).
+   */
+  logprobs?:
+    | boolean
+    | undefined;
+  /**
+   * With logprobs, also return this many most likely alternatives for every
+   * token, most likely first. 0 to 20.
+   */
+  topLogprobs?:
+    | number
+    | undefined;
+  /**
+   * Constrain the output to a JSON schema, a regular expression or a Lark
+   * grammar. Models whose capabilities say constrained_output = false refuse
+   * it (INVALID_ARGUMENT).
+   */
+  constraint: OutputConstraint | undefined;
+}
+
+/** OutputConstraint restricts what the model may generate. */
+export interface OutputConstraint {
+  /**
+   * A JSON Schema, as a JSON string: the output is a JSON document that
+   * validates against it.
+   */
+  jsonSchema?:
+    | string
+    | undefined;
+  /** A regular expression that the whole output matches. */
+  regex?:
+    | string
+    | undefined;
+  /** A Lark grammar (llguidance's dialect) whose start rule the output matches. */
+  larkGrammar?: string | undefined;
+}
+
+/**
+ * ChatMessage is one turn of a conversation. The model's chat template turns
+ * the messages into the prompt the model sees.
+ */
+export interface ChatMessage {
+  /** "system", "user" or "assistant". */
+  role: string;
+  /** The turn's text. */
+  content: string;
+}
+
+/** TopLogprob is one of the most likely alternatives for a generated token. */
+export interface TopLogprob {
+  /** The alternative's text. */
+  token: string;
+  /** The alternative's token id. */
+  tokenId: number;
+  /** Its natural-log probability (<= 0). */
+  logprob: number;
+}
+
+/** TokenLogprob is one generated token and its log-probability. */
+export interface TokenLogprob {
+  /**
+   * The token's text. A token that is part of a multi-byte character may
+   * have text that is not valid on its own; its bytes are replaced.
+   */
+  token: string;
+  /** The token's id. */
+  tokenId: number;
+  /** Its natural-log probability (<= 0). */
+  logprob: number;
+  /** The parameters.top_logprobs most likely alternatives, most likely first. */
+  top: TopLogprob[];
 }
 
 /** InferRequest asks for one completion, returned in a single response. */
 export interface InferRequest {
   /** Name of the model, as configured on the server. Required. */
   model: string;
-  /** The prompt text. Required and non-empty. */
+  /** The prompt text. Set exactly one of prompt and messages. */
   prompt: string;
   /**
    * Source passages that the model's prompt template puts before the prompt,
@@ -215,6 +292,13 @@ export interface InferRequest {
    * and echoes it in the response.
    */
   requestId: string;
+  /**
+   * Chat messages, the alternative to prompt: set exactly one of the two.
+   * The model's chat template renders them, with the opening of the
+   * assistant's reply, into the prompt the model sees. Models whose
+   * capabilities say chat = false refuse them (FAILED_PRECONDITION).
+   */
+  messages: ChatMessage[];
 }
 
 /** Usage counts the tokens a request consumed. */
@@ -252,7 +336,11 @@ export interface InferResponse {
     | Usage
     | undefined;
   /** Latency breakdown. */
-  timing: Timing | undefined;
+  timing:
+    | Timing
+    | undefined;
+  /** With parameters.logprobs: one entry per generated token, in order. */
+  logprobs: TokenLogprob[];
 }
 
 /**
@@ -262,7 +350,7 @@ export interface InferResponse {
 export interface InferStreamRequest {
   /** Name of the model, as configured on the server. Required. */
   model: string;
-  /** The prompt text. Required and non-empty. */
+  /** The prompt text. Set exactly one of prompt and messages. */
   prompt: string;
   /**
    * Source passages that the model's prompt template puts before the prompt,
@@ -278,6 +366,8 @@ export interface InferStreamRequest {
    * and echoes it in every message.
    */
   requestId: string;
+  /** Chat messages, the alternative to prompt: set exactly one of the two. */
+  messages: ChatMessage[];
 }
 
 /** InferStreamResponse is one piece of a streamed generation. */
@@ -298,7 +388,14 @@ export interface InferStreamResponse {
     | Usage
     | undefined;
   /** Set on the last message only: latency breakdown. */
-  timing: Timing | undefined;
+  timing:
+    | Timing
+    | undefined;
+  /**
+   * With parameters.logprobs: the tokens whose text this message carries, in
+   * order. Concatenated over the stream they equal InferResponse.logprobs.
+   */
+  logprobs: TokenLogprob[];
 }
 
 /** ModelCapabilities describe what a model and its backend can do. */
@@ -318,6 +415,12 @@ export interface ModelCapabilities {
   contextLength: number;
   /** The largest max_tokens a request may ask for; 0 if unknown. */
   maxOutputTokens: number;
+  /** Whether the model takes chat messages (it has a chat template). */
+  chat: boolean;
+  /** Whether the model returns log-probabilities (parameters.logprobs). */
+  logprobs: boolean;
+  /** Whether the model takes an output constraint (parameters.constraint). */
+  constrainedOutput: boolean;
 }
 
 /** ModelStatus is a configured model and its state. */
@@ -422,8 +525,41 @@ export interface HealthResponse {
   backends: BackendHealth[];
 }
 
+/**
+ * TokenizeRequest names a model and the text to tokenize: a prompt or chat
+ * messages (exactly one of the two).
+ */
+export interface TokenizeRequest {
+  /** Name of the model, as configured on the server. Required. */
+  model: string;
+  /** The text to tokenize, as the model would see it for Infer's prompt. */
+  prompt: string;
+  /** Chat messages, rendered with the model's chat template first. */
+  messages: ChatMessage[];
+}
+
+/** TokenizeResponse holds the tokens the model sees. */
+export interface TokenizeResponse {
+  /** The token ids, in order. */
+  tokenIds: number[];
+  /** How many there are; compare with ModelCapabilities.context_length. */
+  count: number;
+  /** For messages: the prompt the chat template rendered. Empty for a prompt. */
+  renderedPrompt: string;
+}
+
 function createBaseGenerationParameters(): GenerationParameters {
-  return { maxTokens: undefined, temperature: undefined, topP: undefined, topK: undefined, seed: undefined, stop: [] };
+  return {
+    maxTokens: undefined,
+    temperature: undefined,
+    topP: undefined,
+    topK: undefined,
+    seed: undefined,
+    stop: [],
+    logprobs: undefined,
+    topLogprobs: undefined,
+    constraint: undefined,
+  };
 }
 
 export const GenerationParameters: MessageFns<GenerationParameters> = {
@@ -445,6 +581,15 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     }
     for (const v of message.stop) {
       writer.uint32(50).string(v!);
+    }
+    if (message.logprobs !== undefined) {
+      writer.uint32(56).bool(message.logprobs);
+    }
+    if (message.topLogprobs !== undefined) {
+      writer.uint32(64).uint32(message.topLogprobs);
+    }
+    if (message.constraint !== undefined) {
+      OutputConstraint.encode(message.constraint, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -510,6 +655,30 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
             message.stop.push(reader.string());
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.logprobs = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.topLogprobs = reader.uint32();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.constraint = OutputConstraint.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -542,6 +711,13 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
         : undefined,
       seed: isSet(object.seed) ? globalThis.Number(object.seed) : undefined,
       stop: globalThis.Array.isArray(object?.stop) ? object.stop.map((e: any) => globalThis.String(e)) : [],
+      logprobs: isSet(object.logprobs) ? globalThis.Boolean(object.logprobs) : undefined,
+      topLogprobs: isSet(object.topLogprobs)
+        ? globalThis.Number(object.topLogprobs)
+        : isSet(object.top_logprobs)
+        ? globalThis.Number(object.top_logprobs)
+        : undefined,
+      constraint: isSet(object.constraint) ? OutputConstraint.fromJSON(object.constraint) : undefined,
     };
   },
 
@@ -565,6 +741,15 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     if (message.stop?.length) {
       obj.stop = message.stop;
     }
+    if (message.logprobs !== undefined) {
+      obj.logprobs = message.logprobs;
+    }
+    if (message.topLogprobs !== undefined) {
+      obj.topLogprobs = Math.round(message.topLogprobs);
+    }
+    if (message.constraint !== undefined) {
+      obj.constraint = OutputConstraint.toJSON(message.constraint);
+    }
     return obj;
   },
 
@@ -579,12 +764,437 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     message.topK = object.topK ?? undefined;
     message.seed = object.seed ?? undefined;
     message.stop = object.stop?.map((e) => e) || [];
+    message.logprobs = object.logprobs ?? undefined;
+    message.topLogprobs = object.topLogprobs ?? undefined;
+    message.constraint = (object.constraint !== undefined && object.constraint !== null)
+      ? OutputConstraint.fromPartial(object.constraint)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseOutputConstraint(): OutputConstraint {
+  return { jsonSchema: undefined, regex: undefined, larkGrammar: undefined };
+}
+
+export const OutputConstraint: MessageFns<OutputConstraint> = {
+  encode(message: OutputConstraint, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.jsonSchema !== undefined) {
+      writer.uint32(10).string(message.jsonSchema);
+    }
+    if (message.regex !== undefined) {
+      writer.uint32(18).string(message.regex);
+    }
+    if (message.larkGrammar !== undefined) {
+      writer.uint32(26).string(message.larkGrammar);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): OutputConstraint {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOutputConstraint();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jsonSchema = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.regex = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.larkGrammar = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): OutputConstraint {
+    return {
+      jsonSchema: isSet(object.jsonSchema)
+        ? globalThis.String(object.jsonSchema)
+        : isSet(object.json_schema)
+        ? globalThis.String(object.json_schema)
+        : undefined,
+      regex: isSet(object.regex) ? globalThis.String(object.regex) : undefined,
+      larkGrammar: isSet(object.larkGrammar)
+        ? globalThis.String(object.larkGrammar)
+        : isSet(object.lark_grammar)
+        ? globalThis.String(object.lark_grammar)
+        : undefined,
+    };
+  },
+
+  toJSON(message: OutputConstraint): unknown {
+    const obj: any = {};
+    if (message.jsonSchema !== undefined) {
+      obj.jsonSchema = message.jsonSchema;
+    }
+    if (message.regex !== undefined) {
+      obj.regex = message.regex;
+    }
+    if (message.larkGrammar !== undefined) {
+      obj.larkGrammar = message.larkGrammar;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<OutputConstraint>, I>>(base?: I): OutputConstraint {
+    return OutputConstraint.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<OutputConstraint>, I>>(object: I): OutputConstraint {
+    const message = createBaseOutputConstraint();
+    message.jsonSchema = object.jsonSchema ?? undefined;
+    message.regex = object.regex ?? undefined;
+    message.larkGrammar = object.larkGrammar ?? undefined;
+    return message;
+  },
+};
+
+function createBaseChatMessage(): ChatMessage {
+  return { role: "", content: "" };
+}
+
+export const ChatMessage: MessageFns<ChatMessage> = {
+  encode(message: ChatMessage, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.role !== "") {
+      writer.uint32(10).string(message.role);
+    }
+    if (message.content !== "") {
+      writer.uint32(18).string(message.content);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ChatMessage {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseChatMessage();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.role = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.content = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ChatMessage {
+    return {
+      role: isSet(object.role) ? globalThis.String(object.role) : "",
+      content: isSet(object.content) ? globalThis.String(object.content) : "",
+    };
+  },
+
+  toJSON(message: ChatMessage): unknown {
+    const obj: any = {};
+    if (message.role !== "") {
+      obj.role = message.role;
+    }
+    if (message.content !== "") {
+      obj.content = message.content;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ChatMessage>, I>>(base?: I): ChatMessage {
+    return ChatMessage.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ChatMessage>, I>>(object: I): ChatMessage {
+    const message = createBaseChatMessage();
+    message.role = object.role ?? "";
+    message.content = object.content ?? "";
+    return message;
+  },
+};
+
+function createBaseTopLogprob(): TopLogprob {
+  return { token: "", tokenId: 0, logprob: 0 };
+}
+
+export const TopLogprob: MessageFns<TopLogprob> = {
+  encode(message: TopLogprob, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.token !== "") {
+      writer.uint32(10).string(message.token);
+    }
+    if (message.tokenId !== 0) {
+      writer.uint32(16).uint32(message.tokenId);
+    }
+    if (message.logprob !== 0) {
+      writer.uint32(29).float(message.logprob);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TopLogprob {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTopLogprob();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.tokenId = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 29) {
+              break;
+            }
+
+            message.logprob = reader.float();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TopLogprob {
+    return {
+      token: isSet(object.token) ? globalThis.String(object.token) : "",
+      tokenId: isSet(object.tokenId)
+        ? globalThis.Number(object.tokenId)
+        : isSet(object.token_id)
+        ? globalThis.Number(object.token_id)
+        : 0,
+      logprob: isSet(object.logprob) ? globalThis.Number(object.logprob) : 0,
+    };
+  },
+
+  toJSON(message: TopLogprob): unknown {
+    const obj: any = {};
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    if (message.tokenId !== 0) {
+      obj.tokenId = Math.round(message.tokenId);
+    }
+    if (message.logprob !== 0) {
+      obj.logprob = floatToJson(message.logprob);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TopLogprob>, I>>(base?: I): TopLogprob {
+    return TopLogprob.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TopLogprob>, I>>(object: I): TopLogprob {
+    const message = createBaseTopLogprob();
+    message.token = object.token ?? "";
+    message.tokenId = object.tokenId ?? 0;
+    message.logprob = object.logprob ?? 0;
+    return message;
+  },
+};
+
+function createBaseTokenLogprob(): TokenLogprob {
+  return { token: "", tokenId: 0, logprob: 0, top: [] };
+}
+
+export const TokenLogprob: MessageFns<TokenLogprob> = {
+  encode(message: TokenLogprob, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.token !== "") {
+      writer.uint32(10).string(message.token);
+    }
+    if (message.tokenId !== 0) {
+      writer.uint32(16).uint32(message.tokenId);
+    }
+    if (message.logprob !== 0) {
+      writer.uint32(29).float(message.logprob);
+    }
+    for (const v of message.top) {
+      TopLogprob.encode(v!, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TokenLogprob {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTokenLogprob();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.token = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.tokenId = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 29) {
+              break;
+            }
+
+            message.logprob = reader.float();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.top.push(TopLogprob.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TokenLogprob {
+    return {
+      token: isSet(object.token) ? globalThis.String(object.token) : "",
+      tokenId: isSet(object.tokenId)
+        ? globalThis.Number(object.tokenId)
+        : isSet(object.token_id)
+        ? globalThis.Number(object.token_id)
+        : 0,
+      logprob: isSet(object.logprob) ? globalThis.Number(object.logprob) : 0,
+      top: globalThis.Array.isArray(object?.top) ? object.top.map((e: any) => TopLogprob.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: TokenLogprob): unknown {
+    const obj: any = {};
+    if (message.token !== "") {
+      obj.token = message.token;
+    }
+    if (message.tokenId !== 0) {
+      obj.tokenId = Math.round(message.tokenId);
+    }
+    if (message.logprob !== 0) {
+      obj.logprob = floatToJson(message.logprob);
+    }
+    if (message.top?.length) {
+      obj.top = message.top.map((e) => TopLogprob.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TokenLogprob>, I>>(base?: I): TokenLogprob {
+    return TokenLogprob.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TokenLogprob>, I>>(object: I): TokenLogprob {
+    const message = createBaseTokenLogprob();
+    message.token = object.token ?? "";
+    message.tokenId = object.tokenId ?? 0;
+    message.logprob = object.logprob ?? 0;
+    message.top = object.top?.map((e) => TopLogprob.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseInferRequest(): InferRequest {
-  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "" };
+  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "", messages: [] };
 }
 
 export const InferRequest: MessageFns<InferRequest> = {
@@ -603,6 +1213,9 @@ export const InferRequest: MessageFns<InferRequest> = {
     }
     if (message.requestId !== "") {
       writer.uint32(42).string(message.requestId);
+    }
+    for (const v of message.messages) {
+      ChatMessage.encode(v!, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -660,6 +1273,14 @@ export const InferRequest: MessageFns<InferRequest> = {
             message.requestId = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.messages.push(ChatMessage.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -683,6 +1304,9 @@ export const InferRequest: MessageFns<InferRequest> = {
         : isSet(object.request_id)
         ? globalThis.String(object.request_id)
         : "",
+      messages: globalThis.Array.isArray(object?.messages)
+        ? object.messages.map((e: any) => ChatMessage.fromJSON(e))
+        : [],
     };
   },
 
@@ -703,6 +1327,9 @@ export const InferRequest: MessageFns<InferRequest> = {
     if (message.requestId !== "") {
       obj.requestId = message.requestId;
     }
+    if (message.messages?.length) {
+      obj.messages = message.messages.map((e) => ChatMessage.toJSON(e));
+    }
     return obj;
   },
 
@@ -718,6 +1345,7 @@ export const InferRequest: MessageFns<InferRequest> = {
       ? GenerationParameters.fromPartial(object.parameters)
       : undefined;
     message.requestId = object.requestId ?? "";
+    message.messages = object.messages?.map((e) => ChatMessage.fromPartial(e)) || [];
     return message;
   },
 };
@@ -929,7 +1557,16 @@ export const Timing: MessageFns<Timing> = {
 };
 
 function createBaseInferResponse(): InferResponse {
-  return { requestId: "", model: "", backend: "", text: "", finishReason: 0, usage: undefined, timing: undefined };
+  return {
+    requestId: "",
+    model: "",
+    backend: "",
+    text: "",
+    finishReason: 0,
+    usage: undefined,
+    timing: undefined,
+    logprobs: [],
+  };
 }
 
 export const InferResponse: MessageFns<InferResponse> = {
@@ -954,6 +1591,9 @@ export const InferResponse: MessageFns<InferResponse> = {
     }
     if (message.timing !== undefined) {
       Timing.encode(message.timing, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.logprobs) {
+      TokenLogprob.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -1027,6 +1667,14 @@ export const InferResponse: MessageFns<InferResponse> = {
             message.timing = Timing.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.logprobs.push(TokenLogprob.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1056,6 +1704,9 @@ export const InferResponse: MessageFns<InferResponse> = {
         : 0,
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
       timing: isSet(object.timing) ? Timing.fromJSON(object.timing) : undefined,
+      logprobs: globalThis.Array.isArray(object?.logprobs)
+        ? object.logprobs.map((e: any) => TokenLogprob.fromJSON(e))
+        : [],
     };
   },
 
@@ -1082,6 +1733,9 @@ export const InferResponse: MessageFns<InferResponse> = {
     if (message.timing !== undefined) {
       obj.timing = Timing.toJSON(message.timing);
     }
+    if (message.logprobs?.length) {
+      obj.logprobs = message.logprobs.map((e) => TokenLogprob.toJSON(e));
+    }
     return obj;
   },
 
@@ -1099,12 +1753,13 @@ export const InferResponse: MessageFns<InferResponse> = {
     message.timing = (object.timing !== undefined && object.timing !== null)
       ? Timing.fromPartial(object.timing)
       : undefined;
+    message.logprobs = object.logprobs?.map((e) => TokenLogprob.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseInferStreamRequest(): InferStreamRequest {
-  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "" };
+  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "", messages: [] };
 }
 
 export const InferStreamRequest: MessageFns<InferStreamRequest> = {
@@ -1123,6 +1778,9 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
     }
     if (message.requestId !== "") {
       writer.uint32(42).string(message.requestId);
+    }
+    for (const v of message.messages) {
+      ChatMessage.encode(v!, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -1180,6 +1838,14 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
             message.requestId = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.messages.push(ChatMessage.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1203,6 +1869,9 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
         : isSet(object.request_id)
         ? globalThis.String(object.request_id)
         : "",
+      messages: globalThis.Array.isArray(object?.messages)
+        ? object.messages.map((e: any) => ChatMessage.fromJSON(e))
+        : [],
     };
   },
 
@@ -1223,6 +1892,9 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
     if (message.requestId !== "") {
       obj.requestId = message.requestId;
     }
+    if (message.messages?.length) {
+      obj.messages = message.messages.map((e) => ChatMessage.toJSON(e));
+    }
     return obj;
   },
 
@@ -1238,12 +1910,13 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
       ? GenerationParameters.fromPartial(object.parameters)
       : undefined;
     message.requestId = object.requestId ?? "";
+    message.messages = object.messages?.map((e) => ChatMessage.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseInferStreamResponse(): InferStreamResponse {
-  return { requestId: "", model: "", text: "", finishReason: 0, usage: undefined, timing: undefined };
+  return { requestId: "", model: "", text: "", finishReason: 0, usage: undefined, timing: undefined, logprobs: [] };
 }
 
 export const InferStreamResponse: MessageFns<InferStreamResponse> = {
@@ -1265,6 +1938,9 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
     }
     if (message.timing !== undefined) {
       Timing.encode(message.timing, writer.uint32(50).fork()).join();
+    }
+    for (const v of message.logprobs) {
+      TokenLogprob.encode(v!, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -1330,6 +2006,14 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
             message.timing = Timing.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.logprobs.push(TokenLogprob.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1358,6 +2042,9 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
         : 0,
       usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
       timing: isSet(object.timing) ? Timing.fromJSON(object.timing) : undefined,
+      logprobs: globalThis.Array.isArray(object?.logprobs)
+        ? object.logprobs.map((e: any) => TokenLogprob.fromJSON(e))
+        : [],
     };
   },
 
@@ -1381,6 +2068,9 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
     if (message.timing !== undefined) {
       obj.timing = Timing.toJSON(message.timing);
     }
+    if (message.logprobs?.length) {
+      obj.logprobs = message.logprobs.map((e) => TokenLogprob.toJSON(e));
+    }
     return obj;
   },
 
@@ -1397,6 +2087,7 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
     message.timing = (object.timing !== undefined && object.timing !== null)
       ? Timing.fromPartial(object.timing)
       : undefined;
+    message.logprobs = object.logprobs?.map((e) => TokenLogprob.fromPartial(e)) || [];
     return message;
   },
 };
@@ -1409,6 +2100,9 @@ function createBaseModelCapabilities(): ModelCapabilities {
     modalities: [],
     contextLength: 0,
     maxOutputTokens: 0,
+    chat: false,
+    logprobs: false,
+    constrainedOutput: false,
   };
 }
 
@@ -1431,6 +2125,15 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     }
     if (message.maxOutputTokens !== 0) {
       writer.uint32(48).uint32(message.maxOutputTokens);
+    }
+    if (message.chat !== false) {
+      writer.uint32(56).bool(message.chat);
+    }
+    if (message.logprobs !== false) {
+      writer.uint32(64).bool(message.logprobs);
+    }
+    if (message.constrainedOutput !== false) {
+      writer.uint32(72).bool(message.constrainedOutput);
     }
     return writer;
   },
@@ -1496,6 +2199,30 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
             message.maxOutputTokens = reader.uint32();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.chat = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.logprobs = reader.bool();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.constrainedOutput = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1534,6 +2261,13 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
         : isSet(object.max_output_tokens)
         ? globalThis.Number(object.max_output_tokens)
         : 0,
+      chat: isSet(object.chat) ? globalThis.Boolean(object.chat) : false,
+      logprobs: isSet(object.logprobs) ? globalThis.Boolean(object.logprobs) : false,
+      constrainedOutput: isSet(object.constrainedOutput)
+        ? globalThis.Boolean(object.constrainedOutput)
+        : isSet(object.constrained_output)
+        ? globalThis.Boolean(object.constrained_output)
+        : false,
     };
   },
 
@@ -1557,6 +2291,15 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     if (message.maxOutputTokens !== 0) {
       obj.maxOutputTokens = Math.round(message.maxOutputTokens);
     }
+    if (message.chat !== false) {
+      obj.chat = message.chat;
+    }
+    if (message.logprobs !== false) {
+      obj.logprobs = message.logprobs;
+    }
+    if (message.constrainedOutput !== false) {
+      obj.constrainedOutput = message.constrainedOutput;
+    }
     return obj;
   },
 
@@ -1571,6 +2314,9 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     message.modalities = object.modalities?.map((e) => e) || [];
     message.contextLength = object.contextLength ?? 0;
     message.maxOutputTokens = object.maxOutputTokens ?? 0;
+    message.chat = object.chat ?? false;
+    message.logprobs = object.logprobs ?? false;
+    message.constrainedOutput = object.constrainedOutput ?? false;
     return message;
   },
 };
@@ -2589,6 +3335,232 @@ export const HealthResponse: MessageFns<HealthResponse> = {
   },
 };
 
+function createBaseTokenizeRequest(): TokenizeRequest {
+  return { model: "", prompt: "", messages: [] };
+}
+
+export const TokenizeRequest: MessageFns<TokenizeRequest> = {
+  encode(message: TokenizeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.prompt !== "") {
+      writer.uint32(18).string(message.prompt);
+    }
+    for (const v of message.messages) {
+      ChatMessage.encode(v!, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TokenizeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTokenizeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.prompt = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.messages.push(ChatMessage.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TokenizeRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      prompt: isSet(object.prompt) ? globalThis.String(object.prompt) : "",
+      messages: globalThis.Array.isArray(object?.messages)
+        ? object.messages.map((e: any) => ChatMessage.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: TokenizeRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.prompt !== "") {
+      obj.prompt = message.prompt;
+    }
+    if (message.messages?.length) {
+      obj.messages = message.messages.map((e) => ChatMessage.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TokenizeRequest>, I>>(base?: I): TokenizeRequest {
+    return TokenizeRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TokenizeRequest>, I>>(object: I): TokenizeRequest {
+    const message = createBaseTokenizeRequest();
+    message.model = object.model ?? "";
+    message.prompt = object.prompt ?? "";
+    message.messages = object.messages?.map((e) => ChatMessage.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseTokenizeResponse(): TokenizeResponse {
+  return { tokenIds: [], count: 0, renderedPrompt: "" };
+}
+
+export const TokenizeResponse: MessageFns<TokenizeResponse> = {
+  encode(message: TokenizeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.tokenIds.length !== 0) {
+      writer.uint32(10).fork();
+      for (const v of message.tokenIds) {
+        writer.uint32(v);
+      }
+      writer.join();
+    }
+    if (message.count !== 0) {
+      writer.uint32(16).uint32(message.count);
+    }
+    if (message.renderedPrompt !== "") {
+      writer.uint32(26).string(message.renderedPrompt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TokenizeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTokenizeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag === 8) {
+              message.tokenIds.push(reader.uint32());
+
+              continue;
+            }
+
+            if (tag === 10) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.tokenIds.push(reader.uint32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.count = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.renderedPrompt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TokenizeResponse {
+    return {
+      tokenIds: globalThis.Array.isArray(object?.tokenIds)
+        ? object.tokenIds.map((e: any) => globalThis.Number(e))
+        : globalThis.Array.isArray(object?.token_ids)
+        ? object.token_ids.map((e: any) => globalThis.Number(e))
+        : [],
+      count: isSet(object.count) ? globalThis.Number(object.count) : 0,
+      renderedPrompt: isSet(object.renderedPrompt)
+        ? globalThis.String(object.renderedPrompt)
+        : isSet(object.rendered_prompt)
+        ? globalThis.String(object.rendered_prompt)
+        : "",
+    };
+  },
+
+  toJSON(message: TokenizeResponse): unknown {
+    const obj: any = {};
+    if (message.tokenIds?.length) {
+      obj.tokenIds = message.tokenIds.map((e) => Math.round(e));
+    }
+    if (message.count !== 0) {
+      obj.count = Math.round(message.count);
+    }
+    if (message.renderedPrompt !== "") {
+      obj.renderedPrompt = message.renderedPrompt;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<TokenizeResponse>, I>>(base?: I): TokenizeResponse {
+    return TokenizeResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<TokenizeResponse>, I>>(object: I): TokenizeResponse {
+    const message = createBaseTokenizeResponse();
+    message.tokenIds = object.tokenIds?.map((e) => e) || [];
+    message.count = object.count ?? 0;
+    message.renderedPrompt = object.renderedPrompt ?? "";
+    return message;
+  },
+};
+
 /** InferenceService runs generative models and manages their lifecycle. */
 export type InferenceServiceService = typeof InferenceServiceService;
 export const InferenceServiceService = {
@@ -2670,6 +3642,21 @@ export const InferenceServiceService = {
     responseSerialize: (value: ListModelsResponse): Buffer => Buffer.from(ListModelsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ListModelsResponse => ListModelsResponse.decode(value),
   },
+  /**
+   * Tokenize returns the token ids the model sees for a prompt, or for chat
+   * messages rendered with the model's chat template, so that clients can
+   * count tokens against the context window before they send. It needs the
+   * same scope as Infer.
+   */
+  tokenize: {
+    path: "/inferwire.v1.InferenceService/Tokenize" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: TokenizeRequest): Buffer => Buffer.from(TokenizeRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): TokenizeRequest => TokenizeRequest.decode(value),
+    responseSerialize: (value: TokenizeResponse): Buffer => Buffer.from(TokenizeResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): TokenizeResponse => TokenizeResponse.decode(value),
+  },
 } as const;
 
 export interface InferenceServiceServer extends UntypedServiceImplementation {
@@ -2703,6 +3690,13 @@ export interface InferenceServiceServer extends UntypedServiceImplementation {
   health: handleUnaryCall<HealthRequest, HealthResponse>;
   /** ListModels lists every configured model and its current state. */
   listModels: handleUnaryCall<ListModelsRequest, ListModelsResponse>;
+  /**
+   * Tokenize returns the token ids the model sees for a prompt, or for chat
+   * messages rendered with the model's chat template, so that clients can
+   * count tokens against the context window before they send. It needs the
+   * same scope as Infer.
+   */
+  tokenize: handleUnaryCall<TokenizeRequest, TokenizeResponse>;
 }
 
 export interface InferenceServiceClient extends Client {
@@ -2810,6 +3804,27 @@ export interface InferenceServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListModelsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Tokenize returns the token ids the model sees for a prompt, or for chat
+   * messages rendered with the model's chat template, so that clients can
+   * count tokens against the context window before they send. It needs the
+   * same scope as Infer.
+   */
+  tokenize(
+    request: TokenizeRequest,
+    callback: (error: ServiceError | null, response: TokenizeResponse) => void,
+  ): ClientUnaryCall;
+  tokenize(
+    request: TokenizeRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: TokenizeResponse) => void,
+  ): ClientUnaryCall;
+  tokenize(
+    request: TokenizeRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: TokenizeResponse) => void,
   ): ClientUnaryCall;
 }
 

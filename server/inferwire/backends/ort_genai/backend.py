@@ -2,9 +2,8 @@
 
 Runs a model directory in ORT GenAI format (`genai_config.json`, `model.onnx`,
 `tokenizer.json`) in-process, on the CPU or, with `onnxruntime-genai-cuda`
-installed, on a CUDA GPU. Generation runs token by token in a worker thread;
-the thread checks a stop flag before every token, so closing the stream
-(cancellation, a passed deadline) stops the engine within one token.
+installed, on a CUDA GPU. Each request runs its own generator in a worker
+thread (`generator.py`).
 """
 
 from __future__ import annotations
@@ -13,8 +12,6 @@ import asyncio
 import json
 import logging
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -23,6 +20,7 @@ from typing import Any, Literal
 import onnxruntime_genai as og
 from pydantic import Field
 
+from inferwire.backends.ort_genai.generator import generate
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationRecord
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.generation import check_prompt_fits
@@ -30,13 +28,10 @@ from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
-    FinishReason,
     GenerationEnd,
-    GenerationParams,
     GenerationRequest,
     ModelLimits,
     TextDelta,
-    Usage,
 )
 
 log = logging.getLogger(__name__)
@@ -197,9 +192,11 @@ class OrtGenAIBackend(Backend):
 
         def run() -> None:
             try:
-                self._generate(
+                generate(
                     model,
                     tokenizer,
+                    self._eos_token_ids,
+                    self._vocab_size,
                     input_ids,
                     request.params,
                     max_tokens,
@@ -232,68 +229,3 @@ class OrtGenAIBackend(Backend):
                 stop.set()
                 credits.release()  # wake the worker if it waits for the consumer
             await asyncio.shield(worker)
-
-    def _generate(
-        self,
-        model: og.Model,
-        tokenizer: og.Tokenizer,
-        input_ids: list[int],
-        params: GenerationParams,
-        max_tokens: int,
-        record: GenerationRecord,
-        stop: threading.Event,
-        credits: threading.Semaphore,
-        emit: Callable[[TextDelta | GenerationEnd | BaseException], None],
-    ) -> None:
-        generator_params = og.GeneratorParams(model)
-        generator_params.set_search_options(
-            **self._search_options(params, len(input_ids) + max_tokens)
-        )
-        generator = og.Generator(model, generator_params)
-        generator.append_tokens(input_ids)
-        detokenizer = tokenizer.create_stream()
-        finish = FinishReason.LENGTH
-        while record.completion_tokens < max_tokens:
-            if stop.is_set():
-                return
-            if generator.is_done():
-                break
-            generator.generate_next_token()
-            record.completion_tokens += 1
-            if record.completion_tokens == 1:
-                record.first_token_at = time.perf_counter()
-            if stop.is_set():
-                record.tokens_after_cancel += 1
-                return
-            token = int(generator.get_next_tokens()[0])
-            if token in self._eos_token_ids:
-                finish = FinishReason.STOP
-                break
-            if text := detokenizer.decode(token):
-                self._wait_for_credit(credits, stop)
-                emit(TextDelta(text, record.completion_tokens))
-        emit(GenerationEnd(finish, Usage(record.prompt_tokens, record.completion_tokens)))
-
-    @staticmethod
-    def _wait_for_credit(credits: threading.Semaphore, stop: threading.Event) -> None:
-        while not credits.acquire(timeout=0.1):
-            if stop.is_set():
-                return
-
-    def _search_options(self, params: GenerationParams, max_length: int) -> dict[str, Any]:
-        """Map our parameters onto ORT GenAI search options; unset keeps the model default."""
-        options: dict[str, Any] = {"max_length": max_length, "batch_size": 1}
-        if params.temperature is not None:
-            if params.temperature == 0:
-                options["do_sample"] = False
-            else:
-                options["do_sample"] = True
-                options["temperature"] = params.temperature
-        if params.top_p is not None:
-            options["top_p"] = params.top_p
-        if params.top_k is not None:
-            # 0 means no limit; so does a top_k past the vocabulary, which ORT GenAI refuses.
-            options["top_k"] = min(params.top_k, self._vocab_size) or self._vocab_size
-        if params.seed is not None:
-            options["random_seed"] = params.seed
-        return options
