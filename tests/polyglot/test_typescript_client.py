@@ -46,7 +46,7 @@ def test_grpc_js_gets_bounded_errors_for_a_huge_model_name_and_keeps_its_connect
         timeout=120,
     )
     outcomes = {line["rpc"]: line for line in map(json.loads, result.stdout.splitlines())}
-    assert len(outcomes) == 6, result.stdout
+    assert len(outcomes) == 7, result.stdout
     for rpc, outcome in outcomes.items():
         if rpc == "grpc.health.v1.Health/Check":
             assert (outcome["code"], outcome["fields"]) == ("NOT_FOUND", []), outcome

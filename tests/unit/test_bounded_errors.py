@@ -26,6 +26,7 @@ REQUESTS = {
     "Infer": pb.InferRequest(model=HUGE_NAME, prompt="hi"),
     "InferStream": pb.InferStreamRequest(model=HUGE_NAME, prompt="hi"),
     "Health": pb.HealthRequest(model=HUGE_NAME),
+    "Tokenize": pb.TokenizeRequest(model=HUGE_NAME, prompt="hi"),
 }
 
 

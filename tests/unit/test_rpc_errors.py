@@ -21,7 +21,8 @@ from tests.support.status import bad_request_fields
 
 SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
 Code = grpc.StatusCode
-RPCS_WITH_A_MODEL = ("LoadModel", "UnloadModel", "Infer", "InferStream", "Health")
+RPCS_WITH_A_MODEL = ("LoadModel", "UnloadModel", "Infer", "InferStream", "Health", "Tokenize")
+RPCS_WITH_A_PROMPT = ("Infer", "InferStream", "Tokenize")
 
 
 def test_every_rpc_of_the_service_goes_through_the_error_mapping():
@@ -48,6 +49,7 @@ async def call(stub: inference_pb2_grpc.InferenceServiceStub, rpc: str, message:
         "Infer": pb.InferRequest,
         "Health": pb.HealthRequest,
         "ListModels": pb.ListModelsRequest,
+        "Tokenize": pb.TokenizeRequest,
     }[rpc]
     return await getattr(stub, rpc)(request_type(**message))
 
@@ -60,7 +62,7 @@ async def call(stub: inference_pb2_grpc.InferenceServiceStub, rpc: str, message:
 )
 async def test_unknown_and_empty_model_names_get_their_codes_on_every_rpc(served, rpc, model, code):
     stub, _, _ = served
-    message = {"model": model, "prompt": "hi"} if "Infer" in rpc else {"model": model}
+    message = {"model": model, "prompt": "hi"} if rpc in RPCS_WITH_A_PROMPT else {"model": model}
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await call(stub, rpc, message)
     assert raised.value.code() is code
