@@ -58,7 +58,15 @@ def test_grpcurl_lists_services_through_reflection(live_server: ServerProcess) -
 def test_grpcurl_describe_shows_rpcs_and_their_comments(live_server: ServerProcess) -> None:
     result = grpcurl(live_server.target, "describe", SERVICE)
     assert result.returncode == 0, result.stderr
-    for rpc in ("LoadModel", "UnloadModel", "ListModels", "Infer", "InferStream", "Health"):
+    for rpc in (
+        "LoadModel",
+        "UnloadModel",
+        "ListModels",
+        "Infer",
+        "InferStream",
+        "Health",
+        "Tokenize",
+    ):
         assert f"rpc {rpc} (" in result.stdout
     assert "// InferStream generates a completion and streams it as text deltas." in result.stdout
 

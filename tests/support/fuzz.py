@@ -103,15 +103,40 @@ def generation_parameters(draw: st.DrawFn) -> pb.GenerationParameters:
         "top_k": st.integers(0, 64),
         "seed": st.integers(0, 1000),
     }
+    plausible["logprobs"] = st.booleans()
+    plausible["top_logprobs"] = st.integers(0, 5)
     wild = {"max_tokens": max_tokens, "temperature": float32, "top_p": float32}
-    wild |= {"top_k": int32, "seed": uint32}
+    wild |= {"top_k": int32, "seed": uint32, "logprobs": st.booleans(), "top_logprobs": uint32}
     wild_field = draw(st.sampled_from([None, *wild]))
     stops = mostly(st.lists(plausible_text, max_size=3), st.lists(short_text, max_size=20))
     message = pb.GenerationParameters(stop=draw(stops))
     for name in plausible:
         if name == wild_field or draw(st.booleans()):
             setattr(message, name, draw(wild[name] if name == wild_field else plausible[name]))
+    if draw(st.integers(0, 3)) == 0:
+        message.constraint.CopyFrom(draw(output_constraint))
     return message
+
+
+# Mostly small valid constraints, else any text: an engine's parse error must be
+# INVALID_ARGUMENT, never INTERNAL.
+output_constraint = st.one_of(
+    st.builds(
+        pb.OutputConstraint,
+        json_schema=mostly(
+            st.sampled_from(['{"type": "integer"}', '{"enum": ["a", "b"]}']), text_value
+        ),
+    ),
+    st.builds(
+        pb.OutputConstraint, regex=mostly(st.sampled_from(["[0-9]{1,3}", "(yes|no)"]), text_value)
+    ),
+    st.builds(pb.OutputConstraint, lark_grammar=mostly(st.just('start: "x"+'), text_value)),
+)
+chat_role = mostly(st.sampled_from(["system", "user", "assistant"]), text_value)
+chat_messages = st.lists(
+    st.builds(pb.ChatMessage, role=chat_role, content=mostly(plausible_text, text_value)),
+    max_size=4,
+)
 
 
 def _inference_request(message_type: type) -> st.SearchStrategy:
@@ -122,6 +147,8 @@ def _inference_request(message_type: type) -> st.SearchStrategy:
         context=mostly(st.lists(plausible_text, max_size=3), st.lists(short_text, max_size=70)),
         parameters=mostly(generation_parameters(), st.none()),
         request_id=mostly(st.just(""), text_value),
+        # Mostly none, so the prompt is used; else both (refused) or messages alone.
+        messages=st.one_of(st.just([]), st.just([]), chat_messages),
     )
 
 
@@ -131,6 +158,12 @@ load_model_request = st.builds(pb.LoadModelRequest, model=model_name)
 unload_model_request = st.builds(pb.UnloadModelRequest, model=model_name)
 health_request = st.builds(pb.HealthRequest, model=st.one_of(st.just(""), model_name))
 list_models_request = st.just(pb.ListModelsRequest())
+tokenize_request = st.builds(
+    pb.TokenizeRequest,
+    model=mostly(st.just("demo"), model_name),
+    prompt=mostly(plausible_text, text_value),
+    messages=st.one_of(st.just([]), chat_messages),
+)
 health_check_request = st.builds(
     health_pb2.HealthCheckRequest,
     service=st.one_of(
@@ -147,6 +180,7 @@ UNARY_METHODS = {
     "/inferwire.v1.InferenceService/Infer": infer_request,
     "/inferwire.v1.InferenceService/Health": health_request,
     "/inferwire.v1.InferenceService/ListModels": list_models_request,
+    "/inferwire.v1.InferenceService/Tokenize": tokenize_request,
     "/grpc.health.v1.Health/Check": health_check_request,
 }
 STREAM_METHODS = {
