@@ -10,7 +10,8 @@ the process's own listening socket. Each one runs in its own process group, kill
 at the end, with the Python backend stubs it started.
 
 Servers:
-  main  - vllm_echo, trtllm_echo and plain_identity; most tests
+  main  - vllm_echo, trtllm_echo and plain_identity; most tests (the chat models use
+          vllm_echo and trtllm_echo with a chat template from tests/triton/chat_templates)
   pair  - two servers behind one model (`dual`), for balancing and failover
   solo  - one server behind one model (`solo`), killed and restarted by the health test
   guarded - started with --grpc-restricted-protocol: RPCs need a key header
@@ -40,6 +41,8 @@ from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import load_settings
 
 REPOSITORY = Path(__file__).resolve().parents[1] / "triton_models"
+# Chat templates of the chat models: a tokenizer_config.json, and a Jinja file.
+CHAT_TEMPLATES = Path(__file__).resolve().parents[1] / "triton" / "chat_templates"
 TRITONSERVER = Path(__file__).resolve().parents[2] / "scripts" / "tritonserver"
 # The Python backend stub embeds the system Python, whose version picks the stub.
 SYSTEM_PYTHON = Path("/usr/bin/python3")
@@ -261,6 +264,36 @@ def make_settings(servers: dict[str, TritonServer]):
                     "url": main,
                     "triton_model": "trtllm_unary",
                     "tokenizer": str(builtin_model_path()),
+                },
+            },
+            {
+                "name": "vllm_chat",
+                "backend": "triton",
+                "load_on_startup": True,
+                "options": {
+                    "url": main,
+                    "triton_model": "vllm_echo",
+                    "chat_template": str(CHAT_TEMPLATES / "tokenizer_config.json"),
+                    "tokenizer": str(builtin_model_path()),
+                },
+            },
+            {
+                "name": "trtllm_chat",
+                "backend": "triton",
+                "load_on_startup": True,
+                "options": {
+                    "url": main,
+                    "triton_model": "trtllm_echo",
+                    "chat_template": str(CHAT_TEMPLATES / "jinja" / "speaker.jinja"),
+                },
+            },
+            {
+                "name": "missing_template",
+                "backend": "triton",
+                "options": {
+                    "url": main,
+                    "triton_model": "vllm_echo",
+                    "chat_template": str(CHAT_TEMPLATES / "no_such_template.jinja"),
                 },
             },
             {

@@ -14,10 +14,16 @@ from inferwire.backends.triton.conventions import (
     UsageSource,
     build_request,
     describe_model,
+    guided_decoding,
 )
 from inferwire.backends.triton.tensors import CONTENTS, Tensor
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
-from inferwire.core.types import GenerationParams, GenerationRequest
+from inferwire.core.types import (
+    ConstraintKind,
+    GenerationParams,
+    GenerationRequest,
+    OutputConstraint,
+)
 
 
 def tensors(**names_by_datatype: list[str]) -> dict[str, Tensor]:
@@ -231,3 +237,69 @@ def test_tensorrt_llm_model_lacking_an_input_the_request_needs_names_the_field(
 def test_optional_inputs_the_model_lacks_are_left_out():
     values = inputs_of(build(spec_of(Convention.TENSORRT_LLM, TRTLLM_MINIMAL), stop=("X",)))
     assert values == {"text_input": [b"Hello"], "max_tokens": [16]}
+
+
+# ---- log-probabilities and output constraints (vLLM convention) ----------------------
+
+
+def test_vllm_model_declaring_the_logprobs_output_returns_them_and_takes_constraints():
+    inputs = VLLM | tensors(BOOL=["return_logprobs"])
+    spec = describe(inputs, ("text_output", "logprobs"))
+    assert (spec.returns_logprobs, spec.takes_constraints) == (True, True)
+    # Without the output (or the flag input), no log-probabilities; constraints still.
+    assert not describe(inputs).returns_logprobs
+    assert not describe(VLLM, ("text_output", "logprobs")).returns_logprobs
+    assert describe(VLLM).takes_constraints
+
+
+def test_tensorrt_llm_model_neither_returns_logprobs_nor_takes_constraints():
+    spec = describe(TRTLLM | tensors(BOOL=["return_logprobs"]), ("text_output", "logprobs"))
+    assert (spec.returns_logprobs, spec.takes_constraints) == (False, False)
+
+
+def test_vllm_request_asks_for_logprobs_with_the_flag_and_sampling_parameters():
+    inputs = VLLM | tensors(BOOL=["return_logprobs"])
+    values = inputs_of(build(spec_of(Convention.VLLM, inputs), logprobs=True, top_logprobs=4))
+    assert values["return_logprobs"] == [True]
+    assert json.loads(values["sampling_parameters"][0]) == {"max_tokens": 16, "logprobs": 4}
+    # Not asked: neither.
+    values = inputs_of(build(spec_of(Convention.VLLM, inputs)))
+    assert "return_logprobs" not in values
+    assert "logprobs" not in json.loads(values["sampling_parameters"][0])
+
+
+@pytest.mark.parametrize(
+    ("constraint", "guided"),
+    [
+        (
+            OutputConstraint(ConstraintKind.JSON_SCHEMA, '{"type": "object"}'),
+            {"json": {"type": "object"}},
+        ),
+        (OutputConstraint(ConstraintKind.REGEX, r"\d{3}-[a-z]+"), {"regex": r"\d{3}-[a-z]+"}),
+        (
+            OutputConstraint(ConstraintKind.LARK_GRAMMAR, 'start: "yes" | "no"'),
+            {"grammar": 'start: "yes" | "no"'},
+        ),
+    ],
+)
+def test_vllm_request_carries_the_constraint_as_guided_decoding(constraint, guided):
+    values = inputs_of(build(spec_of(Convention.VLLM, VLLM), constraint=constraint))
+    sampling = json.loads(values["sampling_parameters"][0])
+    assert sampling == {"max_tokens": 16, "guided_decoding": guided}
+    assert guided_decoding(constraint) == guided
+
+
+@pytest.mark.parametrize(
+    ("constraint", "problem"),
+    [
+        (OutputConstraint(ConstraintKind.JSON_SCHEMA, "{"), "is not JSON"),
+        (OutputConstraint(ConstraintKind.JSON_SCHEMA, '"a string"'), "must be a JSON object"),
+        (OutputConstraint(ConstraintKind.REGEX, "a{2,1}"), "does not compile"),
+    ],
+)
+def test_a_constraint_that_cannot_be_right_names_its_field(constraint, problem):
+    with pytest.raises(InvalidArgumentError) as raised:
+        build(spec_of(Convention.VLLM, VLLM), constraint=constraint)
+    (violation,) = raised.value.violations
+    assert violation.field == constraint.field
+    assert problem in violation.description

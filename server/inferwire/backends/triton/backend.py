@@ -16,12 +16,14 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 from tritonclient.grpc import InferResult, service_pb2
 
+from inferwire.backends.triton.chat import ChatTemplate
 from inferwire.backends.triton.conventions import (
     ModelSpec,
     UsageSource,
@@ -31,6 +33,7 @@ from inferwire.backends.triton.conventions import (
 from inferwire.backends.triton.discovery import DnsDiscovery, diff
 from inferwire.backends.triton.endpoints import Endpoint, EndpointPool
 from inferwire.backends.triton.errors import Origin
+from inferwire.backends.triton.logprobs import response_logprobs
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.streaming import DeltaTracker
 from inferwire.backends.triton.tensors import Outcome, absorb_counts, first_text
@@ -45,11 +48,13 @@ from inferwire.core.errors import (
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
+    ChatMessage,
     FinishReason,
     GenerationEnd,
     GenerationRequest,
     ModelLimits,
     TextDelta,
+    TokenLogprob,
     Usage,
 )
 
@@ -70,6 +75,7 @@ class TritonBackend(Backend):
         self._pool = EndpointPool(model_name, self.triton_model, self.options)
         self._spec: ModelSpec | None = None
         self._tokenizer: Any = None
+        self._chat_template: ChatTemplate | None = None
         self._stream_mode = self.options.stream_output
         self._discovery: DnsDiscovery | None = None
 
@@ -78,6 +84,11 @@ class TritonBackend(Backend):
     async def load(self) -> None:
         if self.options.tokenizer is not None and self._tokenizer is None:
             self._tokenizer = await asyncio.to_thread(self._load_tokenizer, self.options.tokenizer)
+        if self.options.chat_template is not None:
+            # Read again at every load, so a load picks up an edited template.
+            self._chat_template = await asyncio.to_thread(
+                ChatTemplate.load, self.options.chat_template
+            )
         if self.options.discovery == "dns":
             await self._pool.open(await self._first_resolution())
         else:
@@ -362,19 +373,42 @@ class TritonBackend(Backend):
         return "; " + "; ".join(parts)
 
     def capabilities(self) -> Capabilities:
-        streaming = self._spec is not None and self._spec.decoupled
+        spec = self._spec
         return Capabilities(
-            streaming=streaming,
+            streaming=spec is not None and spec.decoupled,
             max_concurrency=self.max_concurrency,
             on_premises=True,
             modalities=("text",),
             context_length=0,
             max_output_tokens=self.options.max_output_tokens,
+            chat=self._chat_template is not None,
+            logprobs=spec is not None and spec.returns_logprobs,
+            constrained_output=spec is not None and spec.takes_constraints,
         )
 
     def limits(self) -> ModelLimits:
         # Triton does not publish a model's context window; the model enforces its own.
         return ModelLimits(0, self.options.max_output_tokens)
+
+    # ---- chat and tokens -----------------------------------------------------
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        if self._chat_template is None:
+            raise ModelNotReadyError(
+                f"model {self.model_name!r} has no chat template; set options.chat_template "
+                "to its tokenizer_config.json or a Jinja file"
+            )
+        return self._chat_template.render(messages)
+
+    async def tokenize(self, text: str) -> list[int]:
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            raise ModelNotReadyError(
+                f"model {self.model_name!r} has no tokenizer in the gateway; set "
+                "options.tokenizer to the model's ONNX Runtime GenAI tokenizer directory"
+            )
+        ids = await asyncio.to_thread(tokenizer.encode, text)
+        return [int(i) for i in ids]
 
     # ---- inference ----------------------------------------------------------
 
@@ -406,6 +440,9 @@ class TritonBackend(Backend):
             message.parameters["timeout"].int64_param = int(timeout * 1e6)
         tracker = DeltaTracker(self._stream_mode)
         outcome = Outcome()
+        params = request.params
+        # Log-probabilities of tokens whose text has not been passed on yet.
+        pending: list[TokenLogprob] = []
         responses = self._pool.responses(message, decoupled=spec.decoupled, timeout=timeout)
         finished = False
         try:
@@ -415,13 +452,19 @@ class TritonBackend(Backend):
                         continue  # e.g. the empty final response
                     result = InferResult(response)
                     absorb_counts(result, outcome)
+                    if params.logprobs:
+                        pending.extend(response_logprobs(result, params.top_logprobs))
                     delta = tracker.feed(first_text(result.as_numpy("text_output")))
                     if not delta:
                         continue
                     if record.first_token_at is None:
                         record.first_token_at = time.perf_counter()
                     outcome.text.append(delta)
-                    yield TextDelta(delta, outcome.completion_tokens)
+                    yield TextDelta(delta, outcome.completion_tokens, tuple(pending))
+                    pending.clear()
+            if pending:
+                # Tokens without text (an end-of-sequence token) still have their entries.
+                yield TextDelta("", outcome.completion_tokens, tuple(pending))
             finished = True
         except (GeneratorExit, asyncio.CancelledError):
             record.cancelled = True

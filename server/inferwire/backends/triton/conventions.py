@@ -1,7 +1,8 @@
 """The LLM model conventions on Triton: how to recognise each one and fill its inputs.
 
 - vLLM backend: `text_input`, `stream` and `sampling_parameters` (JSON) -> `text_output`,
-  with optional finish reason and token counts.
+  with optional finish reason, token counts and log-probabilities; output constraints go in
+  `sampling_parameters.guided_decoding`.
 - TensorRT-LLM ensemble: `text_input`, `max_tokens` and one tensor per sampling
   parameter -> `text_output`.
 """
@@ -10,15 +11,17 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from inferwire.backends.triton.logprobs import OUTPUT as LOGPROBS_OUTPUT
 from inferwire.backends.triton.tensors import Scalar, Tensor, add_input
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
-from inferwire.core.types import GenerationRequest
+from inferwire.core.types import ConstraintKind, GenerationRequest, OutputConstraint
 
 
 class Convention(enum.Enum):
@@ -47,6 +50,45 @@ class ModelSpec:
     outputs: set[str]
     usage_source: UsageSource
 
+    @property
+    def returns_logprobs(self) -> bool:
+        """Whether the model declares the vLLM backend's log-probability input and output."""
+        return (
+            self.convention is Convention.VLLM
+            and "return_logprobs" in self.inputs
+            and LOGPROBS_OUTPUT in self.outputs
+        )
+
+    @property
+    def takes_constraints(self) -> bool:
+        """Whether the model takes output constraints (vLLM's guided_decoding)."""
+        return self.convention is Convention.VLLM
+
+
+def guided_decoding(constraint: OutputConstraint) -> dict[str, Any]:
+    """vLLM's `guided_decoding` for an output constraint; INVALID_ARGUMENT for one that
+    cannot be right whatever the engine (a schema that is no JSON object, a regex that
+    does not compile). vLLM turns a Lark grammar into the EBNF its xgrammar backend takes."""
+    if constraint.kind is ConstraintKind.JSON_SCHEMA:
+        try:
+            schema = json.loads(constraint.text)
+        except json.JSONDecodeError as exc:
+            raise _invalid(constraint, f"is not JSON: {exc}") from None
+        if not isinstance(schema, dict):
+            raise _invalid(constraint, "must be a JSON object (a JSON Schema)")
+        return {"json": schema}
+    if constraint.kind is ConstraintKind.REGEX:
+        try:
+            re.compile(constraint.text)
+        except re.error as exc:
+            raise _invalid(constraint, f"does not compile: {exc}") from None
+        return {"regex": constraint.text}
+    return {"grammar": constraint.text}
+
+
+def _invalid(constraint: OutputConstraint, description: str) -> InvalidArgumentError:
+    return InvalidArgumentError([FieldViolation(constraint.field, description)])
+
 
 # Input name -> its elements, in the order they go into the request.
 InputValues = dict[str, list[Scalar]]
@@ -67,9 +109,16 @@ def _vllm_inputs(spec: ModelSpec, request: GenerationRequest, model_name: str) -
         # The core's matcher removes the stop string and reports STOP_SEQUENCE.
         sampling["stop"] = list(params.stop)
         sampling["include_stop_str_in_output"] = True
+    if params.logprobs:
+        # vLLM returns the chosen token's log-probability and the `logprobs` most likely.
+        sampling["logprobs"] = params.top_logprobs
+    if params.constraint is not None:
+        sampling["guided_decoding"] = guided_decoding(params.constraint)
     values: InputValues = {"sampling_parameters": [json.dumps(sampling).encode()]}
     for flag in ("exclude_input_in_output", "return_finish_reason"):
         values[flag] = [True]
+    if params.logprobs:
+        values["return_logprobs"] = [True]
     if spec.usage_source is UsageSource.MODEL:
         values["return_num_input_tokens"] = [True]
         values["return_num_output_tokens"] = [True]
@@ -127,7 +176,7 @@ _LAYOUTS: dict[Convention, _Layout] = {
     Convention.VLLM: _Layout(
         signature={"text_input": "BYTES", "sampling_parameters": "BYTES"},
         known_inputs=_COMMON_INPUTS
-        | {"sampling_parameters", "return_finish_reason"}
+        | {"sampling_parameters", "return_finish_reason", "return_logprobs"}
         | {"return_num_input_tokens", "return_num_output_tokens"},
         build=_vllm_inputs,
     ),

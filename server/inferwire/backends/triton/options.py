@@ -48,6 +48,11 @@ class TritonOptions(BackendOptions):
         description="Directory with genai_config.json and tokenizer.json, used to count "
         "tokens when the model returns no counts.",
     )
+    chat_template: str | None = Field(
+        default=None,
+        description="The model's chat template, rendered in the gateway for chat requests: a "
+        "tokenizer_config.json (its chat_template, bos_token and eos_token) or a Jinja file.",
+    )
     tls: bool = Field(default=False, description="Connect with TLS.")
     tls_root_cert: str | None = Field(default=None, description="PEM file of trusted roots.")
     tls_cert: str | None = Field(default=None, description="PEM client certificate chain (mTLS).")

@@ -2,16 +2,26 @@
 
 It follows the vLLM backend's interface: `text_input`, `stream`, `sampling_parameters`
 (JSON), `exclude_input_in_output` and the `return_*` flags, with `text_output`,
-`finish_reason`, `num_input_tokens` and `num_output_tokens` as outputs. Like older releases
-of Triton's vLLM backend it streams cumulative text, and like vLLM it sends the final
-flag with the last response. `num_output_tokens` counts the tokens of each response, as vLLM does.
+`finish_reason`, `logprobs`, `num_input_tokens` and `num_output_tokens` as outputs. Like older
+releases of Triton's vLLM backend it streams cumulative text, and like vLLM it sends the final
+flag with the last response. `num_output_tokens` counts the tokens of each response, and
+`logprobs` (JSON, asked for with `return_logprobs` and `sampling_parameters.logprobs`) lists
+the tokens of each response, as the vLLM backend does. `sampling_parameters.guided_decoding`
+(json, regex or grammar) constrains the output; one it cannot follow is an INVALID_ARG error.
 """
 
 import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from echo_engine import Generation, ThreadPerRequest, check_requested_failure, token_delay_s
+from echo_engine import (
+    Generation,
+    ThreadPerRequest,
+    UnsupportedConstraint,
+    check_requested_failure,
+    token_delay_s,
+    token_logprobs,
+)
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -43,12 +53,29 @@ class TritonPythonModel(ThreadPerRequest):
         include_stop = bool(params.get("include_stop_str_in_output", False))
         max_tokens = int(params.get("max_tokens", 16))
         prepend = not _flag(request, "exclude_input_in_output") and not stream
-        generation = Generation(prompt, max_tokens, stops, include_stop)
+        try:
+            generation = Generation(
+                prompt, max_tokens, stops, include_stop, guided=params.get("guided_decoding")
+            )
+        except (UnsupportedConstraint, ValueError, TypeError, KeyError) as exc:
+            error = pb_utils.TritonError(
+                f"guided_decoding: {exc}", pb_utils.TritonError.INVALID_ARG
+            )
+            sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+            return
         input_tokens = len(generation.words)
         flags = {
             name: _flag(request, f"return_{name}")
-            for name in ("finish_reason", "num_input_tokens", "num_output_tokens")
+            for name in ("finish_reason", "logprobs", "num_input_tokens", "num_output_tokens")
         }
+        top = params.get("logprobs")
+
+        def logprobs(first, count):
+            if top is None:
+                return b"null"  # as vLLM: logprobs were not asked for in sampling_parameters
+            pieces = generation.pieces[first : first + count]
+            entries = [token_logprobs(p, first + i, int(top)) for i, p in enumerate(pieces)]
+            return json.dumps(entries).encode()
 
         def response(text, new_tokens, finish):
             tensors = [pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_))]
@@ -56,6 +83,9 @@ class TritonPythonModel(ThreadPerRequest):
                 tensors.append(
                     pb_utils.Tensor("finish_reason", np.array([finish.encode()], dtype=np.object_))
                 )
+            if flags["logprobs"]:
+                entries = logprobs(generation.tokens - new_tokens, new_tokens)
+                tensors.append(pb_utils.Tensor("logprobs", np.array([entries], dtype=np.object_)))
             if flags["num_input_tokens"]:
                 tensors.append(
                     pb_utils.Tensor("num_input_tokens", np.array([input_tokens], dtype=np.uint32))
