@@ -191,3 +191,32 @@ def fake_logprob(index: int, piece: str, request: GenerationRequest) -> TokenLog
         for rank in range(request.params.top_logprobs)
     )
     return TokenLogprob(piece, index, logprob, top)
+
+
+class FakeBackends:
+    """A backend factory that builds FakeBackends and remembers them by model name."""
+
+    def __init__(self) -> None:
+        self.by_model: dict[str, FakeBackend] = {}
+
+    def __call__(self, spec: ModelSpec) -> Backend:
+        backend = FakeBackend(spec.name, spec.options, spec.max_concurrency)
+        self.by_model[spec.name] = backend
+        return backend
+
+    def __getitem__(self, model: str) -> FakeBackend:
+        return self.by_model[model]
+
+
+@contextlib.asynccontextmanager
+async def serving_fakes(
+    settings: Settings, tracer_provider: object = None
+) -> AsyncIterator[tuple[InferwireServer, FakeBackends]]:
+    """The real server assembly over FakeBackends, started, and stopped at the end."""
+    backends = FakeBackends()
+    server = InferwireServer(settings, backend_factory=backends, tracer_provider=tracer_provider)
+    await server.start()
+    try:
+        yield server, backends
+    finally:
+        await server.stop(grace_s=0)
