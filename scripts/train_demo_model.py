@@ -24,8 +24,8 @@ What it does, fixed-seed from start to finish:
    must reach at most 1/5 of the baseline, measured on the torch model and again on the
    exported ONNX model; the script exits non-zero otherwise.
 7. Exports with `onnxruntime_genai.models.builder` (int8 weight-only by default),
-   writes the model, `MODEL_CARD.md` and the word list used by
-   `tests/engine/test_demo_quality.py`.
+   adds the chat template (`demo_model/chat.py`) to `tokenizer_config.json`, and writes
+   the model, `MODEL_CARD.md` and the word list used by `tests/engine/test_demo_quality.py`.
 
 Bit-exact results are expected on the same machine and package versions; other CPUs
 may differ in the last float bits. Downloads, checkpoints and logs go under
@@ -53,6 +53,7 @@ from pathlib import Path
 
 from demo_model import REPO, SEED, quality
 from demo_model.card import PRECISION_NOTES, write_model_card
+from demo_model.chat import add_chat_template
 from demo_model.corpus import prepare_corpus
 from demo_model.evaluation import onnx_nll, torch_nll, unigram_perplexity, word_test
 from demo_model.export import export, install, set_search_defaults
@@ -176,6 +177,7 @@ def main() -> int:
     with (work / "export.log").open("w") as export_log:
         export(hf_dir, staged, work / "cache", args.precision, export_log)
     set_search_defaults(staged)
+    add_chat_template(staged)
 
     # 5. Evaluation of the exported model, and the gates.
     onnx_total, onnx_count = onnx_nll(staged, heldout_ids, window)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from . import SEED, quality
+from . import SEED, chat, quality
 from .corpus import CORPUS_SDIST, CORPUS_SHA256, CORPUS_SPEC
 from .export import REPETITION_PENALTY
 
@@ -46,6 +46,9 @@ def render_model_card(facts: dict) -> str:
         corpus_sdist=CORPUS_SDIST,
         corpus_sha256=CORPUS_SHA256,
         repetition_penalty=REPETITION_PENALTY,
+        chat_user=chat.USER_SPEAKER,
+        chat_assistant=chat.ASSISTANT_SPEAKER,
+        chat_template=chat.CHAT_TEMPLATE,
         word_temperature=quality.TEMPERATURE,
         word_top_p=quality.TOP_P,
         word_seeds=quality.SEEDS,

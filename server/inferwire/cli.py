@@ -371,6 +371,80 @@ def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
         raise typer.BadParameter(str(exc), param_hint="--prompt-file") from None
 
 
+ChatOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--chat",
+        metavar="ROLE: TEXT",
+        help="A chat message instead of PROMPT, e.g. 'user: Good morrow' (roles: system, "
+        "user, assistant); repeatable, in order. The model's chat template renders them.",
+    ),
+]
+SystemOption = Annotated[
+    str | None,
+    typer.Option(
+        "--system", metavar="TEXT", help="A system message placed before the --chat messages."
+    ),
+]
+
+
+def _chat_messages(chat: list[str] | None, system: str | None) -> list[pb.ChatMessage]:
+    """`--system` and each `--chat 'role: text'` as messages, in order."""
+    if system is not None and not chat:
+        raise typer.BadParameter("needs at least one --chat message", param_hint="--system")
+    messages = [] if system is None else [pb.ChatMessage(role="system", content=system)]
+    for entry in chat or []:
+        role, colon, content = entry.partition(":")
+        if not colon:
+            raise typer.BadParameter(
+                f"{entry!r} has no role; write it as 'user: text'", param_hint="--chat"
+            )
+        messages.append(pb.ChatMessage(role=role.strip(), content=content.removeprefix(" ")))
+    return messages
+
+
+def _read_constraint(
+    json_schema: Path | None, regex: str | None, lark_grammar: Path | None
+) -> pb.OutputConstraint | None:
+    given = [
+        (flag, value)
+        for flag, value in (
+            ("--json-schema", json_schema),
+            ("--regex", regex),
+            ("--lark-grammar", lark_grammar),
+        )
+        if value is not None
+    ]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise typer.BadParameter(
+            "give at most one constraint", param_hint=" / ".join(flag for flag, _ in given)
+        )
+    if regex is not None:
+        return pb.OutputConstraint(regex=regex)
+    flag, path = given[0]
+    assert isinstance(path, Path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(str(exc), param_hint=flag) from None
+    if flag == "--json-schema":
+        return pb.OutputConstraint(json_schema=text)
+    return pb.OutputConstraint(lark_grammar=text)
+
+
+def _logprob_lines(entries: list[pb.TokenLogprob]) -> list[str]:
+    """One line per token: its log-probability, id and text, then its alternatives."""
+    lines = []
+    for entry in entries:
+        line = f"{entry.logprob:9.4f} {entry.token_id:6d} {entry.token!r}"
+        if entry.top:
+            line += "  top: " + ", ".join(f"{alt.token!r} {alt.logprob:.4f}" for alt in entry.top)
+        lines.append(line)
+    return lines
+
+
 def _usage_line(final: pb.InferResponse | pb.InferStreamResponse) -> str:
     """Outcome, usage and timing as `key=value` pairs, with times in 0.1 ms."""
     reason = pb.FinishReason.Name(final.finish_reason).removeprefix("FINISH_REASON_")
@@ -463,6 +537,41 @@ def infer(
             help="A source passage placed before the prompt; repeatable.",
         ),
     ] = None,
+    chat: ChatOption = None,
+    system: SystemOption = None,
+    logprobs: Annotated[
+        int | None,
+        typer.Option(
+            "--logprobs",
+            min=0,
+            max=20,
+            metavar="N",
+            help="Print each token's log-probability, with its N likeliest alternatives "
+            "(0 to 20), to standard error.",
+        ),
+    ] = None,
+    json_schema: Annotated[
+        Path | None,
+        typer.Option(
+            "--json-schema",
+            dir_okay=False,
+            metavar="FILE",
+            help="Constrain the output to JSON valid under the JSON Schema in FILE.",
+        ),
+    ] = None,
+    regex: Annotated[
+        str | None,
+        typer.Option("--regex", metavar="PATTERN", help="Constrain the output to match PATTERN."),
+    ] = None,
+    lark_grammar: Annotated[
+        Path | None,
+        typer.Option(
+            "--lark-grammar",
+            dir_okay=False,
+            metavar="FILE",
+            help="Constrain the output to the Lark grammar in FILE.",
+        ),
+    ] = None,
     show_usage: Annotated[
         bool,
         typer.Option(
@@ -474,9 +583,17 @@ def infer(
     tls: ClientTls = PLAINTEXT,
     token: TokenOption = None,
 ) -> None:
-    """Generate text from MODEL for PROMPT; the text goes to standard output."""
-    text = _read_prompt(prompt, prompt_file)
+    """Generate text from MODEL for PROMPT or --chat messages; the text goes to standard output."""
+    messages = _chat_messages(chat, system)
+    if messages and (prompt is not None or prompt_file is not None):
+        raise typer.BadParameter("give PROMPT or --chat messages, not both", param_hint="PROMPT")
+    text = "" if messages else _read_prompt(prompt, prompt_file)
     params = pb.GenerationParameters(stop=stop or [])
+    if logprobs is not None:
+        params.logprobs = True
+        params.top_logprobs = logprobs
+    if (constraint := _read_constraint(json_schema, regex, lark_grammar)) is not None:
+        params.constraint.CopyFrom(constraint)
     for name, value in (
         ("max_tokens", max_tokens),
         ("temperature", temperature),
@@ -486,9 +603,13 @@ def infer(
     ):
         if value is not None:
             setattr(params, name, value)
-    request = pb.InferRequest(model=model, prompt=text, context=context or [], parameters=params)
+    request = pb.InferRequest(
+        model=model, prompt=text, messages=messages, context=context or [], parameters=params
+    )
     final: pb.InferResponse | pb.InferStreamResponse | None = None
-    with _connect(address, tls, model=model) as channel:
+    entries: list[pb.TokenLogprob] = []
+    # A chat refused for want of a template is FAILED_PRECONDITION too; loading is no cure.
+    with _connect(address, tls, model=None if messages else model) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         if stream:
             for message in stub.InferStream(
@@ -496,13 +617,53 @@ def infer(
             ):
                 sys.stdout.write(message.text)
                 sys.stdout.flush()
+                entries.extend(message.logprobs)
                 final = message
             sys.stdout.write("\n")
         else:
             final = stub.Infer(request, timeout=timeout, metadata=_metadata(token))
+            entries.extend(final.logprobs)
             typer.echo(final.text)
+    for line in _logprob_lines(entries):
+        typer.echo(line, err=True)
     if show_usage and final is not None:
         typer.echo(_usage_line(final), err=True)
+
+
+@app.command(cls=_Command)
+@_with_tls_options
+def tokenize(
+    model: ModelArgument,
+    prompt: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="PROMPT", show_default=False, help="Text to tokenize, or - for standard input."
+        ),
+    ] = None,
+    chat: ChatOption = None,
+    system: SystemOption = None,
+    address: AddressOption = DEFAULT_TARGET,
+    timeout: TimeoutOption = 30.0,
+    tls: ClientTls = PLAINTEXT,
+    token: TokenOption = None,
+) -> None:
+    """The token ids MODEL sees for PROMPT, or for --chat messages through its chat template.
+
+    Prints `count N`, then the ids on one line, then for messages the rendered prompt.
+    """
+    messages = _chat_messages(chat, system)
+    if messages and prompt is not None:
+        raise typer.BadParameter("give PROMPT or --chat messages, not both", param_hint="PROMPT")
+    text = "" if messages else _read_prompt(prompt, None)
+    request = pb.TokenizeRequest(model=model, prompt=text, messages=messages)
+    with _connect(address, tls, model=None if messages else model) as channel:
+        response = inference_pb2_grpc.InferenceServiceStub(channel).Tokenize(
+            request, timeout=timeout, metadata=_metadata(token)
+        )
+    typer.echo(f"count {response.count}")
+    typer.echo(" ".join(str(i) for i in response.token_ids))
+    if messages:
+        typer.echo(response.rendered_prompt, nl=False)
 
 
 @app.command(cls=_Command)

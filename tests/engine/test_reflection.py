@@ -93,6 +93,7 @@ async def test_reflection_resolves_the_inference_service_with_its_comments(chann
         "InferStream",
         "Health",
         "ListModels",
+        "Tokenize",
     ]
     stream = next(m for m in service.method if m.name == "InferStream")
     assert stream.server_streaming and not stream.client_streaming

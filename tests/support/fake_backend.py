@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from inferwire.api.server import InferwireServer
@@ -23,11 +23,14 @@ from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
+    ChatMessage,
     FinishReason,
     GenerationEnd,
     GenerationRequest,
     ModelLimits,
     TextDelta,
+    TokenLogprob,
+    TopLogprob,
     Usage,
 )
 
@@ -84,6 +87,11 @@ class FakeBackend(Backend):
         self.infer_error: Exception | None = None
         self.error_after_pieces = 0  # raise infer_error after this many deltas
         self.health_: BackendHealth | Exception = BackendHealth(True, "fake: fine")
+        # Generation features, off unless a test turns them on: a chat template renders
+        # `role: content` lines, and piece i has log-probability -(i + 1) / 10.
+        self.chat_template = False
+        self.supports_logprobs = False
+        self.supports_constraints = False
         self.calls = Calls()
 
     async def load(self) -> None:
@@ -128,7 +136,8 @@ class FakeBackend(Backend):
                 if record.first_token_at is None:
                     record.first_token_at = time.perf_counter()
                 record.completion_tokens += 1
-                yield TextDelta(piece, record.completion_tokens)
+                logprobs = (fake_logprob(index, piece, request),) if request.params.logprobs else ()
+                yield TextDelta(piece, record.completion_tokens, logprobs)
             if self.infer_error is not None:
                 raise self.infer_error
             finished = True
@@ -153,10 +162,35 @@ class FakeBackend(Backend):
             on_premises=True,
             context_length=self.limits_.context_length,
             max_output_tokens=self.limits_.max_output_tokens,
+            chat=self.chat_template,
+            logprobs=self.supports_logprobs,
+            constrained_output=self.supports_constraints,
         )
 
     def limits(self) -> ModelLimits:
         return self.limits_
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        if not self.chat_template:
+            return super().render_chat(messages)
+        return "".join(f"{m.role}: {m.content}\n" for m in messages) + "assistant: "
+
+    async def tokenize(self, text: str) -> list[int]:
+        """One token per UTF-8 byte."""
+        return list(text.encode())
+
+
+def fake_logprob(index: int, piece: str, request: GenerationRequest) -> TokenLogprob:
+    """Piece `index`'s entry: id `index`, log-probability -(index + 1) / 10; its
+    `top_logprobs` alternatives are itself, then ids 1001, 1002, ... each 1 lower."""
+    logprob = -(index + 1) / 10
+    top = tuple(
+        TopLogprob(piece, index, logprob)
+        if rank == 0
+        else TopLogprob(f"alt{rank}", 1000 + rank, logprob - rank)
+        for rank in range(request.params.top_logprobs)
+    )
+    return TokenLogprob(piece, index, logprob, top)
 
 
 class FakeBackends:

@@ -71,6 +71,7 @@ REQUESTS = {
     "InferStream": pb.InferStreamRequest(model="m", prompt="hi"),
     "Health": pb.HealthRequest(model="m"),
     "ListModels": pb.ListModelsRequest(),
+    "Tokenize": pb.TokenizeRequest(model="m", prompt="hi"),
 }
 
 

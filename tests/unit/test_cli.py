@@ -7,7 +7,9 @@ the server keeps the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -141,3 +143,100 @@ async def test_the_prompt_comes_verbatim_from_standard_input_or_a_file(fake_serv
     result = await call(fake_server, "infer", "m", "--prompt-file", str(prompt_file))
     assert result.exit_code == 0, result.output
     assert backend.calls.requests[-1].prompt == prompt * 2
+
+
+# Chat, log-probabilities, constraints and tokenize
+
+
+@contextlib.contextmanager
+def fake_features(fake_server: Any, **switches: bool) -> Iterator[Any]:
+    backend = fake_server[1]["m"]
+    for name, value in switches.items():
+        setattr(backend, name, value)
+    try:
+        yield backend
+    finally:
+        for name in switches:
+            setattr(backend, name, False)
+
+
+async def test_infer_chat_sends_the_system_and_chat_messages_in_order(fake_server):
+    with fake_features(fake_server, chat_template=True) as backend:
+        result = await call(
+            fake_server, "infer", "m", "--system", "Verona.", "--chat", "user: Hi:there"
+        )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Hello, world\n"
+    assert backend.calls.requests[-1].prompt == "system: Verona.\nuser: Hi:there\nassistant: "
+
+
+async def test_infer_logprobs_prints_one_line_per_token_with_its_alternatives(fake_server):
+    with fake_features(fake_server, supports_logprobs=True) as backend:
+        result = await call(fake_server, "infer", "m", "hi", "--logprobs", "2", "--stream")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Hello, world\n"
+    assert result.stderr.splitlines() == [
+        "  -0.1000      0 'Hello'  top: 'Hello' -0.1000, 'alt1' -1.1000",
+        "  -0.2000      1 ','  top: ',' -0.2000, 'alt1' -1.2000",
+        "  -0.3000      2 ' world'  top: ' world' -0.3000, 'alt1' -1.3000",
+    ]
+    params = backend.calls.requests[-1].params
+    assert (params.logprobs, params.top_logprobs) == (True, 2)
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "regex", "lark_grammar"])
+async def test_infer_sends_the_constraint_given(fake_server, tmp_path, kind):
+    text = '{"type": "object"}' if kind == "json_schema" else "start: /a+/"
+    if kind == "regex":
+        args = ["--regex", "a+"]
+        text = "a+"
+    else:
+        path = tmp_path / "constraint"
+        path.write_text(text)
+        args = [f"--{kind.replace('_', '-')}", str(path)]
+    with fake_features(fake_server, supports_constraints=True) as backend:
+        result = await call(fake_server, "infer", "m", "hi", *args)
+    assert result.exit_code == 0, result.output
+    constraint = backend.calls.requests[-1].params.constraint
+    assert constraint is not None
+    assert (constraint.kind.value, constraint.text) == (kind, text)
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["infer", "m", "--system", "x"], "needs at least one --chat message"),
+        (["infer", "m", "--chat", "no role here"], "has no role"),
+        (["infer", "m", "hi", "--chat", "user: x"], "not both"),
+        (["infer", "m", "hi", "--regex", "a", "--json-schema", "/dev/null"], "at most one"),
+        (["tokenize", "m", "hi", "--chat", "user: x"], "not both"),
+    ],
+)
+def test_chat_and_constraint_options_are_checked_before_any_call(args, complaint):
+    result = runner.invoke(app, args, env=UNREACHABLE)
+    assert result.exit_code == 2
+    assert complaint in result.stderr
+
+
+async def test_tokenize_prints_the_count_and_the_ids(fake_server):
+    result = await call(fake_server, "tokenize", "m", "hé")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "count 3\n104 195 169\n"
+
+
+async def test_tokenize_chat_prints_the_rendered_prompt(fake_server):
+    with fake_features(fake_server, chat_template=True):
+        result = await call(fake_server, "tokenize", "m", "--chat", "user: Hi")
+    assert result.exit_code == 0, result.output
+    rendered = "user: Hi\nassistant: "
+    assert (
+        result.stdout
+        == f"count {len(rendered)}\n{' '.join(map(str, rendered.encode()))}\n{rendered}"
+    )
+
+
+async def test_chat_refused_for_want_of_a_template_gets_no_load_hint(fake_server):
+    result = await call(fake_server, "infer", "m", "--chat", "user: Hi")
+    assert result.exit_code == 1
+    [error] = result.stderr.splitlines()
+    assert error.startswith("error: FAILED_PRECONDITION: model 'm' has no chat template")

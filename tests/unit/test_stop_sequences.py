@@ -1,4 +1,7 @@
+from inferwire.core.backend import GenerationEvents, GenerationRecord
+from inferwire.core.generation import stop_at_sequences
 from inferwire.core.stop_sequences import StopSequenceMatcher
+from inferwire.core.types import FinishReason, GenerationEnd, TextDelta, TokenLogprob, Usage
 
 
 def feed_all(stops: tuple[str, ...], pieces: list[str]) -> tuple[list[str], bool]:
@@ -36,3 +39,61 @@ def test_text_without_stops_passes_through_unchanged():
     emitted, matched = feed_all((), ["a", "b", "c"])
     assert not matched
     assert emitted == ["a", "b", "c", ""]
+
+
+# Log-probabilities stay with their text while stop strings hold it back or cut it.
+
+
+def token(text: str) -> TokenLogprob:
+    return TokenLogprob(text, len(text), -1.0)
+
+
+async def stop_events(pieces: list[str], stops: tuple[str, ...]) -> list[TextDelta | GenerationEnd]:
+    """stop_at_sequences over deltas that each carry one token whose text is the delta's."""
+
+    async def backend() -> GenerationEvents:
+        for count, piece in enumerate(pieces, start=1):
+            yield TextDelta(piece, count, (token(piece),) if piece else ())
+        yield GenerationEnd(FinishReason.LENGTH, Usage(1, len(pieces)))
+
+    return [event async for event in stop_at_sequences(backend(), stops, GenerationRecord())]
+
+
+def deltas(events: list[TextDelta | GenerationEnd]) -> list[tuple[str, list[str]]]:
+    return [(e.text, [t.token for t in e.logprobs]) for e in events if isinstance(e, TextDelta)]
+
+
+async def test_held_back_text_keeps_its_logprobs_until_it_is_emitted():
+    events = await stop_events(["Hello E", "N", "TRY"], ("END",))
+    assert deltas(events) == [("Hello ", []), ("ENTRY", ["Hello E", "N", "TRY"])]
+
+
+async def test_logprobs_of_text_held_at_the_end_ride_on_the_flush():
+    events = await stop_events(["ab", "cE", "N"], ("END",))
+    assert deltas(events) == [("ab", ["ab"]), ("c", []), ("EN", ["cE", "N"])]
+    assert isinstance(events[-1], GenerationEnd)
+
+
+async def test_tokens_after_the_cut_are_dropped_and_a_straddling_token_is_kept():
+    events = await stop_events(["ab", "cST", "OPd", "ef"], ("STOP",))
+    # "cST" straddles the cut (its "c" is output), so it stays; "OPd" lies after it.
+    assert deltas(events) == [("ab", ["ab"]), ("c", []), ("", ["cST"])]
+    end = events[-1]
+    assert isinstance(end, GenerationEnd) and end.finish_reason is FinishReason.STOP_SEQUENCE
+
+
+async def test_a_token_that_starts_at_the_cut_is_dropped():
+    events = await stop_events(["ab", "STOP", "cd"], ("STOP",))
+    assert deltas(events) == [("ab", ["ab"])]
+
+
+async def test_cut_inside_one_delta_keeps_that_deltas_tokens_with_the_text_before_it():
+    events = await stop_events(["xySTOPz"], ("STOP",))
+    assert deltas(events) == [("xy", ["xySTOPz"])]
+
+
+async def test_every_token_is_emitted_once_when_nothing_matches():
+    pieces = ["E", "N", "x", "E", "NE", "N", "D", "!"]
+    events = await stop_events(pieces, ("ENDING",))
+    assert "".join(text for text, _ in deltas(events)) == "".join(pieces)
+    assert [t for _, tokens in deltas(events) for t in tokens] == pieces

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
-from inferwire.core.stop_sequences import StopSequenceMatcher
+from inferwire.core.stop_sequences import HeldLogprobs, StopSequenceMatcher
 from inferwire.core.types import (
     Capabilities,
     FinishReason,
@@ -117,22 +117,30 @@ async def stop_at_sequences(
     """The backend's events, cut at the earliest stop string.
 
     Text that could start a stop string is held back until the next delta decides
-    it, so what is yielded always concatenates to the final text. On a match the
-    backend's stream is closed first (cancelling generation) and the usage is read
-    from its record after that, so a backend that counts at the end has counted.
+    it, so what is yielded always concatenates to the final text. Token
+    log-probabilities stay with their text (see HeldLogprobs for the rule at a cut).
+    On a match the backend's stream is closed first (cancelling generation) and the
+    usage is read from its record after that, so a backend that counts at the end has
+    counted.
     """
     matcher = StopSequenceMatcher(tuple(stops))
+    held = HeldLogprobs()
+    emitted = 0
     matched_at: TextDelta | None = None
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, GenerationEnd):
-                if tail := matcher.flush():
-                    yield TextDelta(tail, event.usage.completion_tokens)
+                tail = matcher.flush()
+                if (logprobs := held.flush()) or tail:
+                    yield TextDelta(tail, event.usage.completion_tokens, logprobs)
                 yield event
                 return
+            held.add(event.text, event.logprobs)
             text, matched = matcher.feed(event.text)
-            if text:
-                yield TextDelta(text, event.completion_tokens)
+            emitted += len(text)
+            logprobs = held.cut(emitted) if matched else held.release(emitted)
+            if text or logprobs:
+                yield TextDelta(text, event.completion_tokens, logprobs)
             if matched:
                 matched_at = event
                 break

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from inferwire.core.types import TokenLogprob
+
 
 class StopSequenceMatcher:
     """Finds stop strings in streamed text without ever emitting text it must retract.
@@ -43,3 +47,46 @@ class StopSequenceMatcher:
                     longest = size
                     break
         return longest
+
+
+class HeldLogprobs:
+    """Keeps each delta's token log-probabilities with its text while stop matching holds or
+    cuts that text.
+
+    Offsets count characters of the backend's text. A delta's entries go out with the
+    message that emits the last character of that delta's text, never before their text.
+    On a stop-string cut at offset `cut`, a delta whose text starts before the cut keeps
+    its entries (a token straddling the cut contributed text to the output, so it stays);
+    one whose text starts at or after the cut is dropped with its text.
+    """
+
+    def __init__(self) -> None:
+        self._received = 0
+        self._pending: list[tuple[int, int, tuple[TokenLogprob, ...]]] = []
+
+    def add(self, text: str, logprobs: tuple[TokenLogprob, ...]) -> None:
+        """Record the next delta from the backend."""
+        start = self._received
+        self._received += len(text)
+        if logprobs:
+            self._pending.append((start, self._received, logprobs))
+
+    def release(self, emitted: int) -> tuple[TokenLogprob, ...]:
+        """Entries whose text is now wholly out, `emitted` characters having been emitted."""
+        return self._take(lambda start, end: end <= emitted)
+
+    def cut(self, emitted: int) -> tuple[TokenLogprob, ...]:
+        """Entries to send with the text ending at the stop string (which starts at `emitted`)."""
+        kept = self._take(lambda start, end: start < emitted)
+        self._pending.clear()
+        return kept
+
+    def flush(self) -> tuple[TokenLogprob, ...]:
+        """Every remaining entry, once the stream ends without a match."""
+        return self._take(lambda start, end: True)
+
+    def _take(self, ready: Callable[[int, int], bool]) -> tuple[TokenLogprob, ...]:
+        taken: list[TokenLogprob] = []
+        while self._pending and ready(self._pending[0][0], self._pending[0][1]):
+            taken.extend(self._pending.pop(0)[2])
+        return tuple(taken)

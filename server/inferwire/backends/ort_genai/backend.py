@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -20,14 +21,21 @@ from typing import Any, Literal
 import onnxruntime_genai as og
 from pydantic import Field
 
-from inferwire.backends.ort_genai.generator import generate
+from inferwire.backends.ort_genai.generator import ModelDetails, generate
+from inferwire.backends.ort_genai.logprobs import TokenTexts
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationRecord
-from inferwire.core.errors import ConfigurationError
+from inferwire.core.errors import (
+    ConfigurationError,
+    FieldViolation,
+    InvalidArgumentError,
+    ModelNotReadyError,
+)
 from inferwire.core.generation import check_prompt_fits
 from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
+    ChatMessage,
     GenerationEnd,
     GenerationRequest,
     ModelLimits,
@@ -82,6 +90,9 @@ class OrtGenAIBackend(Backend):
         self._eos_token_ids: frozenset[int] = frozenset()
         self._context_length = 0
         self._vocab_size = 0
+        self._search_defaults: dict[str, Any] = {}
+        self._chat_template: str | None = None
+        self._token_texts: TokenTexts | None = None
         self._executor: ThreadPoolExecutor | None = None
 
     @property
@@ -104,12 +115,17 @@ class OrtGenAIBackend(Backend):
                 "onnxruntime-genai has no CUDA support; install it with: "
                 "pip install 'inferwire[cuda]' (onnxruntime-genai-cuda)"
             )
-        genai_config = json.loads(config_file.read_text())["model"]
+        genai_file = json.loads(config_file.read_text())
+        genai_config = genai_file["model"]
+        self._search_defaults = dict(genai_file.get("search", {}))
+        self._chat_template = _chat_template(path)
         self._context_length = int(genai_config["context_length"])
         self._vocab_size = int(genai_config["vocab_size"])
         eos = genai_config.get("eos_token_id", [])
         self._eos_token_ids = frozenset(eos if isinstance(eos, list) else [eos])
-        self._model, self._tokenizer = await asyncio.to_thread(self._load_engine, path)
+        model, tokenizer = await asyncio.to_thread(self._load_engine, path)
+        self._model, self._tokenizer = model, tokenizer
+        self._token_texts = TokenTexts(tokenizer.decode)
         self._executor = ThreadPoolExecutor(
             max_workers=self.max_concurrency, thread_name_prefix=f"ortgenai-{self.model_name}"
         )
@@ -140,6 +156,7 @@ class OrtGenAIBackend(Backend):
         self._executor = None
         self._model = None
         self._tokenizer = None
+        self._token_texts = None
 
     async def health(self) -> BackendHealth:
         if self._model is None:
@@ -155,12 +172,64 @@ class OrtGenAIBackend(Backend):
             modalities=("text",),
             context_length=limits.context_length,
             max_output_tokens=limits.max_output_tokens,
+            chat=self._chat_template is not None,
+            logprobs=True,
+            constrained_output=True,
         )
 
     def limits(self) -> ModelLimits:
         max_output = self.options.max_output_tokens or self._context_length
         return ModelLimits(
             self._context_length, min(max_output, self._context_length), max_seed=_MAX_SEED
+        )
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            raise RuntimeError(f"model {self.model_name!r} is not loaded")
+        if self._chat_template is None:
+            raise ModelNotReadyError(
+                f"model {self.model_name!r} has no chat template: add a `chat_template` to "
+                "tokenizer_config.json in its folder (options.path), or send a prompt"
+            )
+        # JSON carries any role and content text through to the template unchanged.
+        encoded = json.dumps([{"role": m.role, "content": m.content} for m in messages])
+        try:
+            return str(tokenizer.apply_chat_template(encoded, add_generation_prompt=True))
+        except RuntimeError as exc:
+            raise InvalidArgumentError(
+                [
+                    FieldViolation(
+                        "messages",
+                        f"the chat template of model {self.model_name!r} refused them: {exc}",
+                    )
+                ]
+            ) from None
+
+    async def tokenize(self, text: str) -> list[int]:
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            raise RuntimeError(f"model {self.model_name!r} is not loaded")
+        return [int(t) for t in await asyncio.to_thread(tokenizer.encode, text)]
+
+    def _refuse_logprobs_with_constraint(self, request: GenerationRequest) -> None:
+        # llguidance masks the logits inside the engine's sampling step and does not expose
+        # the mask, so the distribution a constrained token was chosen from is unknown here.
+        if request.params.logprobs and request.params.constraint is not None:
+            raise InvalidArgumentError(
+                [
+                    FieldViolation(
+                        "parameters.logprobs",
+                        f"model {self.model_name!r} cannot return log-probabilities for a "
+                        f"constrained request ({request.params.constraint.field} is set)",
+                    )
+                ]
+            )
+
+    def _model_details(self) -> ModelDetails:
+        assert self._token_texts is not None
+        return ModelDetails(
+            self._eos_token_ids, self._vocab_size, self._search_defaults, self._token_texts
         )
 
     def infer_stream(
@@ -174,6 +243,8 @@ class OrtGenAIBackend(Backend):
         model, tokenizer, executor = self._model, self._tokenizer, self._executor
         if model is None or tokenizer is None or executor is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
+        self._refuse_logprobs_with_constraint(request)
+        details = self._model_details()
         with record.tracer.span(TOKENIZE):
             encoded = await asyncio.to_thread(tokenizer.encode, request.prompt)
         input_ids = [int(t) for t in encoded]
@@ -195,8 +266,7 @@ class OrtGenAIBackend(Backend):
                 generate(
                     model,
                     tokenizer,
-                    self._eos_token_ids,
-                    self._vocab_size,
+                    details,
                     input_ids,
                     request.params,
                     max_tokens,
@@ -229,3 +299,12 @@ class OrtGenAIBackend(Backend):
                 stop.set()
                 credits.release()  # wake the worker if it waits for the consumer
             await asyncio.shield(worker)
+
+
+def _chat_template(model_dir: Path) -> str | None:
+    """The `chat_template` of the model folder's tokenizer_config.json, if it has one."""
+    config_file = model_dir / "tokenizer_config.json"
+    if not config_file.is_file():
+        return None
+    template = json.loads(config_file.read_text()).get("chat_template")
+    return template if isinstance(template, str) and template else None
