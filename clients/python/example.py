@@ -1,6 +1,7 @@
-"""inferwire from Python: Infer, InferStream, a health check, and reading a
-BadRequest. Uses only the generated stubs in `inferwire.v1` plus grpcio's own
-packages (grpc_health, grpc_status and googleapis' google.rpc types).
+"""inferwire from Python: Infer, InferStream, a health check, reading a
+BadRequest, and a chat request with log-probabilities. Uses only the generated
+stubs in `inferwire.v1` plus grpcio's own packages (grpc_health, grpc_status and
+googleapis' google.rpc types).
 
     python clients/python/example.py [--lb round_robin] [HOST:PORT] [MODEL]
 
@@ -22,6 +23,12 @@ from grpc_status import rpc_status
 
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
+
+# The chat request every language's example sends: greedy, so that the tokens and their
+# log-probabilities are the same from every client.
+CHAT_SYSTEM = "You are a player in a Shakespeare play."
+CHAT_USER = "Good morrow! What news from Verona?"
+TOP_LOGPROBS = 3
 
 
 def main(target: str = "localhost:50051", model: str = "demo", lb: str = "") -> None:
@@ -83,6 +90,29 @@ def main(target: str = "localhost:50051", model: str = "demo", lb: str = "") -> 
                         )
         else:
             sys.exit("expected INVALID_ARGUMENT for top_p=1.5")
+
+        # 5. Chat messages, rendered by the model's chat template, with each generated
+        # token's log-probability and its most likely alternatives.
+        chat = stub.Infer(
+            pb.InferRequest(
+                model=model,
+                messages=[
+                    pb.ChatMessage(role="system", content=CHAT_SYSTEM),
+                    pb.ChatMessage(role="user", content=CHAT_USER),
+                ],
+                parameters=pb.GenerationParameters(
+                    max_tokens=8, temperature=0, logprobs=True, top_logprobs=TOP_LOGPROBS
+                ),
+            ),
+            timeout=30,
+        )
+        print("CHAT", json.dumps(chat.text))
+        print(f"LOGPROBS tokens={len(chat.logprobs)} top={TOP_LOGPROBS}")
+        for token in chat.logprobs:
+            print(f"LOGPROB {token.token_id} {token.logprob:.4f} {json.dumps(token.token)}")
+            for alternative in token.top:
+                quoted = json.dumps(alternative.token)
+                print(f"TOP {alternative.token_id} {alternative.logprob:.4f} {quoted}")
 
 
 if __name__ == "__main__":

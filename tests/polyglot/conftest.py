@@ -11,6 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from inferwire.v1 import inference_pb2 as pb
+from tests.support.polyglot import reference_chat_logprobs
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 
 
@@ -21,3 +23,9 @@ def live_server() -> Iterator[ServerProcess]:
         yield server
     finally:
         stop_server_process(server)
+
+
+@pytest.fixture(scope="session")
+def chat_reference(live_server: ServerProcess) -> pb.InferResponse:
+    """The examples' chat request answered through the Python stubs, for comparison."""
+    return reference_chat_logprobs(live_server.target)

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from inferwire.v1 import inference_pb2 as pb
+from tests.support.polyglot import (
+    CLIENTS,
+    assert_chat_logprobs_output,
+    assert_example_output,
+    require_tool,
+    run_checked,
+)
 
 GO_CLIENT = CLIENTS / "go"
 
 
 @pytest.mark.timeout(600)  # a cold build compiles grpc-go: about 90 s on 2 busy cores
-def test_go_example_infers_streams_checks_health_and_reads_bad_request(live_server) -> None:
+def test_go_example_infers_streams_checks_health_reads_bad_request_and_chats(
+    live_server, chat_reference: pb.InferResponse
+) -> None:
     go = require_tool("go")
     gofmt = require_tool("gofmt")
 
@@ -31,6 +40,7 @@ def test_go_example_infers_streams_checks_health_and_reads_bad_request(live_serv
     )
 
     assert_example_output(result.stdout)
+    assert_chat_logprobs_output(result.stdout, chat_reference)
     deltas = sum(line.startswith("DELTA ") for line in result.stdout.splitlines())
     assert f"deltas={deltas}" in result.stdout, result.stdout
 

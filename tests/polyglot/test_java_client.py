@@ -8,15 +8,22 @@ import json
 
 import pytest
 
-from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from inferwire.v1 import inference_pb2 as pb
+from tests.support.polyglot import (
+    CLIENTS,
+    assert_chat_logprobs_output,
+    assert_example_output,
+    require_tool,
+    run_checked,
+)
 from tests.support.process import ServerProcess
 
 CLIENT = CLIENTS / "java"
 
 
 @pytest.mark.timeout(1200)  # a cold ~/.m2 downloads ~80 MB first: ~35 s here, more on slow links
-def test_java_example_infers_streams_checks_health_and_reads_bad_request(
-    live_server: ServerProcess,
+def test_java_example_infers_streams_checks_health_reads_bad_request_and_chats(
+    live_server: ServerProcess, chat_reference: pb.InferResponse
 ) -> None:
     mvn, java = require_tool("mvn"), require_tool("java")
     # -B: batch mode, no download progress. protoc and protoc-gen-grpc-java come
@@ -36,6 +43,7 @@ def test_java_example_infers_streams_checks_health_and_reads_bad_request(
     )
 
     assert_example_output(result.stdout)
+    assert_chat_logprobs_output(result.stdout, chat_reference)
     lines = result.stdout.splitlines()
     # The example quotes text as JSON string literals.
     deltas = [json.loads(line[len("DELTA ") :]) for line in lines if line.startswith("DELTA ")]

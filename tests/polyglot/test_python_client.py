@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 import inferwire
-from tests.support.polyglot import CLIENTS, assert_example_output, run_checked
+from inferwire.v1 import inference_pb2 as pb
+from tests.support.polyglot import (
+    CLIENTS,
+    assert_chat_logprobs_output,
+    assert_example_output,
+    run_checked,
+)
 
 PYTHON_CLIENT = CLIENTS / "python"
 STUB_FILES = {"inference_pb2.py", "inference_pb2.pyi", "inference_pb2_grpc.py", "py.typed"}
@@ -45,7 +51,7 @@ def client_python(tmp_path_factory: pytest.TempPathFactory, client_wheel: Path) 
 
 @pytest.mark.timeout(600)  # a cold pip install downloads grpcio and protobuf
 def test_python_example_runs_from_the_client_wheel_without_the_server(
-    live_server, client_python: Path, tmp_path: Path
+    live_server, chat_reference: pb.InferResponse, client_python: Path, tmp_path: Path
 ) -> None:
     engine = subprocess.run(
         [str(client_python), "-I", "-c", "import onnxruntime_genai"],
@@ -61,6 +67,7 @@ def test_python_example_runs_from_the_client_wheel_without_the_server(
     example = [str(client_python), "-I", str(PYTHON_CLIENT / "example.py")]
     result = run_checked([*example, live_server.target, "demo"], cwd=tmp_path, timeout=60)
     assert_example_output(result.stdout)
+    assert_chat_logprobs_output(result.stdout, chat_reference)
 
     # Round robin over every address of a DNS name, as over a headless Service's replicas.
     spread = ["--lb", "round_robin", f"dns:///localhost:{live_server.port}", "demo"]

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from inferwire.v1 import inference_pb2 as pb
+from tests.support.polyglot import (
+    CLIENTS,
+    assert_chat_logprobs_output,
+    assert_example_output,
+    require_tool,
+    run_checked,
+)
 from tests.support.process import ServerProcess
 
 CLIENT = CLIENTS / "rust"
 
 
 @pytest.mark.timeout(1200)  # a cold build compiles tonic, hyper and tokio: ~2 min on 2 busy cores
-def test_rust_example_infers_streams_checks_health_and_reads_bad_request(
-    live_server: ServerProcess,
+def test_rust_example_infers_streams_checks_health_reads_bad_request_and_chats(
+    live_server: ServerProcess, chat_reference: pb.InferResponse
 ) -> None:
     cargo = require_tool("cargo")
     run_checked([cargo, "fmt", "--check"], cwd=CLIENT, timeout=120)
@@ -27,5 +34,6 @@ def test_rust_example_infers_streams_checks_health_and_reads_bad_request(
     )
 
     assert_example_output(result.stdout)
+    assert_chat_logprobs_output(result.stdout, chat_reference)
     deltas = sum(line.startswith("DELTA ") for line in result.stdout.splitlines())
     assert f"deltas={deltas}" in result.stdout, result.stdout

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from inferwire.v1 import inference_pb2 as pb
+from tests.support.polyglot import (
+    CLIENTS,
+    assert_chat_logprobs_output,
+    assert_example_output,
+    require_tool,
+    run_checked,
+)
 from tests.support.process import ServerProcess
 
 CLIENT = CLIENTS / "typescript"
@@ -26,7 +33,7 @@ def built_client() -> Path:
 
 @pytest.mark.timeout(900)  # a cold npm cache downloads the packages first
 def test_typescript_example_against_live_server(
-    built_client: Path, live_server: ServerProcess
+    built_client: Path, live_server: ServerProcess, chat_reference: pb.InferResponse
 ) -> None:
     result = run_checked(
         [require_tool("node"), "dist/example.js", live_server.target, "demo"],
@@ -34,6 +41,7 @@ def test_typescript_example_against_live_server(
         timeout=120,
     )
     assert_example_output(result.stdout)
+    assert_chat_logprobs_output(result.stdout, chat_reference)
 
 
 @pytest.mark.timeout(900)

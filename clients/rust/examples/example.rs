@@ -1,13 +1,15 @@
 //! Calls a live inferwire server with the generated client: Infer, InferStream,
-//! the standard grpc.health.v1 Check, and an invalid request whose
-//! google.rpc.BadRequest details name the offending field.
+//! the standard grpc.health.v1 Check, an invalid request whose
+//! google.rpc.BadRequest details name the offending field, and a chat request
+//! with log-probabilities.
 //!
 //! Usage: cargo run --example example -- [host:port] [model]
 
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use inferwire_client::v1::{
-    FinishReason, GenerationParameters, InferRequest, InferStreamRequest,
+    ChatMessage, FinishReason, GenerationParameters, InferRequest, InferStreamRequest,
     inference_service_client::InferenceServiceClient,
 };
 use tonic::transport::Channel;
@@ -17,6 +19,12 @@ use tonic_health::pb::{
 use tonic_types::StatusExt;
 
 type Error = Box<dyn std::error::Error>;
+
+// The chat request every language's example sends: greedy, so that the tokens
+// and their log-probabilities are the same from every client.
+const CHAT_SYSTEM: &str = "You are a player in a Shakespeare play.";
+const CHAT_USER: &str = "Good morrow! What news from Verona?";
+const TOP_LOGPROBS: u32 = 3;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -124,7 +132,77 @@ async fn run(address: &str, model: &str) -> Result<(), Error> {
             violation.description
         );
     }
+
+    // 5. Chat messages, rendered by the model's chat template, with each
+    // generated token's log-probability and its most likely alternatives.
+    let chat = client
+        .infer(InferRequest {
+            model: model.to_owned(),
+            messages: vec![
+                ChatMessage {
+                    role: "system".to_owned(),
+                    content: CHAT_SYSTEM.to_owned(),
+                },
+                ChatMessage {
+                    role: "user".to_owned(),
+                    content: CHAT_USER.to_owned(),
+                },
+            ],
+            parameters: Some(GenerationParameters {
+                max_tokens: Some(8),
+                temperature: Some(0.0),
+                logprobs: Some(true),
+                top_logprobs: Some(TOP_LOGPROBS),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    println!("CHAT {}", json_quote(&chat.text));
+    println!("LOGPROBS tokens={} top={TOP_LOGPROBS}", chat.logprobs.len());
+    for token in &chat.logprobs {
+        println!(
+            "LOGPROB {} {:.4} {}",
+            token.token_id,
+            token.logprob,
+            json_quote(&token.token)
+        );
+        for alternative in &token.top {
+            println!(
+                "TOP {} {:.4} {}",
+                alternative.token_id,
+                alternative.logprob,
+                json_quote(&alternative.token)
+            );
+        }
+    }
     Ok(())
+}
+
+/// `text` as a JSON string literal in plain ASCII (non-ASCII as `\uXXXX`
+/// escapes), the same in every language's example.
+fn json_quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            ' '..='~' => out.push(c),
+            _ => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    // Writing to a String cannot fail.
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// The canonical name of a status code, as in google.rpc.Code

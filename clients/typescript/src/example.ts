@@ -4,8 +4,9 @@
 //   node dist/example.js [host:port] [model]    (default localhost:50051 demo)
 //
 // It runs Infer, streams InferStream deltas as they arrive, checks the
-// standard grpc.health.v1 service for "model/<model>", and reads the
-// google.rpc.BadRequest details of an INVALID_ARGUMENT error.
+// standard grpc.health.v1 service for "model/<model>", reads the
+// google.rpc.BadRequest details of an INVALID_ARGUMENT error, and sends a chat
+// request with log-probabilities.
 import { credentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
 import { BadRequest } from "./gen/google/rpc/error_details";
 import { Status } from "./gen/google/rpc/status";
@@ -21,6 +22,11 @@ import {
 
 const BAD_REQUEST_TYPE_URL = "type.googleapis.com/google.rpc.BadRequest";
 const DEADLINE_MS = 60_000;
+// The chat request every language's example sends: greedy, so that the tokens
+// and their log-probabilities are the same from every client.
+const CHAT_SYSTEM = "You are a player in a Shakespeare play.";
+const CHAT_USER = "Good morrow! What news from Verona?";
+const TOP_LOGPROBS = 3;
 
 function callOptions() {
   return { deadline: Date.now() + DEADLINE_MS };
@@ -36,6 +42,16 @@ function healthCheck(client: HealthClient, service: string): Promise<HealthCheck
   return new Promise((resolve, reject) => {
     client.check({ service }, new Metadata(), callOptions(), (err, response) => (err ? reject(err) : resolve(response)));
   });
+}
+
+/** `text` as a JSON string literal in plain ASCII (non-ASCII as \uXXXX escapes), as every example prints it. */
+function jsonQuote(text: string): string {
+  return JSON.stringify(text).replace(/[^\x20-\x7e]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** One line of the log-probability listing: kind, token id, log-probability, quoted text. */
+function logprobLine(kind: "LOGPROB" | "TOP", entry: { tokenId: number; logprob: number; token: string }): string {
+  return `${kind} ${entry.tokenId} ${entry.logprob.toFixed(4)} ${jsonQuote(entry.token)}`;
 }
 
 function isServiceError(err: unknown): err is ServiceError {
@@ -106,6 +122,28 @@ async function main(target: string, model: string): Promise<void> {
         console.log(
           `ERROR code=${status[err.code]} field=${violation.field} description=${violation.description}`,
         );
+      }
+    }
+
+    // 5. Chat messages, rendered by the model's chat template, with each
+    // generated token's log-probability and its most likely alternatives.
+    const chat = await infer(
+      client,
+      InferRequest.fromPartial({
+        model,
+        messages: [
+          { role: "system", content: CHAT_SYSTEM },
+          { role: "user", content: CHAT_USER },
+        ],
+        parameters: { maxTokens: 8, temperature: 0, logprobs: true, topLogprobs: TOP_LOGPROBS },
+      }),
+    );
+    console.log(`CHAT ${jsonQuote(chat.text)}`);
+    console.log(`LOGPROBS tokens=${chat.logprobs.length} top=${TOP_LOGPROBS}`);
+    for (const token of chat.logprobs) {
+      console.log(logprobLine("LOGPROB", token));
+      for (const alternative of token.top) {
+        console.log(logprobLine("TOP", alternative));
       }
     }
   } finally {

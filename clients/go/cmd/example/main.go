@@ -1,7 +1,7 @@
 // Command example calls a running inferwire server through the generated Go
 // client: a unary Infer, a streamed InferStream, the standard grpc.health.v1
-// Check for one model, and an invalid request whose google.rpc.BadRequest
-// details it decodes.
+// Check for one model, an invalid request whose google.rpc.BadRequest details
+// it decodes, and a chat request with log-probabilities.
 //
 // Usage: example [flags] [host:port] [model]   (defaults: localhost:50051 demo)
 //
@@ -25,6 +25,7 @@ import (
 	"os"
 	"strconv"
 	"time"
+	"unicode/utf16"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -37,6 +38,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	inferwirev1 "github.com/inferwire/inferwire/clients/go/inferwire/v1"
+)
+
+// The chat request every language's example sends: greedy, so that the tokens
+// and their log-probabilities are the same from every client.
+const (
+	chatSystem  = "You are a player in a Shakespeare play."
+	chatUser    = "Good morrow! What news from Verona?"
+	topLogprobs = 3
 )
 
 // security holds the TLS files and the token; all empty means plaintext.
@@ -97,6 +106,9 @@ func run(address, model string, sec security, lb string) error {
 	}
 	if err := showBadRequest(ctx, client, model); err != nil {
 		return fmt.Errorf("invalid request: %w", err)
+	}
+	if err := chatWithLogprobs(ctx, client, model); err != nil {
+		return fmt.Errorf("chat Infer: %w", err)
 	}
 	return nil
 }
@@ -187,6 +199,64 @@ func showBadRequest(ctx context.Context, client inferwirev1.InferenceServiceClie
 		return fmt.Errorf("no google.rpc.BadRequest field violations in %v", st.Proto())
 	}
 	return nil
+}
+
+// chatWithLogprobs sends a system and a user message, which the model's chat
+// template renders into its prompt, and prints each generated token's
+// log-probability followed by its most likely alternatives.
+func chatWithLogprobs(ctx context.Context, client inferwirev1.InferenceServiceClient, model string) error {
+	resp, err := client.Infer(ctx, &inferwirev1.InferRequest{
+		Model: model,
+		Messages: []*inferwirev1.ChatMessage{
+			{Role: "system", Content: chatSystem},
+			{Role: "user", Content: chatUser},
+		},
+		Parameters: &inferwirev1.GenerationParameters{
+			MaxTokens:   proto.Int32(8),
+			Temperature: proto.Float32(0),
+			Logprobs:    proto.Bool(true),
+			TopLogprobs: proto.Uint32(topLogprobs),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Println("CHAT", jsonQuote(resp.GetText()))
+	fmt.Printf("LOGPROBS tokens=%d top=%d\n", len(resp.GetLogprobs()), topLogprobs)
+	for _, token := range resp.GetLogprobs() {
+		fmt.Printf("LOGPROB %d %.4f %s\n", token.GetTokenId(), token.GetLogprob(), jsonQuote(token.GetToken()))
+		for _, alternative := range token.GetTop() {
+			fmt.Printf("TOP %d %.4f %s\n", alternative.GetTokenId(), alternative.GetLogprob(), jsonQuote(alternative.GetToken()))
+		}
+	}
+	return nil
+}
+
+// jsonQuote returns text as a JSON string literal in plain ASCII (non-ASCII as
+// \uXXXX escapes), the same in every language's example.
+func jsonQuote(text string) string {
+	var out []byte
+	out = append(out, '"')
+	for _, r := range text {
+		switch {
+		case r == '"' || r == '\\':
+			out = append(out, '\\', byte(r))
+		case r == '\n':
+			out = append(out, `\n`...)
+		case r == '\r':
+			out = append(out, `\r`...)
+		case r == '\t':
+			out = append(out, `\t`...)
+		case r >= 0x20 && r <= 0x7e:
+			out = append(out, byte(r))
+		case r > 0xffff:
+			high, low := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, high, low)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+	}
+	return string(append(out, '"'))
 }
 
 // dialOptions returns plaintext transport credentials when no TLS file is given;

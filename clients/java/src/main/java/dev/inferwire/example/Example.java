@@ -3,6 +3,7 @@ package dev.inferwire.example;
 import com.google.protobuf.Any;
 import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.rpc.BadRequest;
+import dev.inferwire.v1.ChatMessage;
 import dev.inferwire.v1.FinishReason;
 import dev.inferwire.v1.GenerationParameters;
 import dev.inferwire.v1.InferRequest;
@@ -10,6 +11,8 @@ import dev.inferwire.v1.InferResponse;
 import dev.inferwire.v1.InferStreamRequest;
 import dev.inferwire.v1.InferStreamResponse;
 import dev.inferwire.v1.InferenceServiceGrpc;
+import dev.inferwire.v1.TokenLogprob;
+import dev.inferwire.v1.TopLogprob;
 import io.grpc.Grpc;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
@@ -20,18 +23,24 @@ import io.grpc.health.v1.HealthCheckResponse;
 import io.grpc.health.v1.HealthGrpc;
 import io.grpc.protobuf.StatusProto;
 import java.util.Iterator;
+import java.util.Locale;
 import java.util.concurrent.TimeUnit;
 
 /**
  * Calls a running inferwire server through the generated Java client: a unary Infer, a streamed
- * InferStream, the standard grpc.health.v1 Check for one model, and an invalid request whose
- * google.rpc.BadRequest details it decodes.
+ * InferStream, the standard grpc.health.v1 Check for one model, an invalid request whose
+ * google.rpc.BadRequest details it decodes, and a chat request with log-probabilities.
  *
  * <p>Usage: {@code java -jar target/inferwire-client-example.jar [host:port] [model]} (defaults:
  * localhost:50051 demo).
  */
 public final class Example {
   private static final long DEADLINE_SECONDS = 60;
+  // The chat request every language's example sends: greedy, so that the tokens and their
+  // log-probabilities are the same from every client.
+  private static final String CHAT_SYSTEM = "You are a player in a Shakespeare play.";
+  private static final String CHAT_USER = "Good morrow! What news from Verona?";
+  private static final int TOP_LOGPROBS = 3;
 
   private Example() {}
 
@@ -59,6 +68,7 @@ public final class Example {
     inferStream(client, model);
     checkHealth(HealthGrpc.newBlockingStub(channel), model);
     showBadRequest(client, model);
+    chatWithLogprobs(client, model);
   }
 
   static void infer(InferenceServiceGrpc.InferenceServiceBlockingStub client, String model) {
@@ -153,6 +163,53 @@ public final class Example {
       return;
     }
     throw new IllegalStateException("the invalid request succeeded");
+  }
+
+  /**
+   * Sends a system and a user message, which the model's chat template renders into its prompt,
+   * and prints each generated token's log-probability followed by its most likely alternatives.
+   */
+  static void chatWithLogprobs(
+      InferenceServiceGrpc.InferenceServiceBlockingStub client, String model) {
+    InferResponse response =
+        client
+            .withDeadlineAfter(DEADLINE_SECONDS, TimeUnit.SECONDS)
+            .infer(
+                InferRequest.newBuilder()
+                    .setModel(model)
+                    .addMessages(ChatMessage.newBuilder().setRole("system").setContent(CHAT_SYSTEM))
+                    .addMessages(ChatMessage.newBuilder().setRole("user").setContent(CHAT_USER))
+                    .setParameters(
+                        GenerationParameters.newBuilder()
+                            .setMaxTokens(8)
+                            .setTemperature(0f)
+                            .setLogprobs(true)
+                            .setTopLogprobs(TOP_LOGPROBS))
+                    .build());
+    System.out.println("CHAT " + quote(response.getText()));
+    System.out.println(
+        "LOGPROBS tokens=" + response.getLogprobsCount() + " top=" + TOP_LOGPROBS);
+    for (TokenLogprob token : response.getLogprobsList()) {
+      System.out.println(
+          logprobLine("LOGPROB", token.getTokenId(), token.getLogprob(), token.getToken()));
+      for (TopLogprob alternative : token.getTopList()) {
+        System.out.println(
+            logprobLine(
+                "TOP", alternative.getTokenId(), alternative.getLogprob(), alternative.getToken()));
+      }
+    }
+  }
+
+  /** One line of the log-probability listing; token ids are proto uint32. */
+  static String logprobLine(String kind, int tokenId, float logprob, String token) {
+    // Locale.ROOT: a decimal point whatever the JVM's default locale.
+    return String.format(
+        Locale.ROOT,
+        "%s %d %.4f %s",
+        kind,
+        Integer.toUnsignedLong(tokenId),
+        logprob,
+        quote(token));
   }
 
   /** A JSON string literal in plain ASCII, so output never depends on the console's charset. */
