@@ -154,7 +154,12 @@ class Target:
     passed: bool
 
     def as_dict(self) -> dict[str, Any]:
-        return {"measure": self.measure, "goal": self.goal, "value": self.value, "pass": self.passed}
+        return {
+            "measure": self.measure,
+            "goal": self.goal,
+            "value": self.value,
+            "pass": self.passed,
+        }
 
 
 def at_least(measure: str, value: float, goal: float) -> Target:
@@ -209,10 +214,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def targets_table(targets: Sequence[Target]) -> str:
     return markdown_table(
         ["measure", "target", "measured", "result"],
-        [
-            [t.measure, t.goal, f"{t.value:.3g}", "pass" if t.passed else "miss"]
-            for t in targets
-        ],
+        [[t.measure, t.goal, f"{t.value:.3g}", "pass" if t.passed else "miss"] for t in targets],
     )
 
 

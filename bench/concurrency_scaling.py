@@ -99,8 +99,14 @@ def run(options: RunOptions) -> ScenarioResult:
             "plot": plot.name,
         },
         ratios={f"tokens_per_s_at_{n}": p["tokens_ratio"] for n, p in points.items()},
-        table_header=["streams", "og.Engine tok/s", "inferwire tok/s", "ratio",
-                      "og.Engine TTFT p50 ms", "inferwire TTFT p50 ms"],
+        table_header=[
+            "streams",
+            "og.Engine tok/s",
+            "inferwire tok/s",
+            "ratio",
+            "og.Engine TTFT p50 ms",
+            "inferwire TTFT p50 ms",
+        ],
         table_rows=rows,
         targets=[
             at_least("Aggregate tokens/s at 16 streams vs og.Engine at 16", at16, 0.9),

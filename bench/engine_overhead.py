@@ -85,8 +85,14 @@ def run(options: RunOptions) -> ScenarioResult:
             "plot": plot.name,
         },
         ratios={"tokens_per_s": tokens_ratio},
-        table_header=["path", "tokens/s", "median stream tokens/s", "TTFT p50 ms",
-                      "TTFT p99 ms", "requests"],
+        table_header=[
+            "path",
+            "tokens/s",
+            "median stream tokens/s",
+            "TTFT p50 ms",
+            "TTFT p99 ms",
+            "requests",
+        ],
         table_rows=rows,
         targets=[
             at_least("InferStream tokens/s vs fastest direct path, one stream", tokens_ratio, 0.95),

@@ -19,7 +19,15 @@ import tritonclient.grpc as triton_types
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from bench.common import RunOptions, ScenarioResult, Series, at_least, measure_rps, ratio, write_plot
+from bench.common import (
+    RunOptions,
+    ScenarioResult,
+    Series,
+    at_least,
+    measure_rps,
+    ratio,
+    write_plot,
+)
 from bench.triton_setup import MAX_TOKENS, MODEL, PROMPT, direct_tensors, triton_and_gateway
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
@@ -87,7 +95,7 @@ def run(options: RunOptions) -> ScenarioResult:
     points: dict[int, dict[str, Any]] = {}
     with triton_and_gateway(max_concurrency=max(CONCURRENCY)) as pair:
         for concurrency in CONCURRENCY:
-            point = {
+            point: dict[str, Any] = {
                 path: asyncio.run(
                     _measure(
                         path, pair.triton.url, pair.gateway.target, concurrency, requests, warmup
@@ -112,8 +120,12 @@ def run(options: RunOptions) -> ScenarioResult:
         options,
         NAME,
         [
-            Series(labels[path], xs, [points[c][path]["rps"] for c in CONCURRENCY],
-                   baseline=path != "through_inferwire")
+            Series(
+                labels[path],
+                xs,
+                [points[c][path]["rps"] for c in CONCURRENCY],
+                baseline=path != "through_inferwire",
+            )
             for path in PATHS
         ],
         xlabel="concurrency",
@@ -146,10 +158,19 @@ def run(options: RunOptions) -> ScenarioResult:
             "plot": plot.name,
         },
         ratios={f"rps_vs_stub_at_{c}": p["rps_ratio_vs_stub"] for c, p in points.items()},
-        table_header=["concurrency", "stub req/s", "tritonclient req/s", "inferwire req/s",
-                      "inferwire/stub", "stub p50 ms", "inferwire p50 ms"],
+        table_header=[
+            "concurrency",
+            "stub req/s",
+            "tritonclient req/s",
+            "inferwire req/s",
+            "inferwire/stub",
+            "stub p50 ms",
+            "inferwire p50 ms",
+        ],
         table_rows=rows,
-        targets=[at_least("Unary Infer RPS via inferwire vs raw Triton stub, concurrency 8", at8, 0.8)],
+        targets=[
+            at_least("Unary Infer RPS via inferwire vs raw Triton stub, concurrency 8", at8, 0.8)
+        ],
         notes=[
             "The client, inferwire, tritonserver and its Python backend stub share the CPUs; "
             "on a small machine every cycle inferwire spends is one Triton does not get.",
