@@ -127,10 +127,9 @@ pytest: $(STAMP) tools triton
 # The union of the tiers, in one pytest run, plus every static check; CI runs this.
 test: lint breaking check-generated pytest
 
-bench: $(STAMP) triton
-	$(BIN)/python -m bench.stream_throughput
-	$(BIN)/python -m bench.startup_time
-	$(BIN)/python -m bench.triton_infer
+# The whole suite (bench/README in bench/results); `make bench ARGS=--quick` for a smoke run.
+bench: $(STAMP) triton tools
+	$(BIN)/python -m bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .ruff_cache

@@ -1,8 +1,7 @@
-"""Time from launching `inferwire serve` to grpc.health.v1 SERVING for "".
+"""Start-up: time from launching `inferwire serve` to grpc.health.v1 SERVING for "".
 
-Baseline in the same run: time from launch until the port accepts connections,
-so the model-loading share of start-up is visible. Writes
-bench/results/startup_time.json and .png.
+Baseline in the same run: time from launch until the port accepts connections, so the
+model-loading share of start-up is visible.
 """
 
 from __future__ import annotations
@@ -13,10 +12,10 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.common import write_boxplot, write_results
+from bench.common import RunOptions, ScenarioResult, Series, write_plot
 from tests.support.process import start_server_process, stop_server_process
 
-RUNS = 5
+NAME = "startup_time"
 
 
 def one_start() -> tuple[float, float]:
@@ -35,27 +34,39 @@ def one_start() -> tuple[float, float]:
         stop_server_process(server, graceful=True)
 
 
-def main() -> None:
-    runs = [one_start() for _ in range(RUNS)]
-    results = {
-        "runs": RUNS,
-        "listening_s": [listening for listening, _ in runs],
-        "serving_s": [serving for _, serving in runs],
-        "median_listening_s": statistics.median(listening for listening, _ in runs),
-        "median_serving_s": statistics.median(serving for _, serving in runs),
-    }
-    path = write_results("startup_time", results)
-    write_boxplot(
-        "startup_time",
-        {"port listening": results["listening_s"], "health SERVING": results["serving_s"]},
+def run(options: RunOptions) -> ScenarioResult:
+    runs = options.size(5, 1)
+    starts = [one_start() for _ in range(runs)]
+    listening = [first for first, _ in starts]
+    serving = [second for _, second in starts]
+    median_listening, median_serving = statistics.median(listening), statistics.median(serving)
+    xs = [float(i + 1) for i in range(runs)]
+    plot = write_plot(
+        options,
+        NAME,
+        [
+            Series("health SERVING", xs, serving),
+            Series("port listening", xs, listening, baseline=True),
+        ],
+        xlabel="run",
         ylabel="seconds since launch",
-        title=f"inferwire serve start-up, {RUNS} runs",
+        title=f"inferwire serve start-up, {runs} runs",
     )
-    print(
-        f"listening after {results['median_listening_s']:.2f} s, SERVING after "
-        f"{results['median_serving_s']:.2f} s (medians); wrote {path}"
+    return ScenarioResult(
+        name=NAME,
+        title="Start-up: launch to SERVING, against launch to listening",
+        baseline="time until the port listens (before any model is loaded)",
+        data={
+            "runs": runs,
+            "listening_s": listening,
+            "serving_s": serving,
+            "median_listening_s": median_listening,
+            "median_serving_s": median_serving,
+            "plot": plot.name,
+        },
+        ratios={"serving_vs_listening": median_serving / median_listening},
+        table_header=["run", "listening s", "SERVING s"],
+        table_rows=[[str(i + 1), f"{a:.3f}", f"{b:.3f}"] for i, (a, b) in enumerate(starts)],
+        targets=[],
+        notes=[f"Medians: listening {median_listening:.3f} s, SERVING {median_serving:.3f} s."],
     )
-
-
-if __name__ == "__main__":
-    main()

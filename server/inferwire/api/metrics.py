@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics import MetricWrapperBase
 
 from inferwire.api.auth import current_principal
 from inferwire.api.handlers import Behaviour, Call, Continuation, calls_within, rebuild_handler
@@ -89,24 +90,36 @@ class PrometheusMetrics:
         self.queue_depth = gauge("inferwire_queue_depth", "Requests waiting for a slot.")
         self.inflight = gauge("inferwire_inflight_requests", "Requests running on the backend.")
         self.ready = gauge("inferwire_model_ready", "1 when the model serves, else 0.")
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
+        """`metric.labels(*labels)`, kept: prometheus_client checks the labels and takes a
+        lock on every call, a few times per request. The label sets are bounded (configured
+        models, the served methods, status codes), so the dict is too."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     # ---- the core's MetricsListener ------------------------------------
 
     def request_finished(self, request: RequestMetrics) -> None:
-        self.requests.labels(request.model, request.outcome).inc()
-        self.prompt_tokens.labels(request.model).inc(request.prompt_tokens)
-        self.generated_tokens.labels(request.model).inc(request.completion_tokens)
+        child, model = self.child, request.model
+        child(self.requests, model, request.outcome).inc()
+        child(self.prompt_tokens, model).inc(request.prompt_tokens)
+        child(self.generated_tokens, model).inc(request.completion_tokens)
         if request.time_to_first_token_s is not None:
-            self.first_token.labels(request.model).observe(request.time_to_first_token_s)
+            child(self.first_token, model).observe(request.time_to_first_token_s)
         if request.time_per_output_token_s is not None:
-            self.per_token.labels(request.model).observe(request.time_per_output_token_s)
+            child(self.per_token, model).observe(request.time_per_output_token_s)
 
     def load_changed(self, model: str, queued: int, running: int) -> None:
-        self.queue_depth.labels(model).set(queued)
-        self.inflight.labels(model).set(running)
+        self.child(self.queue_depth, model).set(queued)
+        self.child(self.inflight, model).set(running)
 
     def readiness_changed(self, model: str, ready: bool) -> None:
-        self.ready.labels(model).set(int(ready))
+        self.child(self.ready, model).set(int(ready))
 
 
 class _CountingContext:
@@ -136,10 +149,11 @@ class _ObservedRpc:
     ) -> None:
         self.metrics, self.labels, self.call = metrics, labels, call
         # The labelled children once per RPC: a stream counts every message it sends.
-        self._sent, self._received = metrics.sent.labels(*labels), metrics.received.labels(*labels)
+        self._sent = metrics.child(metrics.sent, *labels)
+        self._received = metrics.child(metrics.received, *labels)
         self.context = _CountingContext(context, self.sent)
         self._raw_context = context
-        metrics.started.labels(*labels).inc()
+        metrics.child(metrics.started, *labels).inc()
 
     def sent(self) -> None:
         self._sent.inc()
@@ -164,8 +178,8 @@ class _ObservedRpc:
         finally:
             elapsed = time.perf_counter() - started
             code = rpc_code(self._raw_context, error)
-            self.metrics.handled.labels(*self.labels, code.name).inc()
-            self.metrics.handling.labels(*self.labels).observe(elapsed)
+            self.metrics.child(self.metrics.handled, *self.labels, code.name).inc()
+            self.metrics.child(self.metrics.handling, *self.labels).observe(elapsed)
             if not self.call.logged:
                 model = getattr(request, "model", "")
                 write_access_line(

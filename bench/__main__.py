@@ -1,0 +1,148 @@
+"""`python -m bench [SCENARIO...] [--quick] [--out DIR]`: run the benchmark scenarios.
+
+Each scenario writes <out>/<scenario>.json, .md and .png; then <out>/README.md is
+rewritten from every <scenario>.json in <out> (this run's and earlier ones): the machine,
+the targets table with each measured figure, and one line per scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from bench.common import RESULTS, RunOptions, machine, markdown_table, write_json, write_markdown
+
+# name -> module; in the order the suite runs them.
+SCENARIOS = {
+    "engine_overhead": "bench.engine_overhead",
+    "concurrency_scaling": "bench.concurrency_scaling",
+    "triton_overhead": "bench.triton_overhead",
+    "grpc_floor": "bench.grpc_floor",
+    "ghz_infer": "bench.ghz_infer",
+    "memory": "bench.memory",
+    "startup_time": "bench.startup_time",
+}
+# A scenario whose tool is not installed is skipped, not failed.
+_MISSING_TOOL = ("TritonMissingError", "GhzMissingError")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"any of {', '.join(SCENARIOS)}; default: all",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke sizes: checks the plumbing, not the numbers"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"default: {RESULTS}")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.scenarios if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    return args
+
+
+def run_scenario(module: ModuleType, options: RunOptions) -> float:
+    started = time.perf_counter()
+    result = module.run(options)
+    write_json(options, result)
+    markdown = write_markdown(options, result)
+    elapsed = time.perf_counter() - started
+    ratios = ", ".join(f"{k} {v:.3f}" for k, v in result.ratios.items())
+    print(f"{result.name}: {ratios} ({elapsed:.0f} s; {markdown})", flush=True)
+    return elapsed
+
+
+def write_summary(out_dir: Path) -> Path:
+    """<out>/README.md from every scenario JSON there."""
+    documents = []
+    for name in SCENARIOS:
+        path = out_dir / f"{name}.json"
+        if path.is_file():
+            documents.append(json.loads(path.read_text()))
+    targets = [
+        [
+            t["measure"],
+            t["goal"],
+            f"{t['value']:.3g}",
+            "pass" if t["pass"] else "miss",
+            d["scenario"],
+        ]
+        for d in documents
+        for t in d["targets"]
+    ]
+    scenarios = [
+        [
+            f"[{d['scenario']}]({d['scenario']}.md)",
+            d["baseline"],
+            ", ".join(f"{k} {v:.3f}" for k, v in d["ratios"].items()),
+            "quick" if d["quick"] else "full",
+        ]
+        for d in documents
+    ]
+    described = documents[0]["machine"] if documents else machine()
+    versions = ", ".join(f"{k} {v}" for k, v in described["versions"].items())
+    lines = [
+        "# Benchmark results",
+        "",
+        "Written by `python -m bench` (see bench/__main__.py); each scenario has its own "
+        "JSON, Markdown table and plot here. Ratios are inferwire / baseline.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {described['cpu_model']}, {described['cpus']} logical CPUs "
+        f"({described['cpus_usable']} usable)",
+        f"- Memory: {described['memory_gib']} GiB",
+        f"- Load average when the run started: {described['load_average_at_start']}",
+        f"- {described['platform']}, Python {described['python']}",
+        f"- {versions}",
+        "",
+        "## Targets",
+        "",
+        markdown_table(["measure", "target", "measured", "result", "scenario"], targets),
+        "",
+        "## Scenarios",
+        "",
+        markdown_table(["scenario", "baseline", "ratios", "sizes"], scenarios),
+        "",
+    ]
+    path = out_dir / "README.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    options = RunOptions(quick=args.quick, out_dir=args.out)
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    failed = []
+    total = 0.0
+    for name in args.scenarios or list(SCENARIOS):
+        module = importlib.import_module(SCENARIOS[name])
+        try:
+            total += run_scenario(module, options)
+        except Exception as error:
+            if type(error).__name__ in _MISSING_TOOL:
+                print(f"{name}: skipped: {error}", flush=True)
+                continue
+            traceback.print_exc()
+            failed.append(name)
+    summary = write_summary(options.out_dir)
+    print(f"summary: {summary} ({total:.0f} s in scenarios)")
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""`python -m bench --quick` runs every scenario and writes outputs of the right shape.
+
+Smoke only: the sizes are tiny and nothing here looks at how fast anything was. It lives
+in the Triton tier because two scenarios need tritonserver (and one ghz).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import SCENARIOS
+
+REPO = Path(__file__).resolve().parents[2]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+TARGET_COUNT = 6  # the issue's targets table
+
+
+@pytest.fixture(scope="module")
+def results(triton_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench")
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "server"), str(REPO)])},
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "skipped" not in completed.stdout, completed.stdout
+    return out
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_scenario_writes_json_markdown_and_png(results: Path, scenario: str) -> None:
+    document = json.loads((results / f"{scenario}.json").read_text())
+    assert document["scenario"] == scenario
+    assert document["quick"] is True
+    assert document["baseline"]
+    assert {"cpu_model", "cpus", "memory_gib", "versions"} <= document["machine"].keys()
+    assert document["ratios"]
+    for name, value in document["ratios"].items():
+        assert isinstance(value, float) and math.isfinite(value) and value > 0, name
+    for target in document["targets"]:
+        assert target.keys() == {"measure", "goal", "value", "pass"}
+        assert isinstance(target["pass"], bool)
+    assert (results / document["data"]["plot"]).read_bytes().startswith(PNG_SIGNATURE)
+    markdown = (results / f"{scenario}.md").read_text()
+    assert markdown.startswith(f"# {document['title']}")
+    table = [line for line in markdown.splitlines() if line.startswith("|")]
+    assert len(table) >= 3 and set(table[1]) <= set("|-")
+
+
+def test_scenarios_measure_their_own_work(results: Path) -> None:
+    """Greedy prompts give the same text on both paths; the mixed load saw each code."""
+    overhead = json.loads((results / "engine_overhead.json").read_text())["data"]
+    assert overhead["same_text_share"] == 1.0
+    scaling = json.loads((results / "concurrency_scaling.json").read_text())["data"]
+    assert set(scaling["points"]) == {"1", "4", "16", "32"}
+    assert all(p["same_text_share"] == 1.0 for p in scaling["points"].values())
+    triton = json.loads((results / "triton_overhead.json").read_text())["data"]
+    assert set(triton["points"]) == {"1", "8", "32"}
+    codes = json.loads((results / "memory.json").read_text())["data"]["status_codes"]
+    assert {"infer:OK", "infer_stream:OK", "no_model:INVALID_ARGUMENT"} <= codes.keys()
+    assert "unknown_model:NOT_FOUND" in codes
+
+
+def test_summary_has_the_machine_and_every_target(results: Path) -> None:
+    summary = (results / "README.md").read_text()
+    assert "## Machine" in summary and "CPU:" in summary
+    targets = summary.split("## Targets", 1)[1].split("## Scenarios", 1)[0]
+    rows = [line for line in targets.splitlines() if line.startswith("|")][2:]
+    assert len(rows) == TARGET_COUNT
+    assert all(row.split("|")[4].strip() in ("pass", "miss") for row in rows)
+    for scenario in SCENARIOS:
+        assert f"[{scenario}]({scenario}.md)" in summary
