@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from inferwire.api.handlers import Deserializer, rebuild_handler
+from inferwire.api.handlers import Deserializer, HandlerCache, rebuild_handler
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,9 @@ def _guard_request_stream(handler: Callable[..., Any], method: str) -> Callable[
 class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
     """Answers undecodable requests with INVALID_ARGUMENT on every method."""
 
+    def __init__(self) -> None:
+        self._rebuilt = HandlerCache()
+
     async def intercept_service(
         self,
         continuation: Callable[
@@ -97,10 +100,13 @@ class DecodeErrorInterceptor(grpc.aio.ServerInterceptor):
         if handler.request_streaming and not handler.response_streaming:
             return handler  # client-streaming to unary: no such method is served
         method = handler_call_details.method
+        cached: grpc.RpcMethodHandler[Any, Any] | None = self._rebuilt.get(method, handler)
+        if cached is not None:
+            return cached
         guard = _guard_request_stream if handler.request_streaming else _guard_unary_request
         rebuilt: grpc.RpcMethodHandler[Any, Any] = rebuild_handler(
             handler,
             lambda behaviour: guard(behaviour, method),
             request_deserializer=_tolerant(handler.request_deserializer),
         )
-        return rebuilt
+        return self._rebuilt.put(method, handler, rebuilt)

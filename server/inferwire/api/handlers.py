@@ -41,6 +41,24 @@ def rebuild_handler(
     )
 
 
+class HandlerCache:
+    """An interceptor's rebuilt handlers, one per method, kept while the inner handler is the
+    same object: grpc.aio runs `intercept_service` on every call, and rebuilding a handler
+    (closures, a new RpcMethodHandler) each time costs more than the lookup. Bounded by the
+    served methods, since only a method that has a handler gets an entry."""
+
+    def __init__(self) -> None:
+        self._rebuilt: dict[str, tuple[Any, Any]] = {}
+
+    def get(self, method: str, handler: Any) -> Any | None:
+        found = self._rebuilt.get(method)
+        return found[1] if found is not None and found[0] is handler else None
+
+    def put(self, method: str, handler: Any, rebuilt: Any) -> Any:
+        self._rebuilt[method] = (handler, rebuilt)
+        return rebuilt
+
+
 def calls_within(behaviour: Behaviour, scope: Scope) -> Behaviour:
     """`behaviour` with each call run inside `scope(request, context)`.
 

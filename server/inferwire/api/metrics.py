@@ -21,7 +21,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.metrics import MetricWrapperBase
 
 from inferwire.api.auth import current_principal
-from inferwire.api.handlers import Behaviour, Call, Continuation, calls_within, rebuild_handler
+from inferwire.api.handlers import (
+    Behaviour,
+    Call,
+    Continuation,
+    HandlerCache,
+    calls_within,
+    rebuild_handler,
+)
 from inferwire.api.request_log import RpcCall, access_log, begin_call, write_access_line
 from inferwire.api.status import MAX_FIELD_BYTES, bounded
 from inferwire.core.metrics import RequestMetrics
@@ -226,6 +233,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, metrics: PrometheusMetrics) -> None:
         self._metrics = metrics
+        self._rebuilt = HandlerCache()
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -234,11 +242,18 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         method = handler_call_details.method
+        rebuilt = self._rebuilt.get(method, handler)
+        if rebuilt is not None:
+            return rebuilt
         service, _, name = method.strip("/").partition("/")
         kind = GRPC_TYPE[(handler.request_streaming, handler.response_streaming)]
-        return rebuild_handler(
+        return self._rebuilt.put(
+            method,
             handler,
-            lambda behaviour: self._observed(behaviour, method, (kind, service, name), handler),
+            rebuild_handler(
+                handler,
+                lambda behaviour: self._observed(behaviour, method, (kind, service, name), handler),
+            ),
         )
 
     def _observed(
