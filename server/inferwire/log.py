@@ -12,10 +12,25 @@ _STANDARD_ATTRS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime
 
 
 class JsonFormatter(logging.Formatter):
+    # What json.dumps(entry, default=str) builds on every call, built once.
+    _encoder = json.JSONEncoder(default=str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # The timestamp down to the second, formatted once per second rather than per line.
+        self._second = -1
+        self._second_text = ""
+
+    def _timestamp(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._second_text}.{int(record.msecs):03d}Z"
+
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": self._timestamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -23,7 +38,7 @@ class JsonFormatter(logging.Formatter):
         entry.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRS})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return self._encoder.encode(entry)
 
 
 class TextFormatter(logging.Formatter):
