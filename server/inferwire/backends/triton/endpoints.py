@@ -23,6 +23,7 @@ from inferwire.backends.triton.options import TritonOptions
 from inferwire.core.errors import BackendUnavailableError
 
 try:  # the inferwire[otel] extra
+    from opentelemetry.context import get_current as current_trace_context
     from opentelemetry.propagate import inject as inject_trace_context
 except ImportError:
     inject_trace_context = None  # type: ignore[assignment]
@@ -40,8 +41,8 @@ def trace_metadata() -> tuple[tuple[str, str], ...]:
 
     Empty without the otel extra or outside a traced request.
     """
-    if inject_trace_context is None:
-        return ()
+    if inject_trace_context is None or not current_trace_context():
+        return ()  # an empty context (tracing off) has nothing to propagate
     carrier: dict[str, str] = {}
     inject_trace_context(carrier)
     return tuple(carrier.items())
@@ -254,6 +255,23 @@ class EndpointPool:
         else:
             endpoint.healthy, endpoint.detail = True, ""
 
+    async def infer(
+        self, message: service_pb2.ModelInferRequest, *, timeout: float | None
+    ) -> service_pb2.ModelInferResponse:
+        """One ModelInfer (a model that is not decoupled), from the first endpoint that
+        takes it: a request that got no response can always move on."""
+        tried: list[Endpoint] = []
+        while True:
+            endpoint = self.pick(exclude=tried)
+            tried.append(endpoint)
+            with self._in_flight(endpoint):
+                try:
+                    return await endpoint.stub.ModelInfer(
+                        message, metadata=(*self.metadata, *trace_metadata()), timeout=timeout
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    self._move_on_or_raise(exc, endpoint, tried, received=False)
+
     async def responses(
         self, message: service_pb2.ModelInferRequest, *, decoupled: bool, timeout: float | None
     ) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
@@ -262,6 +280,9 @@ class EndpointPool:
         Moving on to another endpoint is safe only before any response arrived; after
         that, a lost connection is the caller's UNAVAILABLE.
         """
+        if not decoupled:
+            yield await self.infer(message, timeout=timeout)
+            return
         tried: list[Endpoint] = []
         while True:
             endpoint = self.pick(exclude=tried)
@@ -269,51 +290,54 @@ class EndpointPool:
             with self._in_flight(endpoint):
                 received = False
                 try:
-                    if decoupled:
-                        call = endpoint.stub.ModelStreamInfer(
-                            iter([message]),
-                            metadata=(*self.metadata, _STREAM_ERROR_HEADER, *trace_metadata()),
-                            timeout=timeout,
-                        )
-                        try:
-                            async for item in call:
-                                if item.error_message:
-                                    raise stream_error(
-                                        item.error_message,
-                                        url=endpoint.url,
-                                        model=self.model_name,
-                                        triton_model=self.triton_model,
-                                    )
-                                received = True
-                                yield item.infer_response
-                                params = item.infer_response.parameters
-                                if params["triton_final_response"].bool_param:
-                                    return
-                        finally:
-                            # Our client went away, or we stopped early: cancel on Triton too.
-                            call.cancel()
-                    else:
-                        response = await endpoint.stub.ModelInfer(
-                            message, metadata=(*self.metadata, *trace_metadata()), timeout=timeout
-                        )
-                        received = True
-                        yield response
+                    call = endpoint.stub.ModelStreamInfer(
+                        iter([message]),
+                        metadata=(*self.metadata, _STREAM_ERROR_HEADER, *trace_metadata()),
+                        timeout=timeout,
+                    )
+                    try:
+                        async for item in call:
+                            if item.error_message:
+                                raise stream_error(
+                                    item.error_message,
+                                    url=endpoint.url,
+                                    model=self.model_name,
+                                    triton_model=self.triton_model,
+                                )
+                            received = True
+                            yield item.infer_response
+                            params = item.infer_response.parameters
+                            if params["triton_final_response"].bool_param:
+                                return
+                    finally:
+                        # Our client went away, or we stopped early: cancel on Triton too.
+                        call.cancel()
                     return
                 except grpc.aio.AioRpcError as exc:
-                    error = self.error(exc, endpoint, Origin.RPC)
-                    if (
-                        isinstance(error, BackendUnavailableError)
-                        and not received
-                        and len(tried) < len(self.endpoints)
-                    ):
-                        endpoint.healthy = False
-                        endpoint.detail = f"UNAVAILABLE: {exc.details()}"
-                        self._trouble()
-                        log.warning(
-                            "Triton endpoint unreachable; trying another",
-                            extra={"model": self.model_name, "url": endpoint.url},
-                        )
-                        continue
-                    if isinstance(error, BackendUnavailableError):
-                        self._trouble()
-                    raise error from None
+                    self._move_on_or_raise(exc, endpoint, tried, received)
+
+    def _move_on_or_raise(
+        self,
+        exc: grpc.aio.AioRpcError,
+        endpoint: Endpoint,
+        tried: list[Endpoint],
+        received: bool,
+    ) -> None:
+        """Return when the request may move on to another endpoint; else raise its error."""
+        error = self.error(exc, endpoint, Origin.RPC)
+        if (
+            isinstance(error, BackendUnavailableError)
+            and not received
+            and len(tried) < len(self.endpoints)
+        ):
+            endpoint.healthy = False
+            endpoint.detail = f"UNAVAILABLE: {exc.details()}"
+            self._trouble()
+            log.warning(
+                "Triton endpoint unreachable; trying another",
+                extra={"model": self.model_name, "url": endpoint.url},
+            )
+            return
+        if isinstance(error, BackendUnavailableError):
+            self._trouble()
+        raise error from None
