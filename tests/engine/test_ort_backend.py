@@ -57,7 +57,7 @@ async def test_closing_the_stream_stops_the_engine_within_one_token(backend):
 
 async def test_unary_equals_concatenated_stream(backend):
     params = {"temperature": 0.8, "seed": 5, "top_k": 20}
-    text, end = await join(backend.infer(request(48, **params), GenerationRecord()))
+    text, end, _ = await join(backend.infer(request(48, **params), GenerationRecord()))
     pieces = []
     async for event in backend.infer_stream(request(48, **params), GenerationRecord()):
         if isinstance(event, TextDelta):
