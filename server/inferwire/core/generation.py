@@ -152,6 +152,19 @@ async def stop_at_sequences(
     yield GenerationEnd(FinishReason.STOP_SEQUENCE, Usage(record.prompt_tokens, completion_tokens))
 
 
+def coalesce_deltas(deltas: Sequence[TextDelta]) -> TextDelta:
+    """Several consecutive deltas as one: their text and their log-probabilities, in order.
+
+    For a consumer that is behind: one message instead of many, the concatenated text
+    and the tokens' log-probabilities unchanged.
+    """
+    return TextDelta(
+        "".join(delta.text for delta in deltas),
+        deltas[-1].completion_tokens,
+        tuple(entry for delta in deltas for entry in delta.logprobs),
+    )
+
+
 async def join(
     events: GenerationEvents,
 ) -> tuple[str, GenerationEnd, tuple[TokenLogprob, ...]]:

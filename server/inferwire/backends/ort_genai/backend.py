@@ -2,8 +2,16 @@
 
 Runs a model directory in ORT GenAI format (`genai_config.json`, `model.onnx`,
 `tokenizer.json`) in-process, on the CPU or, with `onnxruntime-genai-cuda`
-installed, on a CUDA GPU. Each request runs its own generator in a worker
-thread (`generator.py`).
+installed, on a CUDA GPU. Two paths run requests (option `batching`):
+
+- `engine` (the default): one `og.Engine` per model batches concurrent requests,
+  driven by one scheduler thread (`engine.py`, which records what the engine can do);
+- `per_request`: each request runs its own `og.Generator` in a worker thread
+  (`generator.py`).
+
+With `engine`, requests the engine cannot serve as asked still take the per-request
+path: log-probabilities and output constraints (the generator's features), and a
+seed on a static-batching engine (which refuses per-request seeds).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any, Literal
 import onnxruntime_genai as og
 from pydantic import Field
 
+from inferwire.backends.ort_genai.engine import EngineScheduler
 from inferwire.backends.ort_genai.generator import ModelDetails, generate
 from inferwire.backends.ort_genai.logprobs import TokenTexts
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationRecord
@@ -30,13 +39,14 @@ from inferwire.core.errors import (
     InvalidArgumentError,
     ModelNotReadyError,
 )
-from inferwire.core.generation import check_prompt_fits
+from inferwire.core.generation import check_prompt_fits, coalesce_deltas
 from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
     ChatMessage,
     GenerationEnd,
+    GenerationParams,
     GenerationRequest,
     ModelLimits,
     TextDelta,
@@ -70,6 +80,25 @@ class OrtGenAIOptions(BackendOptions):
         ge=1,
         description="Largest max_tokens a request may ask for (default: context length).",
     )
+    batching: Literal["engine", "per_request"] = Field(
+        default="engine",
+        description="engine: concurrent requests share og.Engine's batched steps; "
+        "per_request: each request runs its own og.Generator.",
+    )
+    max_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="With batching: engine, the most requests in one batch "
+        "(default: the model's max_concurrency).",
+    )
+    static_batch_steps: int = Field(
+        default=32,
+        ge=0,
+        description="With batching: engine on a static-batching engine (every CPU model), "
+        "the steps a batch runs while other requests wait before its rows are preempted "
+        "(begun again, prompt plus their tokens so far, together with the waiting ones); "
+        "0: a batch always runs to its end.",
+    )
 
 
 def builtin_model_path() -> Path:
@@ -94,6 +123,7 @@ class OrtGenAIBackend(Backend):
         self._chat_template: str | None = None
         self._token_texts: TokenTexts | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._scheduler: EngineScheduler | None = None
 
     @property
     def model_path(self) -> Path:
@@ -115,17 +145,33 @@ class OrtGenAIBackend(Backend):
                 "onnxruntime-genai has no CUDA support; install it with: "
                 "pip install 'inferwire[cuda]' (onnxruntime-genai-cuda)"
             )
-        genai_file = json.loads(config_file.read_text())
-        genai_config = genai_file["model"]
-        self._search_defaults = dict(genai_file.get("search", {}))
+        config = json.loads(config_file.read_text())
+        genai_config = config["model"]
+        self._search_defaults = dict(config.get("search", {}))
         self._chat_template = _chat_template(path)
+        # Continuous batching needs a paged-KV model, whose config says dynamic_batching.
+        dynamic = "dynamic_batching" in config.get("engine", {})
         self._context_length = int(genai_config["context_length"])
         self._vocab_size = int(genai_config["vocab_size"])
         eos = genai_config.get("eos_token_id", [])
         self._eos_token_ids = frozenset(eos if isinstance(eos, list) else [eos])
-        model, tokenizer = await asyncio.to_thread(self._load_engine, path)
+        model, tokenizer = await asyncio.to_thread(self._load_engine, path, dynamic)
         self._model, self._tokenizer = model, tokenizer
         self._token_texts = TokenTexts(tokenizer.decode)
+        if self.options.batching == "engine":
+            do_sample = bool(self._search_defaults.get("do_sample", False))
+            self._scheduler = await asyncio.to_thread(
+                EngineScheduler,
+                self._model,
+                self._tokenizer,
+                self._eos_token_ids,
+                self._vocab_size,
+                do_sample,
+                self._max_batch_size,
+                self.options.static_batch_steps,
+                dynamic,
+                self.model_name,
+            )
         self._executor = ThreadPoolExecutor(
             max_workers=self.max_concurrency, thread_name_prefix=f"ortgenai-{self.model_name}"
         )
@@ -134,11 +180,18 @@ class OrtGenAIBackend(Backend):
             extra={"model": self.model_name, "path": str(path), "device": self.options.device},
         )
 
-    def _load_engine(self, path: Path) -> tuple[og.Model, og.Tokenizer]:
+    @property
+    def _max_batch_size(self) -> int:
+        return self.options.max_batch_size or self.max_concurrency
+
+    def _load_engine(self, path: Path, dynamic: bool) -> tuple[og.Model, og.Tokenizer]:
         config = og.Config(str(path))
         config.clear_providers()
         if self.options.device == "cuda":
             config.append_provider("cuda")
+        if self.options.batching == "engine" and not dynamic:
+            batch = {"max_batch_size": self._max_batch_size}
+            config.overlay(json.dumps({"engine": {"static_batching": batch}}))
         model = og.Model(config)
         tokenizer = og.Tokenizer(model)
         # One throwaway token, so the first real request does not pay ORT's
@@ -151,6 +204,9 @@ class OrtGenAIBackend(Backend):
         return model, tokenizer
 
     async def unload(self) -> None:
+        if self._scheduler is not None:
+            await asyncio.to_thread(self._scheduler.close)
+        self._scheduler = None
         if self._executor is not None:
             await asyncio.to_thread(self._executor.shutdown, wait=True)
         self._executor = None
@@ -161,6 +217,8 @@ class OrtGenAIBackend(Backend):
     async def health(self) -> BackendHealth:
         if self._model is None:
             return BackendHealth(False, "engine not loaded")
+        if self._scheduler is not None and not self._scheduler.alive:
+            return BackendHealth(False, f"engine scheduler stopped: {self._scheduler.failure}")
         return BackendHealth(True, f"in-process on {self.options.device}")
 
     def capabilities(self) -> Capabilities:
@@ -235,7 +293,34 @@ class OrtGenAIBackend(Backend):
     def infer_stream(
         self, request: GenerationRequest, record: GenerationRecord
     ) -> GenerationEvents:
+        scheduler = self._scheduler
+        if scheduler is not None and self._runs_on_engine(request.params, scheduler):
+            return scheduler.stream(self._prepare(request, record), request.params, record)
         return self._stream(request, record)
+
+    @staticmethod
+    def _runs_on_engine(params: GenerationParams, scheduler: EngineScheduler) -> bool:
+        """Whether the engine serves a request as asked (see the module docstring)."""
+        if params.logprobs or params.constraint is not None:
+            return False
+        return params.seed is None or scheduler.dynamic
+
+    async def _prepare(
+        self, request: GenerationRequest, record: GenerationRecord
+    ) -> tuple[list[int], int]:
+        """The prompt's token ids, checked against the context window, and the tokens to
+        generate at most."""
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            raise RuntimeError(f"model {self.model_name!r} is not loaded")
+        self._refuse_logprobs_with_constraint(request)
+        with record.tracer.span(TOKENIZE):
+            encoded = await asyncio.to_thread(tokenizer.encode, request.prompt)
+        input_ids = [int(t) for t in encoded]
+        record.prompt_tokens = len(input_ids)
+        check_prompt_fits(request, len(input_ids), self.model_name, self.limits())
+        # The context window bounds generation too; reaching it ends with LENGTH.
+        return input_ids, min(request.max_tokens, self._context_length - len(input_ids))
 
     async def _stream(
         self, request: GenerationRequest, record: GenerationRecord
@@ -243,15 +328,8 @@ class OrtGenAIBackend(Backend):
         model, tokenizer, executor = self._model, self._tokenizer, self._executor
         if model is None or tokenizer is None or executor is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        self._refuse_logprobs_with_constraint(request)
+        input_ids, max_tokens = await self._prepare(request, record)
         details = self._model_details()
-        with record.tracer.span(TOKENIZE):
-            encoded = await asyncio.to_thread(tokenizer.encode, request.prompt)
-        input_ids = [int(t) for t in encoded]
-        record.prompt_tokens = len(input_ids)
-        check_prompt_fits(request, len(input_ids), self.model_name, self.limits())
-        # The context window bounds generation too; reaching it ends with LENGTH.
-        max_tokens = min(request.max_tokens, self._context_length - len(input_ids))
 
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[TextDelta | GenerationEnd | BaseException] = asyncio.Queue()
@@ -280,12 +358,24 @@ class OrtGenAIBackend(Backend):
 
         worker = loop.run_in_executor(executor, run)
         finished = False
+        held: TextDelta | GenerationEnd | BaseException | None = None
         try:
             while True:
-                event = await events.get()
+                event = held if held is not None else await events.get()
+                held = None
                 if isinstance(event, TextDelta):
                     credits.release()
-                    yield event
+                    # A consumer that is behind takes every ready delta as one message
+                    # (not with stop strings: a match reports its own delta's token count).
+                    deltas = [event]
+                    while not request.params.stop and not events.empty():
+                        held = events.get_nowait()
+                        if not isinstance(held, TextDelta):
+                            break
+                        deltas.append(held)
+                        held = None
+                        credits.release()
+                    yield coalesce_deltas(deltas) if len(deltas) > 1 else event
                     continue
                 finished = True
                 if isinstance(event, BaseException):

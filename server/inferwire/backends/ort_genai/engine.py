@@ -1,0 +1,469 @@
+"""The engine path: one `og.Engine` per model, driven by one scheduler thread.
+
+What ONNX Runtime GenAI 0.18's engine offers (checked against the installed library and
+the bundled model; see docs/ort_genai_batching.md for the measurements):
+
+- Continuous batching (requests joining a running batch between steps) needs
+  `{"engine": {"dynamic_batching": {...}}}` in genai_config.json, and that needs a model
+  exported with a paged KV cache (the model builder's `use_paged_attention`, which its
+  help says is "currently only supported for the CUDA execution provider with fp16 or
+  bf16 precision"). On a CPU model `og.Engine` refuses it ("Paged cache input must have
+  rank four ..."). So on the CPU the engine runs **static batching**: requests submitted
+  while it is idle form one batch, rows leave early (end of sequence, max tokens,
+  cancellation) but a request submitted mid-batch waits until the whole batch drained.
+- A per-request seed is refused by a static engine ("A per-turn seed requires an Engine
+  configured for dynamic batching"); temperature, top_p and top_k hold per row. The
+  backend therefore routes seeded requests to the per-request generator unless the model
+  is a dynamic-batching one.
+- `Request.cancel_turn` ends one row at the next `run` (one `CANCELLED` event, no token);
+  the other rows go on unchanged. A cancelled turn cannot be continued on the same
+  request (a new turn there does not resume the sequence exactly), but a new request with
+  the prompt plus the tokens generated so far continues it token for token (greedy).
+
+How this scheduler uses that:
+
+- Commands from the event loop (start, cancel, resume) are applied between `run` steps.
+  On a dynamic engine a started row joins the running batch at once. On a static engine
+  it waits for the batch to drain; to bound that head-of-line blocking, a batch that has
+  run `static_batch_steps` steps while others wait is *preempted*: its rows are
+  cancelled and begun again (prompt plus their tokens so far) in the next batch,
+  together with the waiting requests. The re-prefill is the price; greedy output does not
+  change.
+- A row of a shared batch cannot pause for a slow consumer. Each row buffers at most
+  `BUFFERED_DELTAS` undelivered deltas; when its consumer falls that far behind, the row
+  is preempted the same way and parked, and it is begun again once the consumer has read
+  down to `RESUME_AT`. So a stalled reader costs a bounded buffer and no batch slot.
+- Tokens are decoded to text here, on the scheduler thread, with one `TokenizerStream`
+  per request (kept across preemptions); the deltas of one step reach each event loop in
+  one `call_soon_threadsafe`. A consumer that is behind takes every ready delta as one
+  (`coalesce_deltas`), so the number of stream messages depends on timing.
+- Cancellation (the consumer closing its stream: client cancel, deadline, stop string)
+  reaches the engine before its next step: at most one more token is produced, counted
+  in `GenerationRecord.tokens_after_cancel`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import onnxruntime_genai as og
+
+from inferwire.core.backend import GenerationEvents, GenerationRecord
+from inferwire.core.generation import coalesce_deltas
+from inferwire.core.types import FinishReason, GenerationEnd, GenerationParams, TextDelta, Usage
+
+log = logging.getLogger(__name__)
+
+# Undelivered deltas a row may hold before it is preempted, and the level its consumer
+# must read down to before it is begun again. Large enough that an event loop delayed
+# for a few steps (two shared cores) does not preempt a healthy stream.
+BUFFERED_DELTAS = 64
+RESUME_AT = 16
+
+_TOKEN = int(og.EngineEventFlags.TOKEN)
+_TURN_FINISHED = int(og.EngineEventFlags.TURN_FINISHED)
+_FAILED = int(og.EngineEventFlags.FAILED)
+_FINISH_REASON = {
+    og.FinishReason.EOS: FinishReason.STOP,
+    og.FinishReason.STOP_STRING: FinishReason.STOP_SEQUENCE,
+    og.FinishReason.MAX_GENERATED_TOKENS: FinishReason.LENGTH,
+    og.FinishReason.MAX_SESSION_TOKENS: FinishReason.LENGTH,
+}
+
+Item = TextDelta | GenerationEnd | BaseException
+
+
+class _Released:
+    """Delivered last to a row's consumer: the scheduler holds nothing of the row any more."""
+
+
+_RELEASED = _Released()
+
+
+@dataclass(eq=False)
+class _Row:
+    """One request on the engine, across any number of preemptions."""
+
+    prompt_ids: list[int]
+    params: GenerationParams
+    max_tokens: int
+    record: GenerationRecord
+    loop: asyncio.AbstractEventLoop
+    detokenizer: og.TokenizerStream
+    coalesce: bool
+    released: asyncio.Future[None]  # done once the scheduler holds nothing of the row
+    generated: list[int] = field(default_factory=list)
+    # Event-loop side.
+    events: collections.deque[Item] = field(default_factory=collections.deque)
+    waiter: asyncio.Future[None] | None = None
+    consumed: int = 0  # deltas taken by the consumer (written by the loop only)
+    # Scheduler side.
+    emitted: int = 0  # deltas handed to the loop (written by the scheduler only)
+    closed: bool = False  # the consumer left; set by the loop, read by the scheduler
+    request: og.Request | None = None
+    turn_id: int = 0
+    cancel_sent: bool = False
+    requeue: bool = False  # preempted to make room: begin again with the next batch
+    paused: bool = False  # preempted for a slow consumer: begin again once it catches up
+    resume_sent: bool = False
+
+    @property
+    def unread(self) -> int:
+        return self.emitted - self.consumed
+
+
+class EngineScheduler:
+    """Drives one `og.Engine` from one thread; `stream` runs a request on it."""
+
+    def __init__(
+        self,
+        model: og.Model,
+        tokenizer: og.Tokenizer,
+        eos_token_ids: frozenset[int],
+        vocab_size: int,
+        do_sample_default: bool,
+        max_batch_size: int,
+        static_batch_steps: int,
+        dynamic: bool,
+        name: str,
+    ) -> None:
+        self.dynamic = dynamic
+        self._model = model
+        self._tokenizer = tokenizer
+        self._eos_token_ids = eos_token_ids
+        self._vocab_size = vocab_size
+        self._do_sample_default = do_sample_default
+        self._max_batch_size = max_batch_size
+        self._static_batch_steps = static_batch_steps
+        self._wakeup = threading.Condition()
+        self._inbox: list[tuple[Literal["start", "cancel", "resume"], _Row]] = []
+        self._closing = False
+        self._running: dict[og.Request, _Row] = {}
+        self._waiting: collections.deque[_Row] = collections.deque()
+        self._paused: set[_Row] = set()
+        self._batch_steps = 0
+        self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[_Row, Item | _Released]]] = {}
+        self.failure: BaseException | None = None
+        # The engine must be used from the thread that made it, so that thread makes it.
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(started,), name=f"ortgenai-engine-{name}", daemon=True
+        )
+        self._thread.start()
+        started.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stop the thread; called once no request is in flight."""
+        with self._wakeup:
+            self._closing = True
+            self._wakeup.notify()
+        self._thread.join()
+
+    # ---- the event-loop side --------------------------------------------
+
+    async def stream(
+        self,
+        prepare: Awaitable[tuple[list[int], int]],
+        params: GenerationParams,
+        record: GenerationRecord,
+    ) -> GenerationEvents:
+        """Run one request on the engine: its deltas, then its end.
+
+        `prepare` gives the prompt's token ids and the most tokens to generate; it is
+        awaited first, so a refused prompt fails before anything reaches the engine.
+        """
+        prompt_ids, max_tokens = await prepare
+        loop = asyncio.get_running_loop()
+        row = _Row(
+            prompt_ids,
+            params,
+            max_tokens,
+            record,
+            loop,
+            self._tokenizer.create_stream(),
+            # Merged deltas would move a stop-string match's token count past the match.
+            coalesce=not params.stop,
+            released=loop.create_future(),
+        )
+        self._send("start", row)
+        finished = False
+        try:
+            while True:
+                if not row.events:
+                    row.waiter = loop.create_future()
+                    await row.waiter
+                    continue
+                item = row.events.popleft()
+                if isinstance(item, TextDelta):
+                    deltas = [item]
+                    while row.coalesce and row.events and isinstance(row.events[0], TextDelta):
+                        deltas.append(row.events.popleft())  # type: ignore[arg-type]
+                    row.consumed += len(deltas)
+                    if row.paused and not row.resume_sent and row.unread <= RESUME_AT:
+                        row.resume_sent = True
+                        self._send("resume", row)
+                    yield coalesce_deltas(deltas) if len(deltas) > 1 else item
+                    continue
+                finished = True
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                return
+        finally:
+            if not finished:
+                # The consumer left early (cancellation, deadline, stop string).
+                record.cancelled = True
+                row.closed = True
+                self._send("cancel", row)
+            # The record is final once the scheduler has let the row go.
+            await asyncio.shield(row.released)
+
+    def _send(self, command: Literal["start", "cancel", "resume"], row: _Row) -> None:
+        with self._wakeup:
+            self._inbox.append((command, row))
+            self._wakeup.notify()
+
+    @staticmethod
+    def _deliver(items: list[tuple[_Row, Item | _Released]]) -> None:
+        woken = []
+        for row, item in items:
+            if item is _RELEASED:
+                if not row.released.done():
+                    row.released.set_result(None)
+            else:
+                row.events.append(item)  # type: ignore[arg-type]
+            woken.append(row)
+        for row in woken:
+            if row.waiter is not None and not row.waiter.done():
+                row.waiter.set_result(None)
+
+    # ---- the scheduler thread -------------------------------------------
+
+    def _run(self, started: threading.Event) -> None:
+        try:
+            self._engine = og.Engine(self._model)
+            self._buffer = self._engine.create_event_buffer(max(64, 4 * self._max_batch_size))
+            self._warm_up()
+        except BaseException as exc:
+            self.failure = exc
+            return
+        finally:
+            started.set()
+        self._loop()
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._wakeup:
+                    while not (self._inbox or self._running or self._waiting or self._closing):
+                        self._wakeup.wait()
+                    inbox, self._inbox = self._inbox, []
+                    if self._closing and not (inbox or self._running or self._waiting):
+                        return
+                for command, row in inbox:
+                    self._apply(command, row)
+                self._admit()
+                if self._running:
+                    self._step()
+                self._flush()
+        except BaseException as exc:  # a bug here must not leave consumers waiting
+            log.exception("engine scheduler stopped")
+            self.failure = exc
+            for row in [*self._running.values(), *self._waiting, *self._paused]:
+                self._emit(row, RuntimeError(f"the engine scheduler stopped: {exc}"))
+                self._release(row)
+            self._flush()
+
+    def _apply(self, command: str, row: _Row) -> None:
+        if command == "start":
+            if row.closed:
+                self._release(row)
+            else:
+                self._waiting.append(row)
+        elif command == "resume":
+            if row in self._paused and not row.closed:
+                self._paused.discard(row)
+                row.paused = row.resume_sent = False
+                self._waiting.append(row)
+        elif command == "cancel":
+            if row in self._paused:
+                self._paused.discard(row)
+                self._release(row)
+            elif row in self._waiting:
+                self._waiting.remove(row)
+                self._release(row)
+            elif row.request is not None and not row.cancel_sent:
+                row.request.cancel_turn(row.turn_id)
+                row.cancel_sent = True
+
+    def _admit(self) -> None:
+        """Begin waiting rows: at once on a dynamic engine, as a new batch on a static one."""
+        if not self.dynamic and self._running:
+            if (
+                self._waiting
+                and self._static_batch_steps
+                and self._batch_steps >= self._static_batch_steps
+            ):
+                for row in self._running.values():
+                    self._preempt(row, requeue=True)
+            return
+        if not self._running:
+            self._batch_steps = 0
+        while self._waiting and len(self._running) < self._max_batch_size:
+            self._begin(self._waiting.popleft())
+
+    def _begin(self, row: _Row) -> None:
+        try:
+            request = self._engine.create_request()
+        except Exception as exc:
+            self._emit(row, exc)
+            self._release(row)
+            return
+        try:
+            turn = self._turn_options(request, row)
+            tokens = np.array(row.prompt_ids + row.generated, dtype=np.int32)
+            row.turn_id = request.begin_turn(tokens, turn)
+        except Exception as exc:
+            request.close()
+            self._emit(row, exc)
+            self._release(row)
+            return
+        row.request, row.cancel_sent = request, False
+        self._running[request] = row
+
+    def _turn_options(self, request: og.Request, row: _Row) -> og.TurnOptions:
+        params = row.params
+        turn = og.TurnOptions(request)
+        turn.set_max_generated_tokens(row.max_tokens - row.record.completion_tokens)
+        # The engine refuses sampling options that contradict a greedy turn: set them
+        # only where this turn samples (the per-request path ignores them when greedy).
+        sample = self._do_sample_default if params.temperature is None else params.temperature != 0
+        turn.set_do_sample(sample)
+        if sample:
+            if params.temperature is not None:
+                turn.set_temperature(params.temperature)
+            if params.top_p is not None:
+                turn.set_top_p(params.top_p)
+            if params.top_k is not None:
+                turn.set_top_k(min(params.top_k, self._vocab_size) or self._vocab_size)
+        if params.seed is not None:
+            turn.set_seed(params.seed)
+        return turn
+
+    def _preempt(self, row: _Row, requeue: bool) -> None:
+        if row.cancel_sent or row.request is None:
+            return
+        row.request.cancel_turn(row.turn_id)
+        row.cancel_sent = True
+        row.requeue = requeue
+
+    def _step(self) -> None:
+        try:
+            self._engine.run(self._buffer)
+        except Exception as exc:
+            log.exception("engine step failed")
+            for request, row in list(self._running.items()):
+                request.close()
+                self._emit(row, exc)
+                self._release(row)
+            self._running.clear()
+            return
+        self._batch_steps += 1
+        for event in self._buffer:
+            owner = self._running.get(event.request)
+            if owner is None:
+                continue
+            flags = int(event.flags)
+            if flags & _TOKEN:
+                self._on_token(owner, int(event.token))
+            if flags & _FAILED:
+                error = RuntimeError(f"the engine failed the request: {event.error_code}")
+                self._end(owner, error)
+            elif flags & _TURN_FINISHED:
+                self._on_finished(owner, event.finish_reason)
+
+    def _on_token(self, row: _Row, token: int) -> None:
+        record = row.record
+        record.completion_tokens += 1
+        if record.first_token_at is None:
+            record.first_token_at = time.perf_counter()
+        if row.closed:
+            record.tokens_after_cancel += 1
+            return
+        row.generated.append(token)
+        if token in self._eos_token_ids:
+            return
+        if text := row.detokenizer.decode(token):
+            self._emit(row, TextDelta(text, record.completion_tokens))
+            if row.unread >= BUFFERED_DELTAS:
+                self._preempt(row, requeue=False)
+
+    def _on_finished(self, row: _Row, reason: og.FinishReason) -> None:
+        if reason != og.FinishReason.CANCELLED or row.closed:
+            end = GenerationEnd(
+                _FINISH_REASON.get(reason, FinishReason.LENGTH),
+                Usage(row.record.prompt_tokens, row.record.completion_tokens),
+            )
+            self._end(row, None if row.closed else end)
+            return
+        self._detach(row)
+        if row.requeue:
+            row.requeue = False
+            self._waiting.appendleft(row)
+        else:
+            row.paused = True
+            self._paused.add(row)
+            if row.unread <= RESUME_AT:  # the consumer caught up meanwhile
+                self._apply("resume", row)
+
+    def _end(self, row: _Row, item: Item | None) -> None:
+        self._detach(row)
+        if item is not None:
+            self._emit(row, item)
+        self._release(row)
+
+    def _detach(self, row: _Row) -> None:
+        if row.request is not None:
+            del self._running[row.request]
+            row.request.close()
+            row.request = None
+
+    def _emit(self, row: _Row, item: Item) -> None:
+        if isinstance(item, TextDelta):
+            row.emitted += 1
+        self._outbox.setdefault(row.loop, []).append((row, item))
+
+    def _release(self, row: _Row) -> None:
+        self._outbox.setdefault(row.loop, []).append((row, _RELEASED))
+
+    def _flush(self) -> None:
+        for loop, items in self._outbox.items():
+            # A closed loop has nobody waiting.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._deliver, items)
+        self._outbox = {}
+
+    def _warm_up(self) -> None:
+        """One token, so the first real request does not pay the engine's first step."""
+        request = self._engine.create_request()
+        turn = og.TurnOptions(request)
+        turn.set_max_generated_tokens(1)
+        request.begin_turn(np.array([0], dtype=np.int32), turn)
+        while self._engine.has_pending_requests():
+            self._engine.run(self._buffer)
+        request.close()

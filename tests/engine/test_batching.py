@@ -1,0 +1,223 @@
+"""The engine path (og.Engine batching) against the per-request generator, on the bundled model.
+
+A server of its own serves the bundled model twice: `batched` (batching: engine, the
+default) and `solo` (batching: per_request), so the two paths run the same weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from inferwire.api.server import InferwireServer
+from inferwire.config import load_settings
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+from tests.support.engine import SLOW_READER_OPTIONS
+from tests.support.waiting import read_rest, wait_until
+
+PROMPTS = ["Once upon a time", "Hello", "The king said", "In the morning", "What is", "My lord"]
+GREEDY = {"temperature": 0}
+
+
+@pytest.fixture(scope="module")
+async def batching_server() -> AsyncIterator[InferwireServer]:
+    builtin = {"path": "builtin"}
+    server = InferwireServer(
+        load_settings(
+            server={"address": "127.0.0.1:0", "metrics_address": "", "grace_period_s": 2},
+            models=[
+                {
+                    "name": "batched",
+                    "load_on_startup": True,
+                    "max_concurrency": 8,
+                    "options": builtin,
+                },
+                {
+                    "name": "solo",
+                    "load_on_startup": True,
+                    "max_concurrency": 8,
+                    "options": {**builtin, "batching": "per_request"},
+                },
+            ],
+        )
+    )
+    await server.start()
+    yield server
+    await server.stop(grace_s=1)
+
+
+@pytest.fixture(scope="module")
+async def batching_stub(batching_server) -> AsyncIterator[inference_pb2_grpc.InferenceServiceStub]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{batching_server.port}") as channel:
+        yield inference_pb2_grpc.InferenceServiceStub(channel)
+
+
+async def stream(stub, model: str, prompt: str, request_id: str = "", **parameters):
+    """The text, the final message and the message count of one InferStream."""
+    call = stub.InferStream(
+        pb.InferStreamRequest(
+            model=model,
+            prompt=prompt,
+            request_id=request_id,
+            parameters=pb.GenerationParameters(**parameters),
+        )
+    )
+    messages = [message async for message in call]
+    return "".join(m.text for m in messages), messages[-1], len(messages)
+
+
+async def test_concurrent_greedy_streams_equal_their_solo_and_per_request_results(
+    batching_stub,
+):
+    alone = [await stream(batching_stub, "batched", p, max_tokens=40, **GREEDY) for p in PROMPTS]
+    per_request = [await stream(batching_stub, "solo", p, max_tokens=40, **GREEDY) for p in PROMPTS]
+    together = await asyncio.gather(
+        *(stream(batching_stub, "batched", p, max_tokens=40, **GREEDY) for p in PROMPTS)
+    )
+    for (text, end, _), (solo_text, solo_end, _), (gen_text, gen_end, _) in zip(
+        together, alone, per_request, strict=True
+    ):
+        assert text == solo_text == gen_text
+        assert end.usage == solo_end.usage == gen_end.usage
+        assert end.finish_reason == solo_end.finish_reason == gen_end.finish_reason
+        assert text
+
+
+async def test_concurrent_sampled_streams_honour_max_tokens_and_stop(batching_stub):
+    sampled = {"temperature": 0.9, "top_p": 0.95, "top_k": 40}
+    limits = [3, 9, 17, 33, 5, 12]
+    bounded = await asyncio.gather(
+        *(
+            stream(batching_stub, "batched", p, max_tokens=n, **sampled)
+            for p, n in zip(PROMPTS, limits, strict=True)
+        )
+    )
+    stopped = await asyncio.gather(
+        *(
+            stream(batching_stub, "batched", p, max_tokens=64, stop=["e"], **sampled)
+            for p in PROMPTS
+        )
+    )
+    for (text, end, _), limit in zip(bounded, limits, strict=True):
+        assert 0 < end.usage.completion_tokens <= limit
+        if end.finish_reason == pb.FINISH_REASON_LENGTH:
+            assert end.usage.completion_tokens == limit
+        else:
+            assert end.finish_reason == pb.FINISH_REASON_STOP
+        text.encode("utf-8")  # well-formed: no lone surrogates from split characters
+    for text, end, _ in stopped:
+        assert "e" not in text
+        assert end.finish_reason in (pb.FINISH_REASON_STOP_SEQUENCE, pb.FINISH_REASON_STOP)
+    assert any(end.finish_reason == pb.FINISH_REASON_STOP_SEQUENCE for _, end, _ in stopped)
+
+
+async def test_cancelling_one_request_mid_batch_stops_it_and_leaves_the_others_intact(
+    batching_stub, request_log
+):
+    others = PROMPTS[:4]
+    alone = [await stream(batching_stub, "batched", p, max_tokens=80, **GREEDY) for p in others]
+    victim = batching_stub.InferStream(
+        pb.InferStreamRequest(
+            model="batched",
+            prompt="Hello",
+            request_id="batch-victim",
+            parameters=pb.GenerationParameters(max_tokens=1000, **GREEDY),
+        )
+    )
+    running = [
+        asyncio.ensure_future(stream(batching_stub, "batched", p, max_tokens=80, **GREEDY))
+        for p in others
+    ]
+    for _ in range(3):
+        await victim.read()
+    victim.cancel()
+    together = await asyncio.gather(*running)
+    assert [text for text, _, _ in together] == [text for text, _, _ in alone]
+
+    async def logged() -> bool:
+        return request_log.for_request("batch-victim") is not None
+
+    await wait_until(logged)
+    record = request_log.for_request("batch-victim")
+    assert record.outcome == "cancelled"
+    assert record.tokens_after_cancel <= 1
+    assert 3 <= record.completion_tokens < 200
+
+
+async def test_seeded_requests_take_the_per_request_path_and_reproduce(batching_stub):
+    seeded = {"temperature": 0.9, "top_k": 40, "seed": 1234, "max_tokens": 32}
+    # Alongside engine traffic, so the engine is busy while the seeded requests run.
+    busy = [
+        asyncio.ensure_future(stream(batching_stub, "batched", p, max_tokens=64, **GREEDY))
+        for p in PROMPTS[:3]
+    ]
+    first, second = await asyncio.gather(
+        stream(batching_stub, "batched", "Once upon a time", **seeded),
+        stream(batching_stub, "batched", "Once upon a time", **seeded),
+    )
+    await asyncio.gather(*busy)
+    per_request, _, _ = await stream(batching_stub, "solo", "Once upon a time", **seeded)
+    assert first[0] == second[0] == per_request
+    other_seed, _, _ = await stream(
+        batching_stub, "batched", "Once upon a time", **{**seeded, "seed": 99}
+    )
+    assert other_seed != first[0]
+
+
+async def test_a_stalled_reader_is_parked_and_resumes_where_it_left_off(
+    batching_server, batching_stub, request_log
+):
+    """A row of a shared batch cannot wait for its reader: it is preempted with a bounded
+    buffer, the others go on, and once read again it continues token for token."""
+    alone, alone_end, _ = await stream(batching_stub, "batched", "Hello", max_tokens=400, **GREEDY)
+    target = f"127.0.0.1:{batching_server.port}"
+    async with grpc.aio.insecure_channel(target, options=SLOW_READER_OPTIONS) as slow:
+        stalled = inference_pb2_grpc.InferenceServiceStub(slow).InferStream(
+            pb.InferStreamRequest(
+                model="batched",
+                prompt="Hello",
+                request_id="stalled-reader",
+                parameters=pb.GenerationParameters(max_tokens=400, **GREEDY),
+            )
+        )
+        first = await stalled.read()
+        others = await asyncio.gather(
+            *(stream(batching_stub, "batched", p, max_tokens=200, **GREEDY) for p in PROMPTS)
+        )
+        assert all(end.usage.completion_tokens > 0 for _, end, _ in others)
+        rest = await read_rest(stalled)
+    assert first.text + "".join(m.text for m in rest) == alone
+    assert rest[-1].usage == alone_end.usage
+
+
+async def test_a_short_request_is_not_held_behind_a_long_batch(batching_stub, request_log):
+    """A static engine batch is preempted for waiting requests (static_batch_steps), so a
+    short request finishes while a long one still runs, and the long one's output does not
+    change."""
+    long_call = batching_stub.InferStream(
+        pb.InferStreamRequest(
+            model="batched",
+            prompt="Hello",
+            request_id="long-runner",
+            parameters=pb.GenerationParameters(max_tokens=1000, **GREEDY),
+        )
+    )
+    await long_call.read()
+    short = await batching_stub.Infer(
+        pb.InferRequest(
+            model="batched", prompt="My lord", parameters=pb.GenerationParameters(max_tokens=8)
+        )
+    )
+    assert short.usage.completion_tokens > 0
+    long_call.cancel()
+
+    async def logged() -> bool:
+        return request_log.for_request("long-runner") is not None
+
+    await wait_until(logged)
+    # Still running when the short one had finished: it was cancelled, not completed.
+    assert request_log.for_request("long-runner").outcome == "cancelled"
