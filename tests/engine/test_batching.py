@@ -37,6 +37,13 @@ async def batching_server() -> AsyncIterator[InferwireServer]:
                     "options": builtin,
                 },
                 {
+                    # Never preempted: its rows keep the batch they started in.
+                    "name": "steady",
+                    "load_on_startup": True,
+                    "max_concurrency": 8,
+                    "options": {**builtin, "static_batch_steps": 1_000_000},
+                },
+                {
                     "name": "solo",
                     "load_on_startup": True,
                     "max_concurrency": 8,
@@ -73,10 +80,12 @@ async def stream(stub, model: str, prompt: str, request_id: str = "", **paramete
 async def test_concurrent_greedy_streams_equal_their_solo_and_per_request_results(
     batching_stub,
 ):
-    alone = [await stream(batching_stub, "batched", p, max_tokens=40, **GREEDY) for p in PROMPTS]
+    """On `steady`, so the streams stay in the batch they start in (a preemption would
+    re-form it; see the cancellation test)."""
+    alone = [await stream(batching_stub, "steady", p, max_tokens=40, **GREEDY) for p in PROMPTS]
     per_request = [await stream(batching_stub, "solo", p, max_tokens=40, **GREEDY) for p in PROMPTS]
     together = await asyncio.gather(
-        *(stream(batching_stub, "batched", p, max_tokens=40, **GREEDY) for p in PROMPTS)
+        *(stream(batching_stub, "steady", p, max_tokens=40, **GREEDY) for p in PROMPTS)
     )
     for (text, end, _), (solo_text, solo_end, _), (gen_text, gen_end, _) in zip(
         together, alone, per_request, strict=True
@@ -118,18 +127,21 @@ async def test_concurrent_sampled_streams_honour_max_tokens_and_stop(batching_st
 async def test_cancelling_one_request_mid_batch_stops_it_and_leaves_the_others_intact(
     batching_stub, request_log
 ):
+    """The victim and the others start in one batch (on `steady`, so no preemption re-forms
+    it: a re-prefilled row changes its batch-mates' padding, and with it low-order float
+    bits that can flip a greedy near-tie; see docs/ort_genai_batching.md)."""
     others = PROMPTS[:4]
-    alone = [await stream(batching_stub, "batched", p, max_tokens=80, **GREEDY) for p in others]
+    alone = [await stream(batching_stub, "steady", p, max_tokens=80, **GREEDY) for p in others]
     victim = batching_stub.InferStream(
         pb.InferStreamRequest(
-            model="batched",
+            model="steady",
             prompt="Hello",
             request_id="batch-victim",
             parameters=pb.GenerationParameters(max_tokens=1000, **GREEDY),
         )
     )
     running = [
-        asyncio.ensure_future(stream(batching_stub, "batched", p, max_tokens=80, **GREEDY))
+        asyncio.ensure_future(stream(batching_stub, "steady", p, max_tokens=80, **GREEDY))
         for p in others
     ]
     for _ in range(3):

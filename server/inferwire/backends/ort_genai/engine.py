@@ -27,8 +27,9 @@ How this scheduler uses that:
   it waits for the batch to drain; to bound that head-of-line blocking, a batch that has
   run `static_batch_steps` steps while others wait is *preempted*: its rows are
   cancelled and begun again (prompt plus their tokens so far) in the next batch,
-  together with the waiting requests. The re-prefill is the price; greedy output does not
-  change.
+  together with the waiting requests. The re-prefill is the price, and outputs are not
+  batch-invariant: a re-formed batch pads rows differently, so a greedy near-tie in a
+  batch-mate can flip (docs/ort_genai_batching.md).
 - A row of a shared batch cannot pause for a slow consumer. Each row buffers at most
   `BUFFERED_DELTAS` undelivered deltas; when its consumer falls that far behind, the row
   is preempted the same way and parked, and it is begun again once the consumer has read
