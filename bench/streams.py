@@ -145,7 +145,8 @@ def gateway_server(max_concurrency: int) -> Iterator[ServerProcess]:
         config.write_text(
             f"models:\n  - name: {GATEWAY_MODEL}\n    load_on_startup: true\n"
             f"    max_concurrency: {max_concurrency}\n    max_queue: {4 * max_concurrency}\n"
-            "    options: {path: builtin, device: cpu}\n"
+            # The engine path: the one comparable with og.Engine driven directly.
+            "    options: {path: builtin, device: cpu, batching: engine}\n"
         )
         server = start_serving_server("--config", str(config))
         try:

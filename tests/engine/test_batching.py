@@ -1,7 +1,9 @@
 """The engine path (og.Engine batching) against the per-request generator, on the bundled model.
 
-A server of its own serves the bundled model twice: `batched` (batching: engine, the
-default) and `solo` (batching: per_request), so the two paths run the same weights.
+A server of its own serves the bundled model three times: `batched` and `steady`
+(batching: engine; `steady` is never preempted) and `solo` (batching: per_request), so
+the two paths run the same weights. A test checks that the default, auto, is per_request
+on this CPU model.
 """
 
 from __future__ import annotations
@@ -34,14 +36,14 @@ async def batching_server() -> AsyncIterator[InferwireServer]:
                     "name": "batched",
                     "load_on_startup": True,
                     "max_concurrency": 8,
-                    "options": builtin,
+                    "options": {**builtin, "batching": "engine"},
                 },
                 {
                     # Never preempted: its rows keep the batch they started in.
                     "name": "steady",
                     "load_on_startup": True,
                     "max_concurrency": 8,
-                    "options": {**builtin, "static_batch_steps": 1_000_000},
+                    "options": {**builtin, "batching": "engine", "static_batch_steps": 1_000_000},
                 },
                 {
                     "name": "solo",
@@ -233,3 +235,24 @@ async def test_a_short_request_is_not_held_behind_a_long_batch(batching_stub, re
     await wait_until(logged)
     # Still running when the short one had finished: it was cancelled, not completed.
     assert request_log.for_request("long-runner").outcome == "cancelled"
+
+
+async def test_the_default_on_a_cpu_model_is_a_generator_per_request(batching_stub):
+    """`batching: auto` takes the engine only for continuous batching, which a CPU model
+    cannot do; Health says which path serves each model."""
+    server = InferwireServer(
+        load_settings(
+            server={"address": "127.0.0.1:0", "metrics_address": "", "grace_period_s": 2},
+            models=[{"name": "plain", "load_on_startup": True, "options": {"path": "builtin"}}],
+        )
+    )
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            plain = await stub.Health(pb.HealthRequest(model="plain"))
+    finally:
+        await server.stop(grace_s=1)
+    assert plain.models[0].detail == "in-process on cpu, a generator per request"
+    batched = await batching_stub.Health(pb.HealthRequest(model="batched"))
+    assert batched.models[0].detail == "in-process on cpu, og.Engine static batching of up to 8"

@@ -4,10 +4,17 @@ Runs a model directory in ORT GenAI format (`genai_config.json`, `model.onnx`,
 `tokenizer.json`) in-process, on the CPU or, with `onnxruntime-genai-cuda`
 installed, on a CUDA GPU. Two paths run requests (option `batching`):
 
-- `engine` (the default): one `og.Engine` per model batches concurrent requests,
-  driven by one scheduler thread (`engine.py`, which records what the engine can do);
+- `engine`: one `og.Engine` per model batches concurrent requests, driven by one
+  scheduler thread (`engine.py`, which records what the engine can do);
 - `per_request`: each request runs its own `og.Generator` in a worker thread
   (`generator.py`).
+
+The default, `auto`, takes the engine only for a model whose engine does continuous
+batching (a paged-KV export with `engine.dynamic_batching`; today a CUDA export). On a
+CPU model the engine batches statically, and measured on the bundled model that costs
+short requests 3x their latency behind long ones and makes greedy output depend on the
+batch a request lands in, for no throughput gain on two cores
+(docs/ort_genai_batching.md); `batching: engine` still chooses it.
 
 With `engine`, requests the engine cannot serve as asked still take the per-request
 path: log-probabilities and output constraints (the generator's features), and a
@@ -80,10 +87,12 @@ class OrtGenAIOptions(BackendOptions):
         ge=1,
         description="Largest max_tokens a request may ask for (default: context length).",
     )
-    batching: Literal["engine", "per_request"] = Field(
-        default="engine",
+    batching: Literal["auto", "engine", "per_request"] = Field(
+        default="auto",
         description="engine: concurrent requests share og.Engine's batched steps; "
-        "per_request: each request runs its own og.Generator.",
+        "per_request: each request runs its own og.Generator; auto: engine when the model "
+        "does continuous batching (engine.dynamic_batching in genai_config.json), else "
+        "per_request.",
     )
     max_batch_size: int | None = Field(
         default=None,
@@ -155,10 +164,11 @@ class OrtGenAIBackend(Backend):
         self._vocab_size = int(genai_config["vocab_size"])
         eos = genai_config.get("eos_token_id", [])
         self._eos_token_ids = frozenset(eos if isinstance(eos, list) else [eos])
-        model, tokenizer = await asyncio.to_thread(self._load_engine, path, dynamic)
+        batched = self.options.batching == "engine" or (self.options.batching == "auto" and dynamic)
+        model, tokenizer = await asyncio.to_thread(self._load_engine, path, dynamic, batched)
         self._model, self._tokenizer = model, tokenizer
         self._token_texts = TokenTexts(tokenizer.decode)
-        if self.options.batching == "engine":
+        if batched:
             do_sample = bool(self._search_defaults.get("do_sample", False))
             self._scheduler = await asyncio.to_thread(
                 EngineScheduler,
@@ -184,12 +194,14 @@ class OrtGenAIBackend(Backend):
     def _max_batch_size(self) -> int:
         return self.options.max_batch_size or self.max_concurrency
 
-    def _load_engine(self, path: Path, dynamic: bool) -> tuple[og.Model, og.Tokenizer]:
+    def _load_engine(
+        self, path: Path, dynamic: bool, batched: bool
+    ) -> tuple[og.Model, og.Tokenizer]:
         config = og.Config(str(path))
         config.clear_providers()
         if self.options.device == "cuda":
             config.append_provider("cuda")
-        if self.options.batching == "engine" and not dynamic:
+        if batched and not dynamic:
             batch = {"max_batch_size": self._max_batch_size}
             config.overlay(json.dumps({"engine": {"static_batching": batch}}))
         model = og.Model(config)
@@ -219,7 +231,15 @@ class OrtGenAIBackend(Backend):
             return BackendHealth(False, "engine not loaded")
         if self._scheduler is not None and not self._scheduler.alive:
             return BackendHealth(False, f"engine scheduler stopped: {self._scheduler.failure}")
-        return BackendHealth(True, f"in-process on {self.options.device}")
+        return BackendHealth(True, f"in-process on {self.options.device}, {self._path_description}")
+
+    @property
+    def _path_description(self) -> str:
+        """Which path serves requests, for operators reading Health and ListModels."""
+        if self._scheduler is None:
+            return "a generator per request"
+        kind = "continuous" if self._scheduler.dynamic else "static"
+        return f"og.Engine {kind} batching of up to {self._max_batch_size}"
 
     def capabilities(self) -> Capabilities:
         limits = self.limits()
