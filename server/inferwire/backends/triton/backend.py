@@ -414,9 +414,6 @@ class TritonBackend(Backend):
 
     def infer(self, request: GenerationRequest, record: GenerationRecord) -> GenerationEvents:
         """A non-streaming request: one ModelInfer, or stream=false on a decoupled model."""
-        spec = self._spec
-        if spec is not None and not spec.decoupled:
-            return self._infer_once(spec, request, record)
         return self._generate(request, record, stream=False)
 
     def infer_stream(
@@ -461,36 +458,6 @@ class TritonBackend(Backend):
                 record.first_token_at = time.perf_counter()
             outcome.text.append(delta)
         return delta
-
-    async def _infer_once(
-        self, spec: ModelSpec, request: GenerationRequest, record: GenerationRecord
-    ) -> GenerationEvents:
-        """A model that is not decoupled answers once: await that one ModelInfer directly
-        rather than through a stream of responses (the events are the same as
-        `_generate`'s, at less cost per request)."""
-        message, timeout = self._message(spec, request, stream=False)
-        outcome = Outcome()
-        pending: list[TokenLogprob] = []
-        finished = False
-        try:
-            response = await self._pool.infer(message, timeout=timeout)
-            if response.outputs:
-                tracker = DeltaTracker(self._stream_mode)
-                if delta := self._absorb(response, tracker, outcome, request, pending, record):
-                    yield TextDelta(delta, outcome.completion_tokens, tuple(pending))
-                    pending.clear()
-            if pending:
-                yield TextDelta("", outcome.completion_tokens, tuple(pending))
-            finished = True
-        except (GeneratorExit, asyncio.CancelledError):
-            record.cancelled = True
-            raise
-        finally:
-            usage = await self._usage(spec, request.prompt, "".join(outcome.text), outcome)
-            record.prompt_tokens = usage.prompt_tokens
-            record.completion_tokens = usage.completion_tokens
-        if finished:
-            yield GenerationEnd(self._finish_reason(outcome, usage, request.max_tokens), usage)
 
     async def _generate(
         self, request: GenerationRequest, record: GenerationRecord, stream: bool
