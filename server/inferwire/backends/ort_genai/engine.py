@@ -58,6 +58,7 @@ from typing import Literal
 import numpy as np
 import onnxruntime_genai as og
 
+from inferwire.backends.ort_genai.generator import engine_top_k
 from inferwire.core.backend import GenerationEvents, GenerationRecord
 from inferwire.core.generation import coalesce_deltas
 from inferwire.core.types import FinishReason, GenerationEnd, GenerationParams, TextDelta, Usage
@@ -361,7 +362,7 @@ class EngineScheduler:
             if params.top_p is not None:
                 turn.set_top_p(params.top_p)
             if params.top_k is not None:
-                turn.set_top_k(min(params.top_k, self._vocab_size) or self._vocab_size)
+                turn.set_top_k(engine_top_k(params.top_k, self._vocab_size))
         if params.seed is not None:
             turn.set_seed(params.seed)
         return turn

@@ -33,6 +33,12 @@ from inferwire.core.types import (
 Emit = Callable[[TextDelta | GenerationEnd | BaseException], None]
 
 
+def engine_top_k(top_k: int, vocab_size: int) -> int:
+    """Our top_k as ORT GenAI takes it: 0 means no limit, and so does a top_k past the
+    vocabulary, which the engine refuses; both become the vocabulary size."""
+    return min(top_k, vocab_size) or vocab_size
+
+
 def search_options(params: GenerationParams, max_length: int, vocab_size: int) -> dict[str, Any]:
     """Map our parameters onto ORT GenAI search options; unset keeps the model default."""
     options: dict[str, Any] = {"max_length": max_length, "batch_size": 1}
@@ -45,8 +51,7 @@ def search_options(params: GenerationParams, max_length: int, vocab_size: int) -
     if params.top_p is not None:
         options["top_p"] = params.top_p
     if params.top_k is not None:
-        # 0 means no limit; so does a top_k past the vocabulary, which ORT GenAI refuses.
-        options["top_k"] = min(params.top_k, vocab_size) or vocab_size
+        options["top_k"] = engine_top_k(params.top_k, vocab_size)
     if params.seed is not None:
         options["random_seed"] = params.seed
     return options
