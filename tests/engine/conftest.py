@@ -44,7 +44,7 @@ async def slow_stub(target: str) -> AsyncIterator[inference_pb2_grpc.InferenceSe
 
 @pytest.fixture
 def request_log(caplog: pytest.LogCaptureFixture) -> RequestLogRecords:
-    caplog.set_level(logging.INFO, logger="inferwire.requests")
+    caplog.set_level(logging.INFO, logger="inferwire.access")
     return RequestLogRecords(caplog)
 
 

@@ -58,7 +58,7 @@ class RequestLogRecords:
 
     def for_request(self, request_id: str) -> logging.LogRecord | None:
         for record in self.caplog.records:
-            if record.name == "inferwire.requests" and getattr(record, "request_id", None) == (
+            if record.name == "inferwire.access" and getattr(record, "request_id", None) == (
                 request_id
             ):
                 return record

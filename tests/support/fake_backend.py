@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from inferwire.api.server import InferwireServer
 from inferwire.config import Settings
-from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
+from inferwire.core.backend import Backend, GenerationEvents, GenerationProgress
 from inferwire.core.manager import ModelSpec
 from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
@@ -111,44 +110,43 @@ class FakeBackend(Backend):
     async def release(self) -> None:
         self.calls.releases += 1
 
-    def infer(self, request: GenerationRequest, record: GenerationRecord) -> GenerationEvents:
+    def infer(self, request: GenerationRequest, progress: GenerationProgress) -> GenerationEvents:
         self.calls.unary += 1
-        return self._generate(request, record)
+        return self._generate(request, progress)
 
     def infer_stream(
-        self, request: GenerationRequest, record: GenerationRecord
+        self, request: GenerationRequest, progress: GenerationProgress
     ) -> GenerationEvents:
-        return self._generate(request, record)
+        return self._generate(request, progress)
 
     async def _generate(
-        self, request: GenerationRequest, record: GenerationRecord
+        self, request: GenerationRequest, progress: GenerationProgress
     ) -> GenerationEvents:
         self.calls.requests.append(request)
-        with record.tracer.span(TOKENIZE):
-            record.prompt_tokens = self.prompt_tokens
+        with progress.tracer.span(TOKENIZE):
+            progress.counted(prompt_tokens=self.prompt_tokens)
         self.started.set()
         finished = False
+        generated = 0
         try:
             for index, piece in enumerate(self.pieces[: request.max_tokens]):
                 if self.infer_error is not None and index == self.error_after_pieces:
                     raise self.infer_error
                 await self.generation_gate.passed()
-                if record.first_token_at is None:
-                    record.first_token_at = time.perf_counter()
-                record.completion_tokens += 1
+                progress.first_token()
+                generated += 1
                 logprobs = (fake_logprob(index, piece, request),) if request.params.logprobs else ()
-                yield TextDelta(piece, record.completion_tokens, logprobs)
+                yield TextDelta(piece, generated, logprobs)
             if self.infer_error is not None:
                 raise self.infer_error
             finished = True
         finally:
             if not finished:
-                record.cancelled = True
                 self.calls.streams_closed_early += 1
         finish = self.finish
         if len(self.pieces) > request.max_tokens:
             finish = FinishReason.LENGTH
-        yield GenerationEnd(finish, Usage(record.prompt_tokens, record.completion_tokens))
+        yield GenerationEnd(finish, Usage(self.prompt_tokens, generated))
 
     async def health(self) -> BackendHealth:
         if isinstance(self.health_, Exception):

@@ -27,7 +27,7 @@ FIELDS = (
     "duration_ms",
 )
 PROMPT = "my bank password is hunter2"
-LOGGERS = ("inferwire.requests", "inferwire.access")
+LOGGERS = ("inferwire.access",)
 
 
 async def run_traffic(

@@ -300,7 +300,7 @@ async def test_logs_hold_neither_the_token_nor_the_prompt_and_name_the_principal
     finished = {
         r.request_id: r
         for r in caplog.records
-        if r.name == "inferwire.requests" and r.getMessage() == "request finished"
+        if r.name == "inferwire.access" and r.getMessage() == "request finished"
     }
     assert finished["log-tok-rea"].principal == "reader"
     assert finished["log-tok-els"].code == "PERMISSION_DENIED"

@@ -109,8 +109,8 @@ async def test_counters_move_by_exactly_the_traffic_served(metered):
         ("grpc_server_started_total", check, 2),
         ("grpc_server_started_total", listing, 1),
         ("grpc_server_handled_total", {**infer, "grpc_code": "OK"}, 3),
-        ("grpc_server_handled_total", {**infer, "grpc_code": "INVALID_ARGUMENT"}, 1),
-        ("grpc_server_handled_total", {**infer, "grpc_code": "NOT_FOUND"}, 1),
+        ("grpc_server_handled_total", {**infer, "grpc_code": "InvalidArgument"}, 1),
+        ("grpc_server_handled_total", {**infer, "grpc_code": "NotFound"}, 1),
         ("grpc_server_handled_total", {**stream, "grpc_code": "OK"}, 2),
         ("grpc_server_handled_total", {**check, "grpc_code": "OK"}, 2),
         ("grpc_server_handled_total", {**listing, "grpc_code": "OK"}, 1),
@@ -187,6 +187,32 @@ def test_a_bad_metrics_address_is_a_configuration_error():
 
 
 def access_lines(records) -> Counter[str]:
-    return Counter(
-        r.method for r in records if r.name in ("inferwire.requests", "inferwire.access")
-    )
+    return Counter(r.method for r in records if r.name == "inferwire.access")
+
+
+async def test_series_exist_at_zero_before_the_first_request(metered) -> None:
+    """`rate()` over the first burst after start-up needs the series before the burst."""
+    server, _, _ = metered
+    samples = await scrape(server)
+    idle = {"model": "idle"}
+    for outcome in ("STOP", "LENGTH", "rejected", "error", "cancelled", "deadline_exceeded"):
+        assert (
+            samples[("inferwire_requests_total", frozenset({**idle, "outcome": outcome}.items()))]
+            == 0
+        )
+    for name in (
+        "inferwire_prompt_tokens_total",
+        "inferwire_generated_tokens_total",
+        "inferwire_time_to_first_token_seconds_count",
+        "inferwire_time_per_output_token_seconds_count",
+    ):
+        assert samples[(name, frozenset(idle.items()))] == 0
+    tokenize = rpc_labels("unary", SERVICE, "Tokenize")
+    for code in ("OK", "Canceled", "InvalidArgument", "DeadlineExceeded", "Unavailable"):
+        assert (
+            samples[
+                ("grpc_server_handled_total", frozenset({**tokenize, "grpc_code": code}.items()))
+            ]
+            == 0
+        )
+    assert samples[("grpc_server_started_total", frozenset(tokenize.items()))] == 0

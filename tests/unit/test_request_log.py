@@ -15,7 +15,7 @@ def records(caplog: pytest.LogCaptureFixture, request_id: str) -> list[logging.L
     return [
         r
         for r in caplog.records
-        if r.name == "inferwire.requests" and getattr(r, "request_id", None) == request_id
+        if r.name == "inferwire.access" and getattr(r, "request_id", None) == request_id
     ]
 
 
@@ -43,7 +43,7 @@ async def test_each_request_writes_one_record_with_its_code(
     served, caplog, rpc, model, parameters, code, outcome
 ):
     stub, _, _ = served
-    caplog.set_level(logging.INFO, logger="inferwire.requests")
+    caplog.set_level(logging.INFO, logger="inferwire.access")
     request_id = f"{rpc}-{model}-{code}-{outcome}"
     fields = {
         "model": model,
@@ -66,7 +66,7 @@ async def test_each_request_writes_one_record_with_its_code(
 
 async def test_a_backend_failure_is_logged_with_its_code_and_the_tokens_so_far(served, caplog):
     stub, backends, _ = served
-    caplog.set_level(logging.INFO, logger="inferwire.requests")
+    caplog.set_level(logging.INFO, logger="inferwire.access")
     backends["m"].infer_error, backends["m"].error_after_pieces = RuntimeError("boom"), 2
     try:
         with pytest.raises(grpc.aio.AioRpcError):
@@ -79,7 +79,7 @@ async def test_a_backend_failure_is_logged_with_its_code_and_the_tokens_so_far(s
 
 async def test_a_cancelled_stream_is_logged_cancelled_with_the_tokens_it_produced(served, caplog):
     stub, backends, _ = served
-    caplog.set_level(logging.INFO, logger="inferwire.requests")
+    caplog.set_level(logging.INFO, logger="inferwire.access")
     backend = backends["m"]
     backend.pieces = ["a", "b", "c", "d"]
     backend.generation_gate.close()

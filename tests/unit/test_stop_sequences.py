@@ -1,5 +1,6 @@
-from inferwire.core.backend import GenerationEvents, GenerationRecord
+from inferwire.core.backend import GenerationEvents
 from inferwire.core.generation import stop_at_sequences
+from inferwire.core.record import RequestRecord
 from inferwire.core.stop_sequences import StopSequenceMatcher
 from inferwire.core.types import FinishReason, GenerationEnd, TextDelta, TokenLogprob, Usage
 
@@ -56,7 +57,7 @@ async def stop_events(pieces: list[str], stops: tuple[str, ...]) -> list[TextDel
             yield TextDelta(piece, count, (token(piece),) if piece else ())
         yield GenerationEnd(FinishReason.LENGTH, Usage(1, len(pieces)))
 
-    return [event async for event in stop_at_sequences(backend(), stops, GenerationRecord())]
+    return [event async for event in stop_at_sequences(backend(), stops, RequestRecord("r", "m"))]
 
 
 def deltas(events: list[TextDelta | GenerationEnd]) -> list[tuple[str, list[str]]]:

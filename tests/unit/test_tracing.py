@@ -75,6 +75,12 @@ async def test_a_client_traceparent_is_continued_with_stage_spans_under_the_serv
         "rpc.service": "inferwire.v1.InferenceService",
         "rpc.method": "Infer",
         "rpc.grpc.status_code": 0,
+        "inferwire.request_id": server.attributes["inferwire.request_id"],
+        "inferwire.model": "m",
+        "inferwire.outcome": "STOP",
+        "inferwire.prompt_tokens": 3,
+        "inferwire.completion_tokens": 3,
+        "inferwire.queue_ms": server.attributes["inferwire.queue_ms"],
     }
     assert server.status.status_code is StatusCode.UNSET
     for stage in ("queue", "tokenize", "generate"):

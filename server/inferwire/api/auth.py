@@ -7,8 +7,7 @@ Two checks, in two places, because they need different things:
   ones added later, with an explicit list of open services (health, reflection).
 - **The model-level check** (does the token cover this model) needs the request's
   `model`, which an interceptor would have to deserialise itself. It runs in the
-  servicer, through `current_principal()`, inside the one error mapping, so it also
-  writes the request-log record of the request it refused.
+  servicer, through `current_principal()`, inside the one error mapping.
 
 The interceptor hands the principal to the servicer in a context variable, set by a
 wrapper around the RPC's handler: each RPC runs in its own task, so it sees only its own.
@@ -18,14 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
 
-from inferwire.api.handlers import Behaviour, Call, calls_within, rebuild_handler
-from inferwire.api.status import status_code_for, to_rpc_status
+from inferwire.api.handlers import Behaviour, Call, calls_within, rebuild_handler, split_method
+from inferwire.api.status import to_rpc_status
 from inferwire.config import AuthSettings
 from inferwire.core.auth import (
     UNRESTRICTED,
@@ -38,8 +36,6 @@ from inferwire.core.auth import (
 )
 from inferwire.core.errors import InferwireError
 from inferwire.v1 import inference_pb2 as pb
-
-log = logging.getLogger("inferwire.requests")
 
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
 # The scope each InferenceService RPC needs; an RPC missing here needs admin (fail closed),
@@ -109,7 +105,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
         handler = await continuation(handler_call_details)
-        service, _, method = handler_call_details.method.strip("/").partition("/")
+        service, method = split_method(handler_call_details.method)
         if handler is None or service in self._open_services:
             return handler
         scope = (
@@ -122,10 +118,7 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
             principal = identify(self._store, self._anonymous, token)
             principal = authorize(principal, scope, method)
         except InferwireError as error:
-            log.info(
-                "request refused",
-                extra={"method": handler_call_details.method, "code": status_code_for(error).name},
-            )
+            # The observing interceptor writes the refused call's access line.
             return rebuild_handler(handler, _refusing(error))
         return rebuild_handler(handler, _as(principal))
 

@@ -19,6 +19,12 @@ Call = tuple[Any, Any, Callable[[], None] | None]
 Scope = Callable[[Any, Any], AbstractContextManager[Call]]
 
 
+def split_method(method: str) -> tuple[str, str]:
+    """`/package.Service/Method` as (`package.Service`, `Method`)."""
+    service, _, name = method.strip("/").partition("/")
+    return service, name
+
+
 def rebuild_handler(
     handler: Any,
     wrap: Callable[[Behaviour], Behaviour],

@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inferwire.api.auth import auth_interceptors
 from inferwire.api.decoding import DecodeErrorInterceptor
 from inferwire.api.health import SERVICE_NAME, HealthServicer
-from inferwire.api.metrics import MetricsEndpoint, MetricsInterceptor, PrometheusMetrics
+from inferwire.api.metrics import MetricsEndpoint, PrometheusMetrics
+from inferwire.api.observe import ObservingInterceptor, method_labels
 from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
 from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
@@ -89,6 +91,7 @@ def build_manager(
         health_check_interval_s=settings.server.health_check_interval_s,
         metrics=metrics,
         tracer=tracer,
+        keep_text=settings.server.log_prompts,
     )
 
 
@@ -113,6 +116,24 @@ def transport_options(transport: TransportSettings) -> list[tuple[str, int]]:
             ("grpc.max_connection_age_grace_ms", round(transport.max_connection_age_grace_s * 1e3)),
         ]
     return options
+
+
+def served_methods(services: list[str]) -> list[tuple[str, str, str]]:
+    """The grpc-ecosystem labels of every method of `services` (by full name)."""
+    pool = descriptor_pool.Default()
+    labels = []
+    for name in services:
+        try:
+            service = pool.FindServiceByName(name)
+        except KeyError:
+            continue  # not in this process's descriptor pool: its series appear when used
+        for method in service.methods:
+            labels.append(
+                method_labels(
+                    f"/{name}/{method.name}", method.client_streaming, method.server_streaming
+                )
+            )
+    return labels
 
 
 class StartupLoadError(Exception):
@@ -140,10 +161,11 @@ class InferwireServer:
         self.settings = settings
         self.address = address or settings.server.address
         self.metrics = PrometheusMetrics()
+        self.observer = ObservingInterceptor(self.metrics)
         # Raises ConfigurationError when tracing is asked for but cannot be had.
         self.tracing = server_tracing(settings.server.tracing, tracer_provider)
         self.manager = build_manager(
-            settings, backend_factory, self.metrics, self.tracing.tracer if self.tracing else None
+            settings, backend_factory, self.observer, self.tracing.tracer if self.tracing else None
         )
         self._metrics_endpoint = (
             MetricsEndpoint(settings.server.metrics_address, self.metrics.registry)
@@ -164,24 +186,23 @@ class InferwireServer:
             # too, and is traced; a caller without a token is refused before its payload
             # is looked at; DecodeErrorInterceptor then guards every handler that runs.
             interceptors=[
-                MetricsInterceptor(self.metrics),
+                self.observer,
                 *([self.tracing.interceptor] if self.tracing else []),
                 *auth_interceptors(settings.server.auth),
                 DecodeErrorInterceptor(),
             ],
         )
         inference_pb2_grpc.add_InferenceServiceServicer_to_server(
-            InferenceServicer(self.manager, settings.server.log_prompts), self._server
+            InferenceServicer(self.manager), self._server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        add_reflection(
-            self._server,
-            [
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                *REFLECTION_SERVICE_NAMES,
-            ],
-        )
+        services = [
+            SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            *REFLECTION_SERVICE_NAMES,
+        ]
+        add_reflection(self._server, services)
+        self.metrics.methods_served(served_methods(services))
         # Kubernetes' gRPC probes speak plaintext only: with TLS on, they need their own port.
         self._health_server: grpc.aio.Server | None = None
         if settings.server.health_address:

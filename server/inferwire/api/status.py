@@ -7,6 +7,7 @@ one, so a new RPC cannot skip the mapping. Nothing else builds a status.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
@@ -183,3 +184,41 @@ def maps_errors_on_every_rpc(service: ServiceDescriptor) -> Callable[[type[T]], 
 def maps_errors(method: Callable[..., Any]) -> bool:
     """Whether a servicer method is wrapped by `map_errors`."""
     return getattr(method, MAPS_ERRORS, False)
+
+
+# ---- the code an RPC ended with ----------------------------------------------------
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def rpc_code(
+    context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None
+) -> grpc.StatusCode:
+    """The status an RPC ended with, given what escaped its handler (None: nothing)."""
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):
+        remaining = context.time_remaining()
+        deadline_passed = remaining is not None and remaining <= 0
+        return grpc.StatusCode.DEADLINE_EXCEEDED if deadline_passed else grpc.StatusCode.CANCELLED
+    if error is not None and not isinstance(error, grpc.aio.AbortError):
+        return grpc.StatusCode.UNKNOWN
+    return status_code(context.code())
+
+
+def status_code(code: Any) -> grpc.StatusCode:
+    """grpc.aio's `context.code()`, whichever form it takes; OK when none was set."""
+    if isinstance(code, grpc.StatusCode):
+        return code
+    return _CODES.get(code, grpc.StatusCode.OK) if isinstance(code, int) else grpc.StatusCode.OK
+
+
+def _go_name(code: grpc.StatusCode) -> str:
+    if code is grpc.StatusCode.CANCELLED:
+        return "Canceled"  # Go's spelling (codes.Canceled)
+    return (
+        "".join(word.capitalize() for word in code.name.split("_")) if code.name != "OK" else "OK"
+    )
+
+
+# Status codes as Go's grpc spells them (`codes.Code.String()`): the `grpc_code` label of the
+# grpc-ecosystem metrics, which shared dashboards and alert rules match.
+GO_CODE_NAME: dict[grpc.StatusCode, str] = {code: _go_name(code) for code in grpc.StatusCode}

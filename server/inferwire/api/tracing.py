@@ -19,9 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from inferwire.api.handlers import Behaviour, Call, Continuation, calls_within, rebuild_handler
-from inferwire.api.metrics import rpc_code
+from inferwire.api.handlers import (
+    Behaviour,
+    Call,
+    Continuation,
+    calls_within,
+    rebuild_handler,
+    split_method,
+)
+from inferwire.api.status import rpc_code
 from inferwire.core.errors import ConfigurationError
+from inferwire.core.record import RequestRecord
 
 if TYPE_CHECKING:
     from opentelemetry.propagators.textmap import TextMapPropagator
@@ -136,6 +144,20 @@ class OtelTracer:
         finally:
             span.end()
 
+    def request_finished(self, record: RequestRecord) -> None:
+        """The request's record on the RPC's span: the same outcome and counts as its
+        metrics and access line."""
+        otel_trace.get_current_span().set_attributes(
+            {
+                "inferwire.request_id": record.request_id,
+                "inferwire.model": record.model,
+                "inferwire.outcome": record.outcome.value,
+                "inferwire.prompt_tokens": record.prompt_tokens,
+                "inferwire.completion_tokens": record.completion_tokens,
+                "inferwire.queue_ms": round(record.queue_s * 1e3, 3),
+            }
+        )
+
 
 class TracingInterceptor(grpc.aio.ServerInterceptor):
     """A SERVER span per RPC, named `<service>/<method>`, current while the handler runs."""
@@ -152,7 +174,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        service, _, method = handler_call_details.method.strip("/").partition("/")
+        service, method = split_method(handler_call_details.method)
         metadata = handler_call_details.invocation_metadata or ()
         return rebuild_handler(
             handler, lambda behaviour: self._traced(behaviour, service, method, metadata)

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
-from inferwire.core.tracing import NoTracer, Tracer
+from inferwire.core.tracing import Tracer
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
@@ -43,32 +42,36 @@ class BackendOptions(BaseModel):
     The options here mean the same on every backend, and the core applies them.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    default_max_tokens: int = Field(
-        default=256, ge=1, description="max_tokens for requests that leave it unset."
-    )
-    context_separator: str = Field(
-        default="\n\n", description="Joins context passages, and separates them from the prompt."
-    )
+    default_max_tokens: int = Field(default=256, ge=1)
+    """max_tokens for requests that leave it unset."""
+    context_separator: str = "\n\n"
+    """Joins context passages, and separates them from the prompt."""
 
 
-@dataclass
-class GenerationRecord:
-    """Filled in by the backend while a request runs; read by the core for timing and logs.
+class GenerationProgress(Protocol):
+    """What a backend tells the core about a request besides its events.
 
-    `cancelled` means the consumer closed the stream before its end.
-    `tokens_after_cancel` counts tokens the engine produced after it was told
-    to stop, which is how we prove cancellation stops generation promptly.
+    The request's `RequestRecord` (core/record.py) is what implements it. Token counts
+    travel in the events; `counted` is for what the events cannot carry: the prompt's
+    count as soon as it is known (a request cancelled before its end still used its
+    prompt), and the counts of a stream the core closed early.
     """
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    first_token_at: float | None = None  # time.perf_counter() when the first token was ready
-    cancelled: bool = False
-    tokens_after_cancel: int = 0
-    # Times the backend's own stages (`tokenize`) in the request's trace.
-    tracer: Tracer = field(default_factory=NoTracer)
+    tracer: Tracer  # times the backend's own stages (`tokenize`) in the request's trace
+
+    def first_token(self, at: float | None = None) -> None:
+        """The first token was ready `at` (time.perf_counter(); default: now)."""
+
+    def counted(
+        self, prompt_tokens: int | None = None, completion_tokens: int | None = None
+    ) -> None:
+        """The prompt, or the completion so far, is this many tokens (None: unchanged)."""
+
+    def generated_after_cancel(self, count: int = 1) -> None:
+        """The engine made `count` more tokens after its stream was closed (which is how
+        tests prove cancellation stops generation promptly)."""
 
 
 class Backend(abc.ABC):
@@ -125,22 +128,23 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def infer_stream(
-        self, request: GenerationRequest, record: GenerationRecord
+        self, request: GenerationRequest, progress: GenerationProgress
     ) -> GenerationEvents:
         """Generate text deltas, then exactly one GenerationEnd.
 
         Raise InvalidArgumentError before the first delta for a prompt the model
-        cannot take (for example, one longer than its context window). Keep
-        `record` current: the core reads it when it closes the stream early.
+        cannot take (for example, one longer than its context window). Report the
+        prompt's token count and the first token's time through `progress` as soon as
+        they are known: the core reads them when it closes the stream early.
         """
 
-    def infer(self, request: GenerationRequest, record: GenerationRecord) -> GenerationEvents:
+    def infer(self, request: GenerationRequest, progress: GenerationProgress) -> GenerationEvents:
         """Unary generation, as events too, so the core treats both alike.
 
         By default the stream itself; a backend with a cheaper non-streaming
         call (Triton's ModelInfer) yields its whole text as one delta.
         """
-        return self.infer_stream(request, record)
+        return self.infer_stream(request, progress)
 
     @abc.abstractmethod
     async def health(self) -> BackendHealth:
@@ -180,3 +184,6 @@ class Backend(abc.ABC):
     def default_max_tokens(self) -> int:
         """max_tokens for requests that leave it unset."""
         return min(self.options.default_max_tokens, self.limits().max_output_tokens)
+
+
+# TEMPORARY (removed when the backends move to GenerationProgress in this same pass).

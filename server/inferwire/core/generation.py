@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
+from inferwire.core.backend import Backend, GenerationEvents
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.record import RequestRecord
 from inferwire.core.stop_sequences import HeldLogprobs, StopSequenceMatcher
 from inferwire.core.types import (
     Capabilities,
@@ -112,7 +113,7 @@ def check_prompt_fits(
 
 
 async def stop_at_sequences(
-    events: GenerationEvents, stops: Sequence[str], record: GenerationRecord
+    events: GenerationEvents, stops: Sequence[str], record: RequestRecord
 ) -> GenerationEvents:
     """The backend's events, cut at the earliest stop string.
 
@@ -120,8 +121,8 @@ async def stop_at_sequences(
     it, so what is yielded always concatenates to the final text. Token
     log-probabilities stay with their text (see HeldLogprobs for the rule at a cut).
     On a match the backend's stream is closed first (cancelling generation) and the
-    usage is read from its record after that, so a backend that counts at the end has
-    counted.
+    usage is read from the request's record after that, so a backend that counts at the
+    end has reported its counts.
     """
     matcher = StopSequenceMatcher(tuple(stops))
     held = HeldLogprobs()
@@ -166,9 +167,10 @@ def coalesce_deltas(deltas: Sequence[TextDelta]) -> TextDelta:
 
 
 async def join(
-    events: GenerationEvents,
+    events: GenerationEvents, record: RequestRecord
 ) -> tuple[str, GenerationEnd, tuple[TokenLogprob, ...]]:
-    """The text of a generation's deltas, its end, and its tokens' log-probabilities."""
+    """The text of a generation's deltas, its end, and its tokens' log-probabilities;
+    the record counts the tokens as they come (a failure mid-way has its count)."""
     pieces: list[str] = []
     logprobs: list[TokenLogprob] = []
     async with contextlib.aclosing(events):
@@ -176,6 +178,8 @@ async def join(
             if isinstance(event, TextDelta):
                 pieces.append(event.text)
                 logprobs.extend(event.logprobs)
+                if event.completion_tokens is not None:
+                    record.completion_tokens = event.completion_tokens
             else:
                 return "".join(pieces), event, tuple(logprobs)
     raise RuntimeError("the backend ended a stream without a result")

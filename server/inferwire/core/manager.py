@@ -15,34 +15,37 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
-from inferwire.core.backend import Backend, GenerationEvents, GenerationRecord
+from inferwire.core.backend import Backend, GenerationEvents
 from inferwire.core.errors import (
     BackendUnavailableError,
+    ConfigurationError,
+    DeadlineExceededError,
     InferwireError,
     ModelNotFoundError,
     ModelNotReadyError,
-    QueueFullError,
 )
 from inferwire.core.generation import generation_request, join, stop_at_sequences
-from inferwire.core.metrics import MetricsListener, NoMetrics, RequestMetrics
-from inferwire.core.tracing import GENERATE, QUEUE, NoTracer, Tracer
+from inferwire.core.metrics import MetricsListener, NoMetrics
+from inferwire.core.models import (
+    FAILURE_COOLDOWN_S,
+    ManagedModel,
+    ModelSpec,
+    backend_health_reports,
+)
+from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.tracing import GENERATE, NO_TRACER, Tracer
 from inferwire.core.types import (
-    BackendHealthReport,
     ChatMessage,
     GenerationRequest,
     HealthReport,
     InferenceRequest,
     InferenceResult,
-    ModelHealthReport,
     ModelState,
     ModelStatus,
-    RequestAccount,
     StreamChunk,
     TextDelta,
-    Timing,
     Tokenization,
 )
 from inferwire.core.validation import (
@@ -52,102 +55,14 @@ from inferwire.core.validation import (
     validate_text_input,
 )
 
+__all__ = ["BackendFactory", "ModelManager", "ModelSpec"]
+
 log = logging.getLogger(__name__)
 
 HealthListener = Callable[[dict[str, bool]], Awaitable[None]]
 
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model as declared in the configuration."""
-
-    name: str
-    backend: str
-    load_on_startup: bool
-    max_concurrency: int
-    max_queue: int
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-# Consecutive requests failing in the backend (UNAVAILABLE, INTERNAL) that take a model's
-# readiness away, and the least time it stays away; a request that succeeds, or a healthy
-# health check after that time, gives it back.
-FAILURES_BEFORE_NOT_READY = 3
-FAILURE_COOLDOWN_S = 5.0
-
 # Builds the backend for a model; the server passes the backend registry's, tests a fake.
-BackendFactory = Callable[["ModelSpec"], Backend]
-
-
-class _ManagedModel:
-    def __init__(self, spec: ModelSpec, backend: Backend) -> None:
-        self.spec = spec
-        self.backend = backend
-        self.state = ModelState.UNLOADED
-        self.detail = ""
-        self.load_error = ""  # why the last load failed, in the backend's words
-        self.backend_healthy = False
-        self.lifecycle_lock = asyncio.Lock()
-        self.slots = asyncio.Semaphore(spec.max_concurrency)
-        self.running = 0
-        self.queued = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self.requests_total = 0
-        self.generated_tokens_total = 0
-        self.backend_failures = 0  # consecutive requests that failed in the backend
-        self.failing_since: float | None = None  # when those failures took readiness away
-
-    @property
-    def ready(self) -> bool:
-        return (
-            self.state is ModelState.READY and self.backend_healthy and self.failing_since is None
-        )
-
-    def status(self) -> ModelStatus:
-        capabilities = self.backend.capabilities() if self.state is ModelState.READY else None
-        detail = self.detail
-        if self.state is ModelState.READY and not self.ready:
-            # READY is the lifecycle (loaded); the detail says it cannot serve right now.
-            detail = f"not serving: {detail}"
-        return ModelStatus(self.spec.name, self.spec.backend, self.state, detail, capabilities)
-
-
-@dataclass
-class _Run:
-    """One admitted request: its model, what its backend runs, and what happened to it."""
-
-    model: _ManagedModel
-    job: GenerationRequest
-    arrived: float
-    started: float = 0.0
-    outcome: str = "error"
-    record: GenerationRecord = field(default_factory=GenerationRecord)
-
-    def timing(self) -> Timing:
-        now = time.perf_counter()
-        first = self.record.first_token_at or now
-        return Timing(
-            queue_ms=(self.started - self.arrived) * 1e3,
-            time_to_first_token_ms=(first - self.arrived) * 1e3,
-            total_ms=(now - self.arrived) * 1e3,
-        )
-
-    def metrics(self, outcome: str) -> RequestMetrics:
-        record, now = self.record, time.perf_counter()
-        first_token_s = per_token_s = None
-        if record.first_token_at is not None:
-            first_token_s = record.first_token_at - self.arrived
-            if record.completion_tokens > 1:
-                per_token_s = (now - record.first_token_at) / (record.completion_tokens - 1)
-        return RequestMetrics(
-            self.model.spec.name,
-            outcome,
-            record.prompt_tokens,
-            record.completion_tokens,
-            first_token_s,
-            per_token_s,
-        )
+BackendFactory = Callable[[ModelSpec], Backend]
 
 
 class ModelManager:
@@ -162,21 +77,27 @@ class ModelManager:
         failure_cooldown_s: float | None = None,
         metrics: MetricsListener | None = None,
         tracer: Tracer | None = None,
+        keep_text: bool = False,
     ) -> None:
+        """`keep_text`: keep each request's prompt and output text in its record (for
+        `server.log_prompts`)."""
         self._limits = limits
         self._metrics: MetricsListener = metrics or NoMetrics()
-        self._tracer: Tracer = tracer or NoTracer()
+        self._tracer: Tracer = tracer or NO_TRACER
+        self._keep_text = keep_text
         self._health_check_interval_s = health_check_interval_s
         self._failure_cooldown_s = (
             max(FAILURE_COOLDOWN_S, 2 * health_check_interval_s)
             if failure_cooldown_s is None
             else failure_cooldown_s
         )
-        self._models: dict[str, _ManagedModel] = {}
+        self._models: dict[str, ManagedModel] = {}
         for spec in specs:
             if spec.name in self._models:
-                raise ValueError(f"model {spec.name!r} is configured twice")
-            self._models[spec.name] = _ManagedModel(spec, backend_factory(spec))
+                raise ConfigurationError(f"model {spec.name!r} is declared twice")
+            backend = backend_factory(spec)
+            self._models[spec.name] = ManagedModel(spec, backend, self._metrics.load_changed)
+            self._metrics.model_added(spec.name)
             self._metrics.readiness_changed(spec.name, False)
             self._metrics.load_changed(spec.name, 0, 0)
         self._listeners: list[HealthListener] = []
@@ -298,48 +219,55 @@ class ModelManager:
 
     # ---- inference -------------------------------------------------------
 
-    async def infer(
-        self, request: InferenceRequest, account: RequestAccount | None = None
-    ) -> InferenceResult:
-        """Unary generation through the backend's own `infer`; `account` records what it did."""
-        request = self._with_request_id(request, account)
-        async with self._admit(request, account or RequestAccount()) as run:
-            text, end, logprobs = await join(self._events(run, unary=True))
-            run.outcome = end.finish_reason.value
+    async def infer(self, request: InferenceRequest) -> InferenceResult:
+        """Unary generation through the backend's own `infer`."""
+        record = self._arrived(request)
+        async with self._admitted(request, record) as (model, job):
+            text, end, logprobs = await join(self._events(model, job, record, unary=True), record)
+            record.counted(end.usage.prompt_tokens, end.usage.completion_tokens)
+            if record.text is not None:
+                record.text.append(text)
+            record.end(Outcome.finished(end.finish_reason))
             return InferenceResult(
-                request_id=request.request_id,
+                request_id=record.request_id,
                 model=request.model,
-                backend=run.model.spec.backend,
+                backend=model.spec.backend,
                 text=text,
                 finish_reason=end.finish_reason,
-                usage=end.usage,
-                timing=run.timing(),
+                usage=record.usage(),
+                timing=record.timing(),
                 logprobs=logprobs,
             )
 
     def infer_stream(
-        self, request: InferenceRequest, account: RequestAccount | None = None
+        self, request: InferenceRequest
     ) -> tuple[str, AsyncGenerator[StreamChunk, None]]:
         """Return the request ID in use and its chunks; the last chunk carries the outcome."""
-        request = self._with_request_id(request, account)
-        return request.request_id, self._stream(request, account or RequestAccount())
+        record = self._arrived(request)
+        return record.request_id, self._stream(request, record)
 
     async def _stream(
-        self, request: InferenceRequest, account: RequestAccount
+        self, request: InferenceRequest, record: RequestRecord
     ) -> AsyncGenerator[StreamChunk, None]:
-        async with self._admit(request, account) as run:
-            events = self._events(run, unary=False)
+        async with self._admitted(request, record) as (model, job):
+            events = self._events(model, job, record, unary=False)
+            kept = record.text
             async with contextlib.aclosing(events):
                 async for event in events:
                     if isinstance(event, TextDelta):
+                        if event.completion_tokens is not None:
+                            record.completion_tokens = event.completion_tokens
+                        if kept is not None:
+                            kept.append(event.text)
                         yield StreamChunk(event.text, logprobs=event.logprobs)
                     else:
-                        run.outcome = event.finish_reason.value
+                        record.counted(event.usage.prompt_tokens, event.usage.completion_tokens)
+                        record.end(Outcome.finished(event.finish_reason))
                         yield StreamChunk(
                             "",
                             finish_reason=event.finish_reason,
-                            usage=event.usage,
-                            timing=run.timing(),
+                            usage=record.usage(),
+                            timing=record.timing(),
                         )
 
     async def tokenize(
@@ -351,128 +279,76 @@ class ModelManager:
         """
         validate_text_input(model_name, prompt, messages, self._limits)
         model = self._get(model_name)
-        self._require_ready(model)
+        model.require_ready()
         rendered = model.backend.render_chat(messages) if messages else ""
         token_ids = await model.backend.tokenize(rendered if messages else prompt)
         return Tokenization(tuple(token_ids), rendered)
 
+    def _arrived(self, request: InferenceRequest) -> RequestRecord:
+        return RequestRecord(
+            request_id=request.request_id or uuid.uuid4().hex,
+            model=request.model,
+            deadline=request.deadline,
+            configured=request.model in self._models,
+            prompt=request.prompt if self._keep_text else "",
+            text=[] if self._keep_text else None,
+            tracer=self._tracer,
+        )
+
     @staticmethod
-    def _events(run: _Run, unary: bool) -> GenerationEvents:
-        backend = run.model.backend
-        run_backend = backend.infer if unary else backend.infer_stream
-        events = run_backend(run.job, run.record)
-        stops = run.job.params.stop
+    def _events(
+        model: ManagedModel, job: GenerationRequest, record: RequestRecord, unary: bool
+    ) -> GenerationEvents:
+        backend = model.backend
+        events = (backend.infer if unary else backend.infer_stream)(job, record)
+        stops = job.params.stop
         # Without stop strings the backend's events pass as they are: no extra
         # generator hop on every token.
-        return stop_at_sequences(events, stops, run.record) if stops else events
-
-    @staticmethod
-    def _with_request_id(
-        request: InferenceRequest, account: RequestAccount | None
-    ) -> InferenceRequest:
-        if not request.request_id:
-            request = replace(request, request_id=uuid.uuid4().hex)
-        if account is not None:
-            account.request_id, account.model = request.request_id, request.model
-        return request
+        return stop_at_sequences(events, stops, record) if stops else events
 
     @contextlib.asynccontextmanager
-    async def _admit(
-        self, request: InferenceRequest, account: RequestAccount
-    ) -> AsyncIterator[_Run]:
-        """Validate, queue for a slot, and account for one request, unary or streamed."""
-        arrived = time.perf_counter()
-        run: _Run | None = None
+    async def _admitted(
+        self, request: InferenceRequest, record: RequestRecord
+    ) -> AsyncIterator[tuple[ManagedModel, GenerationRequest]]:
+        """Validate, queue for a slot and run one request, unary or streamed; whatever
+        happens, end its record once and tell the listeners."""
+        model: ManagedModel | None = None
         try:
             validate_inference_request(request, self._limits)
             model = self._get(request.model)
-            self._require_ready(model)
-            run = _Run(
-                model,
-                generation_request(model.spec.name, model.backend, request),
-                arrived,
-                record=GenerationRecord(tracer=self._tracer),
-            )
-            async with self._slot(model):
-                run.started = time.perf_counter()
-                try:
-                    with self._tracer.span(GENERATE):
-                        yield run
-                except (GeneratorExit, asyncio.CancelledError):
-                    # The caller went away (cancel or deadline) or stopped reading.
-                    run.outcome = "cancelled"
-                    raise
-                except Exception as error:
-                    await self._count_backend_failure(model, error)
-                    raise
-                else:
-                    await self._count_backend_success(model)
-                finally:
-                    record = run.record
-                    model.generated_tokens_total += record.completion_tokens
-                    account.outcome = run.outcome
-                    account.prompt_tokens = record.prompt_tokens
-                    account.completion_tokens = record.completion_tokens
-                    account.tokens_after_cancel = record.tokens_after_cancel
-                    account.queue_ms = (run.started - arrived) * 1e3
-        finally:
-            if request.model in self._models:  # a made-up name never becomes a label
-                self._metrics.request_finished(
-                    run.metrics(account.outcome)
-                    if run is not None
-                    else RequestMetrics(request.model, account.outcome)
+            model.require_ready()
+            job = generation_request(model.spec.name, model.backend, replace_id(request, record))
+            async with model.slot(self._tracer):
+                record.admitted = time.perf_counter()
+                with self._tracer.span(GENERATE):
+                    yield model, job
+        except (GeneratorExit, asyncio.CancelledError):
+            # The caller went away (cancel or deadline) or stopped reading.
+            record.end(Outcome.CANCELLED)
+            raise
+        except DeadlineExceededError:
+            record.end(Outcome.DEADLINE_EXCEEDED if record.admitted else Outcome.REJECTED)
+            raise
+        except Exception as error:
+            record.end(Outcome.ERROR if record.admitted else Outcome.REJECTED)
+            if record.admitted and model is not None and model.request_failed(error):
+                log.warning(
+                    "model not ready: its requests fail",
+                    extra={"model": model.name, "error": str(error)},
                 )
-
-    @contextlib.asynccontextmanager
-    async def _slot(self, model: _ManagedModel) -> AsyncIterator[None]:
-        """Run under the model's concurrency limit, waiting in its bounded queue if needed."""
-        if model.slots.locked() and model.queued >= model.spec.max_queue:
-            raise QueueFullError(
-                f"model {model.spec.name!r} is at capacity: {model.spec.max_concurrency} running "
-                f"and {model.queued} queued (max_queue {model.spec.max_queue}); retry later"
-            )
-        model.requests_total += 1
-        model.queued += 1
-        self._report_load(model)
-        model.idle.clear()
-        try:
-            try:
-                with self._tracer.span(QUEUE):
-                    await model.slots.acquire()
-            finally:
-                model.queued -= 1
-                self._report_load(model)
-            try:
-                model.running += 1
-                self._report_load(model)
-                # The model may have started unloading while this request waited.
-                self._require_ready(model)
-                yield
-            finally:
-                model.running -= 1
-                self._report_load(model)
-                model.slots.release()
+                await self._publish_health()
+            raise
+        else:
+            if model is not None and model.request_succeeded():
+                await self._publish_health()
         finally:
-            if model.running == 0 and model.queued == 0:
-                model.idle.set()
+            record.end(Outcome.ERROR)  # a generation that ended without a result
+            if model is not None:
+                model.generated_tokens_total += record.completion_tokens
+            self._metrics.request_finished(record)
+            self._tracer.request_finished(record)
 
-    def _report_load(self, model: _ManagedModel) -> None:
-        self._metrics.load_changed(model.spec.name, model.queued, model.running)
-
-    @staticmethod
-    def _require_ready(model: _ManagedModel) -> None:
-        if model.state is not ModelState.READY:
-            hint = {
-                ModelState.UNLOADED: "call LoadModel first",
-                ModelState.LOADING: "it is still loading",
-                ModelState.UNLOADING: "it is being unloaded",
-                ModelState.FAILED: f"its last load failed: {model.load_error}",
-            }[model.state]
-            raise ModelNotReadyError(
-                f"model {model.spec.name!r} is {model.state.value}, not READY: {hint}"
-            )
-
-    def _get(self, name: str) -> _ManagedModel:
+    def _get(self, name: str) -> ManagedModel:
         require_model_name(name)
         try:
             return self._models[name]
@@ -501,34 +377,8 @@ class ModelManager:
         models = [self._get(model_name)] if model_name else list(self._models.values())
         if include is not None:
             models = [m for m in models if include(m.spec.name)]
-        reports = tuple(
-            ModelHealthReport(
-                name=m.spec.name,
-                backend=m.spec.backend,
-                state=m.state,
-                ready=m.ready,
-                detail=m.detail,
-                inflight=m.running,
-                queued=m.queued,
-                requests_total=m.requests_total,
-                generated_tokens_total=m.generated_tokens_total,
-            )
-            for m in models
-        )
-        backends: dict[str, list[_ManagedModel]] = {}
-        for m in models:
-            backends.setdefault(m.spec.backend, []).append(m)
-        backend_reports = []
-        for name, members in backends.items():
-            loaded = [m for m in members if m.state is ModelState.READY]
-            unhealthy = [m.spec.name for m in loaded if not m.backend_healthy]
-            detail = (
-                f"unhealthy models: {', '.join(unhealthy)}"
-                if unhealthy
-                else f"{len(loaded)} of {len(members)} models loaded"
-            )
-            backend_reports.append(BackendHealthReport(name, not unhealthy, detail))
-        return HealthReport(self.serving, reports, tuple(backend_reports))
+        reports = tuple(m.health_report() for m in models)
+        return HealthReport(self.serving, reports, backend_health_reports(models))
 
     async def _publish_health(self) -> None:
         statuses = self.health_statuses()
@@ -551,7 +401,7 @@ class ModelManager:
             [m for m in self._models.values() if m.state is ModelState.READY]
         )
 
-    async def _refresh_health(self, models: list[_ManagedModel]) -> None:
+    async def _refresh_health(self, models: list[ManagedModel]) -> None:
         changed = False
         # Checked concurrently, so one slow backend cannot delay the others' reports.
         results = await asyncio.gather(
@@ -584,22 +434,9 @@ class ModelManager:
         if changed:
             await self._publish_health()
 
-    async def _count_backend_failure(self, model: _ManagedModel, error: Exception) -> None:
-        """A backend that keeps failing requests is not ready, whatever its health check says."""
-        if isinstance(error, InferwireError) and not isinstance(error, BackendUnavailableError):
-            return  # the request's fault (or a limit), not the backend's
-        model.backend_failures += 1
-        if model.backend_failures >= FAILURES_BEFORE_NOT_READY and model.failing_since is None:
-            model.failing_since = time.monotonic()
-            model.detail = f"the last {model.backend_failures} requests failed ({error})"
-            log.warning(
-                "model not ready: its requests fail",
-                extra={"model": model.spec.name, "error": str(error)},
-            )
-            await self._publish_health()
 
-    async def _count_backend_success(self, model: _ManagedModel) -> None:
-        model.backend_failures = 0
-        if model.failing_since is not None:
-            model.failing_since = None
-            await self._publish_health()
+def replace_id(request: InferenceRequest, record: RequestRecord) -> InferenceRequest:
+    """The request with the ID its record uses (made up when the caller sent none)."""
+    if request.request_id == record.request_id:
+        return request
+    return replace(request, request_id=record.request_id)

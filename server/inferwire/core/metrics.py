@@ -1,33 +1,25 @@
 """What the core reports for metrics, without knowing how they are exported.
 
-The model manager calls a `MetricsListener` as requests finish, as its queues and
+The model manager calls a `MetricsListener` when a model is added (so its series
+exist, at zero, before its first request), as requests finish, as its queues and
 slots change and as models become ready or not; the transport layer implements it
-(Prometheus, in `inferwire.api.metrics`). Only configured model names are reported:
-a name a client made up never becomes a label.
+(Prometheus, in `inferwire.api.metrics`). A finished request's record says whether
+its model is configured: a name a client made up never becomes a label.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-
-@dataclass(frozen=True)
-class RequestMetrics:
-    """How one inference request for a configured model ended."""
-
-    model: str
-    outcome: str  # rejected | a finish reason | error | cancelled
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    time_to_first_token_s: float | None = None  # from arrival, queue time included
-    time_per_output_token_s: float | None = None  # after the first token
+from inferwire.core.record import RequestRecord
 
 
 class MetricsListener(Protocol):
     """Receives the core's measurements."""
 
-    def request_finished(self, request: RequestMetrics) -> None: ...
+    def model_added(self, model: str) -> None: ...
+
+    def request_finished(self, record: RequestRecord) -> None: ...
 
     def load_changed(self, model: str, queued: int, running: int) -> None: ...
 
@@ -37,7 +29,10 @@ class MetricsListener(Protocol):
 class NoMetrics:
     """A listener that drops everything: the manager's default."""
 
-    def request_finished(self, request: RequestMetrics) -> None:
+    def model_added(self, model: str) -> None:
+        pass
+
+    def request_finished(self, record: RequestRecord) -> None:
         pass
 
     def load_changed(self, model: str, queued: int, running: int) -> None:

@@ -2,8 +2,10 @@
 
 The model manager times the wait for a slot (`queue`) and the backend's generation
 (`generate`); a backend that tokenizes itself times that (`tokenize`) through the
-tracer on its `GenerationRecord`. The transport layer implements `Tracer` with
-OpenTelemetry (`inferwire.api.tracing`); without it every span is a no-op.
+tracer on the request's record. When a request ends, the tracer is handed its record,
+so the RPC's span carries the same outcome and counts as the metrics and the access
+line. The transport layer implements `Tracer` with OpenTelemetry
+(`inferwire.api.tracing`); without it every span is a no-op.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from inferwire.core.record import RequestRecord
 
 QUEUE = "queue"
 TOKENIZE = "tokenize"
@@ -23,6 +28,9 @@ class Tracer(Protocol):
 
     def span(self, name: str) -> AbstractContextManager[None]: ...
 
+    def request_finished(self, record: RequestRecord) -> None:
+        """Describe the ended request on the span current in the RPC's task."""
+
 
 class NoTracer:
     """A tracer that records nothing: the default."""
@@ -30,3 +38,9 @@ class NoTracer:
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
         yield
+
+    def request_finished(self, record: RequestRecord) -> None:
+        pass
+
+
+NO_TRACER = NoTracer()

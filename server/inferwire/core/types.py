@@ -109,23 +109,6 @@ class GenerationRequest:
         return "context" if self.has_context else "prompt"
 
 
-@dataclass
-class RequestAccount:
-    """What one inference request did, filled in by the core for its log record.
-
-    The caller passes one in and reads it when the request has ended, however it
-    ended: rejected in validation, refused, failed, cancelled or finished.
-    """
-
-    request_id: str = ""
-    model: str = ""
-    outcome: str = "rejected"  # rejected | a finish reason | error | cancelled
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    tokens_after_cancel: int = 0
-    queue_ms: float = 0.0
-
-
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int

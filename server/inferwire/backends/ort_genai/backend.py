@@ -404,7 +404,7 @@ class OrtGenAIBackend(Backend):
         finally:
             if not finished:
                 # The consumer left early (cancellation, deadline): stop the engine.
-                record.cancelled = True
+                pass
                 stop.set()
                 credits.release()  # wake the worker if it waits for the consumer
             await asyncio.shield(worker)

@@ -229,7 +229,7 @@ class EngineScheduler:
         finally:
             if not finished:
                 # The consumer left early (cancellation, deadline, stop string).
-                record.cancelled = True
+                pass
                 row.closed = True
                 self._send("cancel", row)
             # The record is final once the scheduler has let the row go.

@@ -487,7 +487,7 @@ class TritonBackend(Backend):
                 yield TextDelta("", outcome.completion_tokens, tuple(pending))
             finished = True
         except (GeneratorExit, asyncio.CancelledError):
-            record.cancelled = True
+            pass
             raise
         finally:
             # Also when the stream is closed early (a stop string, our client left):

@@ -1,0 +1,193 @@
+"""One configured model as the manager holds it: its state, its slots and queue, its counters.
+
+The manager (core/manager.py) decides when a model loads, unloads and serves; a
+`ManagedModel` keeps what that takes, and admits requests under the model's
+concurrency limit through its bounded wait queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferwire.core.backend import Backend
+from inferwire.core.errors import (
+    BackendUnavailableError,
+    InferwireError,
+    ModelNotReadyError,
+    QueueFullError,
+)
+from inferwire.core.tracing import QUEUE, Tracer
+from inferwire.core.types import (
+    BackendHealthReport,
+    ModelHealthReport,
+    ModelState,
+    ModelStatus,
+)
+
+# Consecutive requests failing in the backend (UNAVAILABLE, INTERNAL) that take a model's
+# readiness away, and the least time it stays away; a request that succeeds, or a healthy
+# health check after that time, gives it back.
+FAILURES_BEFORE_NOT_READY = 3
+FAILURE_COOLDOWN_S = 5.0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as declared in the configuration."""
+
+    name: str
+    backend: str
+    load_on_startup: bool
+    max_concurrency: int
+    max_queue: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+# Reports a model's queued and running requests (the manager's metrics listener).
+LoadReporter = Callable[[str, int, int], None]
+
+_NOT_READY_HINT = {
+    ModelState.UNLOADED: "call LoadModel first",
+    ModelState.LOADING: "it is still loading",
+    ModelState.UNLOADING: "it is being unloaded",
+}
+
+
+class ManagedModel:
+    def __init__(self, spec: ModelSpec, backend: Backend, report_load: LoadReporter) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.state = ModelState.UNLOADED
+        self.detail = ""
+        self.load_error = ""  # why the last load failed, in the backend's words
+        self.backend_healthy = False
+        self.lifecycle_lock = asyncio.Lock()
+        self.slots = asyncio.Semaphore(spec.max_concurrency)
+        self.running = 0
+        self.queued = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.requests_total = 0
+        self.generated_tokens_total = 0
+        self.backend_failures = 0  # consecutive requests that failed in the backend
+        self.failing_since: float | None = None  # when those failures took readiness away
+        self._report_load = report_load
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def ready(self) -> bool:
+        return (
+            self.state is ModelState.READY and self.backend_healthy and self.failing_since is None
+        )
+
+    def status(self) -> ModelStatus:
+        capabilities = self.backend.capabilities() if self.state is ModelState.READY else None
+        detail = self.detail
+        if self.state is ModelState.READY and not self.ready:
+            # READY is the lifecycle (loaded); the detail says it cannot serve right now.
+            detail = f"not serving: {detail}"
+        return ModelStatus(self.spec.name, self.spec.backend, self.state, detail, capabilities)
+
+    def health_report(self) -> ModelHealthReport:
+        return ModelHealthReport(
+            name=self.spec.name,
+            backend=self.spec.backend,
+            state=self.state,
+            ready=self.ready,
+            detail=self.detail,
+            inflight=self.running,
+            queued=self.queued,
+            requests_total=self.requests_total,
+            generated_tokens_total=self.generated_tokens_total,
+        )
+
+    def require_ready(self) -> None:
+        """Fail closed: refuse work unless the model is loaded."""
+        if self.state is not ModelState.READY:
+            hint = _NOT_READY_HINT.get(self.state, f"its last load failed: {self.load_error}")
+            raise ModelNotReadyError(
+                f"model {self.spec.name!r} is {self.state.value}, not READY: {hint}"
+            )
+
+    @contextlib.asynccontextmanager
+    async def slot(self, tracer: Tracer) -> AsyncIterator[None]:
+        """Run under the model's concurrency limit, waiting in its bounded queue if needed."""
+        if self.slots.locked() and self.queued >= self.spec.max_queue:
+            raise QueueFullError(
+                f"model {self.spec.name!r} is at capacity: {self.spec.max_concurrency} running "
+                f"and {self.queued} queued (max_queue {self.spec.max_queue}); retry later"
+            )
+        self.requests_total += 1
+        self.queued += 1
+        self._changed_load()
+        self.idle.clear()
+        try:
+            try:
+                with tracer.span(QUEUE):
+                    await self.slots.acquire()
+            finally:
+                self.queued -= 1
+                self._changed_load()
+            try:
+                self.running += 1
+                self._changed_load()
+                self.require_ready()  # it may have started unloading while this one waited
+                yield
+            finally:
+                self.running -= 1
+                self._changed_load()
+                self.slots.release()
+        finally:
+            if self.running == 0 and self.queued == 0:
+                self.idle.set()
+
+    def _changed_load(self) -> None:
+        self._report_load(self.spec.name, self.queued, self.running)
+
+    def request_failed(self, error: Exception) -> bool:
+        """Count a failed request; True when it took the model's readiness away.
+
+        A backend that keeps failing requests is not ready, whatever its health check says.
+        """
+        if isinstance(error, InferwireError) and not isinstance(error, BackendUnavailableError):
+            return False  # the request's fault (or a limit), not the backend's
+        self.backend_failures += 1
+        if self.backend_failures < FAILURES_BEFORE_NOT_READY or self.failing_since is not None:
+            return False
+        self.failing_since = time.monotonic()
+        self.detail = f"the last {self.backend_failures} requests failed ({error})"
+        return True
+
+    def request_succeeded(self) -> bool:
+        """Count a request that succeeded; True when it gave the model's readiness back."""
+        self.backend_failures = 0
+        if self.failing_since is None:
+            return False
+        self.failing_since = None
+        return True
+
+
+def backend_health_reports(models: list[ManagedModel]) -> tuple[BackendHealthReport, ...]:
+    """One report per backend of `models`: healthy unless a loaded model of it is not."""
+    backends: dict[str, list[ManagedModel]] = {}
+    for model in models:
+        backends.setdefault(model.spec.backend, []).append(model)
+    reports = []
+    for name, members in backends.items():
+        loaded = [m for m in members if m.state is ModelState.READY]
+        unhealthy = [m.spec.name for m in loaded if not m.backend_healthy]
+        detail = (
+            f"unhealthy models: {', '.join(unhealthy)}"
+            if unhealthy
+            else f"{len(loaded)} of {len(members)} models loaded"
+        )
+        reports.append(BackendHealthReport(name, not unhealthy, detail))
+    return tuple(reports)
