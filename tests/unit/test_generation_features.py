@@ -17,6 +17,7 @@ from inferwire.api.converters import logprobs_to_proto, model_status_to_proto, r
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.backends.ort_genai.generator import guidance_data
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
+from inferwire.backends.ort_genai.sampling import Sampling
 from inferwire.core import types
 from inferwire.v1 import inference_pb2 as pb
 from scripts.demo_model import chat
@@ -281,6 +282,41 @@ def test_sampler_settings_follow_the_engines_choice_of_greedy_or_sampling(
     defaults, options, expected
 ):
     assert SamplerSettings.of(defaults, options) == expected
+
+
+@pytest.mark.parametrize(
+    ("params", "do_sample_default", "expected"),
+    [
+        (types.GenerationParams(), False, {"do_sample": False}),
+        (types.GenerationParams(), True, {"do_sample": True}),
+        (
+            types.GenerationParams(temperature=0, top_p=0.5, top_k=3, seed=7),
+            True,
+            {"do_sample": False, "random_seed": 7},
+        ),
+        (
+            types.GenerationParams(temperature=0.7, top_p=0.9, top_k=20, seed=7),
+            False,
+            {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "random_seed": 7},
+        ),
+        (types.GenerationParams(top_k=0), True, {"do_sample": True, "top_k": 100}),
+        (types.GenerationParams(top_k=500), True, {"do_sample": True, "top_k": 100}),
+    ],
+    ids=[
+        "greedy-default",
+        "sampling-default",
+        "temperature-0-drops-sampling-options",
+        "request-samples",
+        "top-k-0-is-no-limit",
+        "top-k-past-the-vocabulary",
+    ],
+)
+def test_sampling_maps_params_onto_the_options_both_ort_paths_take(
+    params, do_sample_default, expected
+):
+    sampling = Sampling.of(params, do_sample_default, vocab_size=100)
+    assert sampling.options() == expected
+    assert sampling.search_options(64) == {"max_length": 64, "batch_size": 1, **expected}
 
 
 def test_json_schemas_get_compact_json_unless_they_choose_their_whitespace():

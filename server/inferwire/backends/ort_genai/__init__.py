@@ -1,4 +1,18 @@
-"""The embedded ONNX Runtime GenAI backend (the default)."""
+"""The embedded ONNX Runtime GenAI backend (the default).
+
+Modules:
+
+- `backend.py`: the `Backend` (options, load, health, chat, Tokenize); prepares each
+  request (tokenize, check it fits, map its sampling) and hands it to one path.
+- `model.py`: `LoadedModel`, the engine objects and configuration read at load.
+- `sampling.py`: `Sampling`, the one mapping of GenerationParams onto ORT GenAI's
+  sampling options for both paths, and `PreparedRequest`, what a path is handed.
+- `generator.py`: the per-request path, one `og.Generator` per request in a thread.
+- `engine.py`: the engine path, one `og.Engine` batching requests, driven by one thread.
+- `consumer.py`: what both paths share: the consumer's loop (coalescing, flow control,
+  cancel on close) and the counting of tokens (`TokenTally`).
+- `logprobs.py`: log-probabilities from the generator's logits.
+"""
 
 from inferwire.backends.ort_genai.backend import (
     BUILTIN_MODEL,

@@ -9,6 +9,9 @@ installed, on a CUDA GPU. Two paths run requests (option `batching`):
 - `per_request`: each request runs its own `og.Generator` in a worker thread
   (`generator.py`).
 
+This module prepares each request (tokenizes it, checks it fits the context window,
+maps its sampling settings) and hands it to one of the two paths.
+
 The default, `auto`, takes the engine only for a model whose engine does continuous
 batching (a paged-KV export with `engine.dynamic_batching`; today a CUDA export). On a
 CPU model the engine batches statically, and measured on the bundled model that costs
@@ -24,48 +27,46 @@ seed on a static-batching engine (which refuses per-request seeds).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import onnxruntime_genai as og
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
-from inferwire.backends.ort_genai.engine import EngineScheduler
-from inferwire.backends.ort_genai.generator import ModelDetails, generate
-from inferwire.backends.ort_genai.logprobs import TokenTexts
-from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationRecord
-from inferwire.core.errors import (
-    ConfigurationError,
-    FieldViolation,
-    InvalidArgumentError,
-    ModelNotReadyError,
+from inferwire.backends.ort_genai.engine import EngineScheduler, EngineSettings
+from inferwire.backends.ort_genai.generator import GeneratorPath
+from inferwire.backends.ort_genai.model import (
+    LoadedModel,
+    is_dynamic_batching,
+    load_model,
+    read_config,
 )
-from inferwire.core.generation import check_prompt_fits, coalesce_deltas
+from inferwire.backends.ort_genai.sampling import PreparedRequest
+from inferwire.core.backend import (
+    Backend,
+    BackendOptions,
+    GenerationEvents,
+    GenerationProgress,
+)
+from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
+from inferwire.core.generation import check_prompt_fits
 from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
     ChatMessage,
-    GenerationEnd,
-    GenerationParams,
     GenerationRequest,
     ModelLimits,
-    TextDelta,
 )
 
 log = logging.getLogger(__name__)
 
 BUILTIN_MODEL = "builtin"
-
-# How many deltas the engine may run ahead of the consumer. Bounded so a slow
-# or vanished client costs little memory and little wasted compute.
-_LOOKAHEAD_DELTAS = 8
 
 # ORT GenAI takes the seed as a signed 32-bit int; folding larger seeds would
 # silently make two seeds sample alike, so they are refused instead.
@@ -75,43 +76,44 @@ _MAX_SEED = 2**31 - 1
 class OrtGenAIOptions(BackendOptions):
     """`options` for a model served by the onnxruntime-genai backend."""
 
-    path: str = Field(
-        default=BUILTIN_MODEL,
-        description="Model directory in ORT GenAI format, or 'builtin' for the bundled demo model.",
-    )
-    device: Literal["cpu", "cuda"] = Field(
-        default="cpu", description="cpu, or cuda (needs the onnxruntime-genai-cuda package)."
-    )
-    max_output_tokens: int | None = Field(
-        default=None,
-        ge=1,
-        description="Largest max_tokens a request may ask for (default: context length).",
-    )
-    batching: Literal["auto", "engine", "per_request"] = Field(
-        default="auto",
-        description="engine: concurrent requests share og.Engine's batched steps; "
-        "per_request: each request runs its own og.Generator; auto: engine when the model "
-        "does continuous batching (engine.dynamic_batching in genai_config.json), else "
-        "per_request.",
-    )
-    max_batch_size: int | None = Field(
-        default=None,
-        ge=1,
-        description="With batching: engine, the most requests in one batch "
-        "(default: the model's max_concurrency).",
-    )
-    static_batch_steps: int = Field(
-        default=32,
-        ge=0,
-        description="With batching: engine on a static-batching engine (every CPU model), "
-        "the steps a batch runs while other requests wait before its rows are preempted "
-        "(begun again, prompt plus their tokens so far, together with the waiting ones); "
-        "0: a batch always runs to its end.",
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    path: str = BUILTIN_MODEL
+    """Model directory in ORT GenAI format, or 'builtin' for the bundled demo model."""
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    """cpu, or cuda (needs the onnxruntime-genai-cuda package)."""
+
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    """Largest max_tokens a request may ask for (default: context length)."""
+
+    batching: Literal["auto", "engine", "per_request"] = "auto"
+    """engine: concurrent requests share og.Engine's batched steps; per_request: each
+    request runs its own og.Generator; auto: engine when the model does continuous batching
+    (engine.dynamic_batching in genai_config.json), else per_request."""
+
+    max_batch_size: int | None = Field(default=None, ge=1)
+    """With batching: engine, the most requests in one batch (default: the model's
+    max_concurrency)."""
+
+    static_batch_steps: int = Field(default=32, ge=0)
+    """With batching: engine on a static-batching engine (every CPU model), the steps a
+    batch runs while other requests wait before its rows are preempted (begun again, prompt
+    plus their tokens so far, together with the waiting ones); 0: a batch always runs to
+    its end."""
 
 
 def builtin_model_path() -> Path:
     return Path(str(resources.files("inferwire") / "models" / "demo"))
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """Everything a loaded model holds; None on the backend while it is not loaded."""
+
+    model: LoadedModel
+    per_request: GeneratorPath
+    engine: EngineScheduler | None  # with batching: engine (or auto on a dynamic model)
 
 
 class OrtGenAIBackend(Backend):
@@ -123,16 +125,7 @@ class OrtGenAIBackend(Backend):
 
     def __init__(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> None:
         super().__init__(model_name, options, max_concurrency)
-        self._model: og.Model | None = None
-        self._tokenizer: og.Tokenizer | None = None
-        self._eos_token_ids: frozenset[int] = frozenset()
-        self._context_length = 0
-        self._vocab_size = 0
-        self._search_defaults: dict[str, Any] = {}
-        self._chat_template: str | None = None
-        self._token_texts: TokenTexts | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        self._scheduler: EngineScheduler | None = None
+        self._loaded: _Loaded | None = None
 
     @property
     def model_path(self) -> Path:
@@ -140,106 +133,50 @@ class OrtGenAIBackend(Backend):
             return builtin_model_path()
         return Path(self.options.path).expanduser()
 
-    async def load(self) -> None:
-        path = self.model_path
-        config_file = path / "genai_config.json"
-        if not config_file.is_file():
-            raise ConfigurationError(
-                f"{config_file} not found; options.path must be "
-                "a directory in ONNX Runtime GenAI format"
-            )
-        if self.options.device == "cuda" and not og.is_cuda_available():
-            raise ConfigurationError(
-                "options.device is 'cuda', but the installed "
-                "onnxruntime-genai has no CUDA support; install it with: "
-                "pip install 'inferwire[cuda]' (onnxruntime-genai-cuda)"
-            )
-        config = json.loads(config_file.read_text())
-        genai_config = config["model"]
-        self._search_defaults = dict(config.get("search", {}))
-        self._chat_template = _chat_template(path)
-        # Continuous batching needs a paged-KV model, whose config says dynamic_batching.
-        dynamic = "dynamic_batching" in config.get("engine", {})
-        self._context_length = int(genai_config["context_length"])
-        self._vocab_size = int(genai_config["vocab_size"])
-        eos = genai_config.get("eos_token_id", [])
-        self._eos_token_ids = frozenset(eos if isinstance(eos, list) else [eos])
-        batched = self.options.batching == "engine" or (self.options.batching == "auto" and dynamic)
-        model, tokenizer = await asyncio.to_thread(self._load_engine, path, dynamic, batched)
-        self._model, self._tokenizer = model, tokenizer
-        self._token_texts = TokenTexts(tokenizer.decode)
-        if batched:
-            do_sample = bool(self._search_defaults.get("do_sample", False))
-            self._scheduler = await asyncio.to_thread(
-                EngineScheduler,
-                self._model,
-                self._tokenizer,
-                self._eos_token_ids,
-                self._vocab_size,
-                do_sample,
-                self._max_batch_size,
-                self.options.static_batch_steps,
-                dynamic,
-                self.model_name,
-            )
-        self._executor = ThreadPoolExecutor(
-            max_workers=self.max_concurrency, thread_name_prefix=f"ortgenai-{self.model_name}"
-        )
-        log.info(
-            "model loaded",
-            extra={"model": self.model_name, "path": str(path), "device": self.options.device},
-        )
-
     @property
-    def _max_batch_size(self) -> int:
-        return self.options.max_batch_size or self.max_concurrency
+    def _state(self) -> _Loaded:
+        if self._loaded is None:
+            raise RuntimeError(f"model {self.model_name!r} is not loaded")
+        return self._loaded
 
-    def _load_engine(
-        self, path: Path, dynamic: bool, batched: bool
-    ) -> tuple[og.Model, og.Tokenizer]:
-        config = og.Config(str(path))
-        config.clear_providers()
-        if self.options.device == "cuda":
-            config.append_provider("cuda")
-        if batched and not dynamic:
-            batch = {"max_batch_size": self._max_batch_size}
-            config.overlay(json.dumps({"engine": {"static_batching": batch}}))
-        model = og.Model(config)
-        tokenizer = og.Tokenizer(model)
-        # One throwaway token, so the first real request does not pay ORT's
-        # first-run initialisation in its time to first token.
-        params = og.GeneratorParams(model)
-        params.set_search_options(max_length=2, batch_size=1)
-        generator = og.Generator(model, params)
-        generator.append_tokens([0])
-        generator.generate_next_token()
-        return model, tokenizer
+    async def load(self) -> None:
+        path, device = self.model_path, self.options.device
+        config = read_config(path, device)
+        batching = self.options.batching
+        batched = batching == "engine" or (batching == "auto" and is_dynamic_batching(config))
+        max_batch_size = self.options.max_batch_size or self.max_concurrency
+        static_batch_size = max_batch_size if batched and not is_dynamic_batching(config) else None
+        model = await asyncio.to_thread(load_model, path, config, device, static_batch_size)
+        engine = None
+        if batched:
+            settings = EngineSettings(
+                max_batch_size, self.options.static_batch_steps, self.model_name
+            )
+            engine = await asyncio.to_thread(EngineScheduler, model, settings)
+        per_request = GeneratorPath(model, self.max_concurrency, self.model_name)
+        self._loaded = _Loaded(model, per_request, engine)
+        log.info(
+            "model loaded", extra={"model": self.model_name, "path": str(path), "device": device}
+        )
 
     async def unload(self) -> None:
-        if self._scheduler is not None:
-            await asyncio.to_thread(self._scheduler.close)
-        self._scheduler = None
-        if self._executor is not None:
-            await asyncio.to_thread(self._executor.shutdown, wait=True)
-        self._executor = None
-        self._model = None
-        self._tokenizer = None
-        self._token_texts = None
+        loaded, self._loaded = self._loaded, None
+        if loaded is None:
+            return
+        if loaded.engine is not None:
+            await asyncio.to_thread(loaded.engine.close)
+        await asyncio.to_thread(loaded.per_request.close)
 
     async def health(self) -> BackendHealth:
-        if self._model is None:
+        loaded = self._loaded
+        if loaded is None:
             return BackendHealth(False, "engine not loaded")
-        if self._scheduler is not None and not self._scheduler.alive:
-            return BackendHealth(False, f"engine scheduler stopped: {self._scheduler.failure}")
-        return BackendHealth(True, f"in-process on {self.options.device}, {self._path_description}")
-
-    @property
-    def _path_description(self) -> str:
-        """Which path serves requests, for operators reading Health and ListModels."""
-        if self._scheduler is None:
-            return "a generator per request"
-        kind = "continuous" if self._scheduler.dynamic else "static"
-        return f"og.Engine {kind} batching of up to {self._max_batch_size}"
+        engine = loaded.engine
+        if engine is not None and not engine.alive:
+            return BackendHealth(False, f"engine scheduler stopped: {engine.failure}")
+        return BackendHealth(
+            True, f"in-process on {self.options.device}, {_path_description(engine)}"
+        )
 
     def capabilities(self) -> Capabilities:
         limits = self.limits()
@@ -250,22 +187,19 @@ class OrtGenAIBackend(Backend):
             modalities=("text",),
             context_length=limits.context_length,
             max_output_tokens=limits.max_output_tokens,
-            chat=self._chat_template is not None,
+            chat=self._state.model.chat_template is not None,
             logprobs=True,
             constrained_output=True,
         )
 
     def limits(self) -> ModelLimits:
-        max_output = self.options.max_output_tokens or self._context_length
-        return ModelLimits(
-            self._context_length, min(max_output, self._context_length), max_seed=_MAX_SEED
-        )
+        context_length = self._state.model.context_length
+        max_output = self.options.max_output_tokens or context_length
+        return ModelLimits(context_length, min(max_output, context_length), max_seed=_MAX_SEED)
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        if self._chat_template is None:
+        model = self._state.model
+        if model.chat_template is None:
             raise ModelNotReadyError(
                 f"model {self.model_name!r} has no chat template: add a `chat_template` to "
                 "tokenizer_config.json in its folder (options.path), or send a prompt"
@@ -273,7 +207,7 @@ class OrtGenAIBackend(Backend):
         # JSON carries any role and content text through to the template unchanged.
         encoded = json.dumps([{"role": m.role, "content": m.content} for m in messages])
         try:
-            return str(tokenizer.apply_chat_template(encoded, add_generation_prompt=True))
+            return str(model.tokenizer.apply_chat_template(encoded, add_generation_prompt=True))
         except RuntimeError as exc:
             raise InvalidArgumentError(
                 [
@@ -285,10 +219,34 @@ class OrtGenAIBackend(Backend):
             ) from None
 
     async def tokenize(self, text: str) -> list[int]:
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        return await _encode(tokenizer, text)
+        return await self._state.model.encode(text)
+
+    async def infer_stream(
+        self, request: GenerationRequest, progress: GenerationProgress
+    ) -> GenerationEvents:
+        loaded = self._state
+        prepared = await self._prepare(loaded.model, request, progress)
+        engine = loaded.engine
+        path = engine if engine is not None and engine.serves(request.params) else None
+        events = (path or loaded.per_request).stream(prepared, progress)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+
+    async def _prepare(
+        self, model: LoadedModel, request: GenerationRequest, progress: GenerationProgress
+    ) -> PreparedRequest:
+        """The request as a path takes it: refused here if the model cannot serve it."""
+        self._refuse_logprobs_with_constraint(request)
+        with progress.tracer.span(TOKENIZE):
+            prompt_ids = await model.encode(request.prompt)
+        progress.counted(prompt_tokens=len(prompt_ids))
+        check_prompt_fits(request, len(prompt_ids), self.model_name, self.limits())
+        # The context window bounds generation too; reaching it ends with LENGTH.
+        max_tokens = min(request.max_tokens, model.context_length - len(prompt_ids))
+        return PreparedRequest(
+            prompt_ids, max_tokens, request.params, model.sampling(request.params)
+        )
 
     def _refuse_logprobs_with_constraint(self, request: GenerationRequest) -> None:
         # llguidance masks the logits inside the engine's sampling step and does not expose
@@ -304,131 +262,10 @@ class OrtGenAIBackend(Backend):
                 ]
             )
 
-    def _model_details(self) -> ModelDetails:
-        assert self._token_texts is not None
-        return ModelDetails(
-            self._eos_token_ids, self._vocab_size, self._search_defaults, self._token_texts
-        )
 
-    def infer_stream(
-        self, request: GenerationRequest, record: GenerationRecord
-    ) -> GenerationEvents:
-        scheduler = self._scheduler
-        if scheduler is not None and self._runs_on_engine(request.params, scheduler):
-            return scheduler.stream(self._prepare(request, record), request.params, record)
-        return self._stream(request, record)
-
-    @staticmethod
-    def _runs_on_engine(params: GenerationParams, scheduler: EngineScheduler) -> bool:
-        """Whether the engine serves a request as asked (see the module docstring)."""
-        if params.logprobs or params.constraint is not None:
-            return False
-        return params.seed is None or scheduler.dynamic
-
-    async def _prepare(
-        self, request: GenerationRequest, record: GenerationRecord
-    ) -> tuple[list[int], int]:
-        """The prompt's token ids, checked against the context window, and the tokens to
-        generate at most."""
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        self._refuse_logprobs_with_constraint(request)
-        with record.tracer.span(TOKENIZE):
-            input_ids = await _encode(tokenizer, request.prompt)
-        record.prompt_tokens = len(input_ids)
-        check_prompt_fits(request, len(input_ids), self.model_name, self.limits())
-        # The context window bounds generation too; reaching it ends with LENGTH.
-        return input_ids, min(request.max_tokens, self._context_length - len(input_ids))
-
-    async def _stream(
-        self, request: GenerationRequest, record: GenerationRecord
-    ) -> GenerationEvents:
-        model, tokenizer, executor = self._model, self._tokenizer, self._executor
-        if model is None or tokenizer is None or executor is None:
-            raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        input_ids, max_tokens = await self._prepare(request, record)
-        details = self._model_details()
-
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[TextDelta | GenerationEnd | BaseException] = asyncio.Queue()
-        credits = threading.Semaphore(_LOOKAHEAD_DELTAS)
-        stop = threading.Event()
-
-        def emit(event: TextDelta | GenerationEnd | BaseException) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
-        def run() -> None:
-            try:
-                generate(
-                    model,
-                    tokenizer,
-                    details,
-                    input_ids,
-                    request.params,
-                    max_tokens,
-                    record,
-                    stop,
-                    credits,
-                    emit,
-                )
-            except BaseException as exc:  # surfaced to the consumer, re-raised there
-                emit(exc)
-
-        worker = loop.run_in_executor(executor, run)
-        finished = False
-        held: TextDelta | GenerationEnd | BaseException | None = None
-        try:
-            while True:
-                event = held if held is not None else await events.get()
-                held = None
-                if isinstance(event, TextDelta):
-                    credits.release()
-                    # A consumer that is behind takes every ready delta as one message
-                    # (not with stop strings: a match reports its own delta's token count).
-                    deltas = [event]
-                    while not request.params.stop and not events.empty():
-                        held = events.get_nowait()
-                        if not isinstance(held, TextDelta):
-                            break
-                        deltas.append(held)
-                        held = None
-                        credits.release()
-                    yield coalesce_deltas(deltas) if len(deltas) > 1 else event
-                    continue
-                finished = True
-                if isinstance(event, BaseException):
-                    raise event
-                yield event
-                return
-        finally:
-            if not finished:
-                # The consumer left early (cancellation, deadline): stop the engine.
-                pass
-                stop.set()
-                credits.release()  # wake the worker if it waits for the consumer
-            await asyncio.shield(worker)
-
-
-# Prompts up to this many characters are tokenized on the event loop: that takes under
-# ~150 us (1,024 characters of 4-byte text), less than the hop to a worker thread and back
-# costs on a busy machine, and the hop sits in every request's time to first token.
-_INLINE_TOKENIZE_MAX_CHARS = 1024
-
-
-async def _encode(tokenizer: og.Tokenizer, text: str) -> list[int]:
-    """The token ids of `text`; a long text is tokenized off the event loop."""
-    if len(text) <= _INLINE_TOKENIZE_MAX_CHARS:
-        encoded = tokenizer.encode(text)
-    else:
-        encoded = await asyncio.to_thread(tokenizer.encode, text)
-    return [int(t) for t in encoded]
-
-
-def _chat_template(model_dir: Path) -> str | None:
-    """The `chat_template` of the model folder's tokenizer_config.json, if it has one."""
-    config_file = model_dir / "tokenizer_config.json"
-    if not config_file.is_file():
-        return None
-    template = json.loads(config_file.read_text()).get("chat_template")
-    return template if isinstance(template, str) and template else None
+def _path_description(engine: EngineScheduler | None) -> str:
+    """Which path serves requests, for operators reading Health and ListModels."""
+    if engine is None:
+        return "a generator per request"
+    kind = "continuous" if engine.dynamic else "static"
+    return f"og.Engine {kind} batching of up to {engine.max_batch_size}"

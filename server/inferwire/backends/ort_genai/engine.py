@@ -12,9 +12,10 @@ the bundled model; see docs/ort_genai_batching.md for the measurements):
   while it is idle form one batch, rows leave early (end of sequence, max tokens,
   cancellation) but a request submitted mid-batch waits until the whole batch drained.
 - A per-request seed is refused by a static engine ("A per-turn seed requires an Engine
-  configured for dynamic batching"); temperature, top_p and top_k hold per row. The
-  backend therefore routes seeded requests to the per-request generator unless the model
-  is a dynamic-batching one.
+  configured for dynamic batching"); temperature, top_p and top_k hold per row. Seeded
+  requests therefore take the per-request generator unless the model is a
+  dynamic-batching one (`EngineScheduler.serves`), and so do the generator's features,
+  log-probabilities and output constraints.
 - `Request.cancel_turn` ends one row at the next `run` (one `CANCELLED` event, no token);
   the other rows go on unchanged. A cancelled turn cannot be continued on the same
   request (a new turn there does not resume the sequence exactly), but a new request with
@@ -36,11 +37,11 @@ How this scheduler uses that:
   down to `RESUME_AT`. So a stalled reader costs a bounded buffer and no batch slot.
 - Tokens are decoded to text here, on the scheduler thread, with one `TokenizerStream`
   per request (kept across preemptions); the deltas of one step reach each event loop in
-  one `call_soon_threadsafe`. A consumer that is behind takes every ready delta as one
-  (`coalesce_deltas`), so the number of stream messages depends on timing.
+  one `call_soon_threadsafe`. The consumer's side is `consumer.consume`, shared with the
+  per-request path.
 - Cancellation (the consumer closing its stream: client cancel, deadline, stop string)
   reaches the engine before its next step: at most one more token is produced, counted
-  in `GenerationRecord.tokens_after_cancel`.
+  through `GenerationProgress.generated_after_cancel`.
 """
 
 from __future__ import annotations
@@ -50,18 +51,22 @@ import collections
 import contextlib
 import logging
 import threading
-import time
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import onnxruntime_genai as og
 
-from inferwire.backends.ort_genai.generator import engine_top_k
-from inferwire.core.backend import GenerationEvents, GenerationRecord
-from inferwire.core.generation import coalesce_deltas
-from inferwire.core.types import FinishReason, GenerationEnd, GenerationParams, TextDelta, Usage
+from inferwire.backends.ort_genai.consumer import (
+    Channel,
+    Item,
+    TokenTally,
+    consume,
+)
+from inferwire.backends.ort_genai.model import LoadedModel
+from inferwire.backends.ort_genai.sampling import PreparedRequest
+from inferwire.core.backend import GenerationEvents, GenerationProgress
+from inferwire.core.types import FinishReason, GenerationParams, TextDelta
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +86,7 @@ _FINISH_REASON = {
     og.FinishReason.MAX_SESSION_TOKENS: FinishReason.LENGTH,
 }
 
-Item = TextDelta | GenerationEnd | BaseException
+Command = Literal["start", "cancel", "resume"]
 
 
 class _Released:
@@ -91,27 +96,35 @@ class _Released:
 _RELEASED = _Released()
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the scheduler batches (the backend's options)."""
+
+    max_batch_size: int
+    # On a static engine, the steps a batch runs while others wait before it is
+    # preempted; 0: a batch always runs to its end.
+    static_batch_steps: int
+    name: str  # the model's, for the thread's name
+
+
 @dataclass(eq=False)
 class _Row:
-    """One request on the engine, across any number of preemptions."""
+    """One request on the engine, across any number of preemptions; its consumer's
+    `Producer`."""
 
-    prompt_ids: list[int]
-    params: GenerationParams
-    max_tokens: int
-    record: GenerationRecord
-    loop: asyncio.AbstractEventLoop
+    scheduler: EngineScheduler
+    prepared: PreparedRequest
+    tally: TokenTally
+    channel: Channel
     detokenizer: og.TokenizerStream
-    coalesce: bool
     released: asyncio.Future[None]  # done once the scheduler holds nothing of the row
     generated: list[int] = field(default_factory=list)
     # Event-loop side.
-    events: collections.deque[Item] = field(default_factory=collections.deque)
-    waiter: asyncio.Future[None] | None = None
     consumed: int = 0  # deltas taken by the consumer (written by the loop only)
     # Scheduler side.
     emitted: int = 0  # deltas handed to the loop (written by the scheduler only)
     closed: bool = False  # the consumer left; set by the loop, read by the scheduler
-    request: og.Request | None = None
+    engine_request: og.Request | None = None
     turn_id: int = 0
     cancel_sent: bool = False
     requeue: bool = False  # preempted to make room: begin again with the next batch
@@ -122,32 +135,31 @@ class _Row:
     def unread(self) -> int:
         return self.emitted - self.consumed
 
+    def start(self) -> asyncio.Future[None]:
+        self.scheduler.send("start", self)
+        return self.released
+
+    def taken(self, deltas: int) -> None:
+        self.consumed += deltas
+        if self.paused and not self.resume_sent and self.unread <= RESUME_AT:
+            self.resume_sent = True
+            self.scheduler.send("resume", self)
+
+    def stop(self) -> None:
+        self.closed = True
+        self.scheduler.send("cancel", self)
+
 
 class EngineScheduler:
     """Drives one `og.Engine` from one thread; `stream` runs a request on it."""
 
-    def __init__(
-        self,
-        model: og.Model,
-        tokenizer: og.Tokenizer,
-        eos_token_ids: frozenset[int],
-        vocab_size: int,
-        do_sample_default: bool,
-        max_batch_size: int,
-        static_batch_steps: int,
-        dynamic: bool,
-        name: str,
-    ) -> None:
-        self.dynamic = dynamic
+    def __init__(self, model: LoadedModel, settings: EngineSettings) -> None:
+        self.dynamic = model.dynamic_batching
+        self.max_batch_size = settings.max_batch_size
         self._model = model
-        self._tokenizer = tokenizer
-        self._eos_token_ids = eos_token_ids
-        self._vocab_size = vocab_size
-        self._do_sample_default = do_sample_default
-        self._max_batch_size = max_batch_size
-        self._static_batch_steps = static_batch_steps
+        self._static_batch_steps = settings.static_batch_steps
         self._wakeup = threading.Condition()
-        self._inbox: list[tuple[Literal["start", "cancel", "resume"], _Row]] = []
+        self._inbox: list[tuple[Command, _Row]] = []
         self._closing = False
         self._running: dict[og.Request, _Row] = {}
         self._waiting: collections.deque[_Row] = collections.deque()
@@ -158,7 +170,10 @@ class EngineScheduler:
         # The engine must be used from the thread that made it, so that thread makes it.
         started = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, args=(started,), name=f"ortgenai-engine-{name}", daemon=True
+            target=self._run,
+            args=(started,),
+            name=f"ortgenai-engine-{settings.name}",
+            daemon=True,
         )
         self._thread.start()
         started.wait()
@@ -178,88 +193,45 @@ class EngineScheduler:
 
     # ---- the event-loop side --------------------------------------------
 
-    async def stream(
-        self,
-        prepare: Awaitable[tuple[list[int], int]],
-        params: GenerationParams,
-        record: GenerationRecord,
-    ) -> GenerationEvents:
-        """Run one request on the engine: its deltas, then its end.
+    def serves(self, params: GenerationParams) -> bool:
+        """Whether the engine serves a request as asked (see the module docstring)."""
+        if params.logprobs or params.constraint is not None:
+            return False
+        return params.seed is None or self.dynamic
 
-        `prepare` gives the prompt's token ids and the most tokens to generate; it is
-        awaited first, so a refused prompt fails before anything reaches the engine.
-        """
-        prompt_ids, max_tokens = await prepare
+    def stream(self, request: PreparedRequest, progress: GenerationProgress) -> GenerationEvents:
+        """Run one request on the engine: its deltas, then its end."""
         loop = asyncio.get_running_loop()
         row = _Row(
-            prompt_ids,
-            params,
-            max_tokens,
-            record,
-            loop,
-            self._tokenizer.create_stream(),
-            # Merged deltas would move a stop-string match's token count past the match.
-            coalesce=not params.stop,
+            self,
+            request,
+            TokenTally(progress, len(request.prompt_ids)),
+            Channel(loop),
+            self._model.tokenizer.create_stream(),
             released=loop.create_future(),
         )
-        self._send("start", row)
-        finished = False
-        try:
-            while True:
-                if not row.events:
-                    row.waiter = loop.create_future()
-                    await row.waiter
-                    continue
-                item = row.events.popleft()
-                if isinstance(item, TextDelta):
-                    deltas = [item]
-                    while row.coalesce and row.events and isinstance(row.events[0], TextDelta):
-                        deltas.append(row.events.popleft())  # type: ignore[arg-type]
-                    row.consumed += len(deltas)
-                    if row.paused and not row.resume_sent and row.unread <= RESUME_AT:
-                        row.resume_sent = True
-                        self._send("resume", row)
-                    yield coalesce_deltas(deltas) if len(deltas) > 1 else item
-                    continue
-                finished = True
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                return
-        finally:
-            if not finished:
-                # The consumer left early (cancellation, deadline, stop string).
-                pass
-                row.closed = True
-                self._send("cancel", row)
-            # The record is final once the scheduler has let the row go.
-            await asyncio.shield(row.released)
+        return consume(row.channel, row, row.tally, request.coalesce)
 
-    def _send(self, command: Literal["start", "cancel", "resume"], row: _Row) -> None:
+    def send(self, command: Command, row: _Row) -> None:
         with self._wakeup:
             self._inbox.append((command, row))
             self._wakeup.notify()
 
     @staticmethod
     def _deliver(items: list[tuple[_Row, Item | _Released]]) -> None:
-        woken = []
         for row, item in items:
-            if item is _RELEASED:
+            if isinstance(item, _Released):
                 if not row.released.done():
                     row.released.set_result(None)
             else:
-                row.events.append(item)  # type: ignore[arg-type]
-            woken.append(row)
-        for row in woken:
-            if row.waiter is not None and not row.waiter.done():
-                row.waiter.set_result(None)
+                row.channel.put(item)
 
     # ---- the scheduler thread -------------------------------------------
 
     def _run(self, started: threading.Event) -> None:
         try:
-            self._engine = og.Engine(self._model)
-            self._buffer = self._engine.create_event_buffer(max(64, 4 * self._max_batch_size))
+            self._engine = og.Engine(self._model.model)
+            self._buffer = self._engine.create_event_buffer(max(64, 4 * self.max_batch_size))
             self._warm_up()
         except BaseException as exc:
             self.failure = exc
@@ -309,8 +281,8 @@ class EngineScheduler:
             elif row in self._waiting:
                 self._waiting.remove(row)
                 self._release(row)
-            elif row.request is not None and not row.cancel_sent:
-                row.request.cancel_turn(row.turn_id)
+            elif row.engine_request is not None and not row.cancel_sent:
+                row.engine_request.cancel_turn(row.turn_id)
                 row.cancel_sent = True
 
     def _admit(self) -> None:
@@ -326,7 +298,7 @@ class EngineScheduler:
             return
         if not self._running:
             self._batch_steps = 0
-        while self._waiting and len(self._running) < self._max_batch_size:
+        while self._waiting and len(self._running) < self.max_batch_size:
             self._begin(self._waiting.popleft())
 
     def _begin(self, row: _Row) -> None:
@@ -337,40 +309,22 @@ class EngineScheduler:
             self._release(row)
             return
         try:
-            turn = self._turn_options(request, row)
-            tokens = np.array(row.prompt_ids + row.generated, dtype=np.int32)
+            prepared = row.prepared
+            turn = prepared.sampling.turn_options(request, prepared.max_tokens - len(row.generated))
+            tokens = np.array(prepared.prompt_ids + row.generated, dtype=np.int32)
             row.turn_id = request.begin_turn(tokens, turn)
         except Exception as exc:
             request.close()
             self._emit(row, exc)
             self._release(row)
             return
-        row.request, row.cancel_sent = request, False
+        row.engine_request, row.cancel_sent = request, False
         self._running[request] = row
 
-    def _turn_options(self, request: og.Request, row: _Row) -> og.TurnOptions:
-        params = row.params
-        turn = og.TurnOptions(request)
-        turn.set_max_generated_tokens(row.max_tokens - row.record.completion_tokens)
-        # The engine refuses sampling options that contradict a greedy turn: set them
-        # only where this turn samples (the per-request path ignores them when greedy).
-        sample = self._do_sample_default if params.temperature is None else params.temperature != 0
-        turn.set_do_sample(sample)
-        if sample:
-            if params.temperature is not None:
-                turn.set_temperature(params.temperature)
-            if params.top_p is not None:
-                turn.set_top_p(params.top_p)
-            if params.top_k is not None:
-                turn.set_top_k(engine_top_k(params.top_k, self._vocab_size))
-        if params.seed is not None:
-            turn.set_seed(params.seed)
-        return turn
-
     def _preempt(self, row: _Row, requeue: bool) -> None:
-        if row.cancel_sent or row.request is None:
+        if row.cancel_sent or row.engine_request is None:
             return
-        row.request.cancel_turn(row.turn_id)
+        row.engine_request.cancel_turn(row.turn_id)
         row.cancel_sent = True
         row.requeue = requeue
 
@@ -400,27 +354,21 @@ class EngineScheduler:
                 self._on_finished(owner, event.finish_reason)
 
     def _on_token(self, row: _Row, token: int) -> None:
-        record = row.record
-        record.completion_tokens += 1
-        if record.first_token_at is None:
-            record.first_token_at = time.perf_counter()
-        if row.closed:
-            record.tokens_after_cancel += 1
+        closed = row.closed
+        generated = row.tally.count(after_cancel=closed)
+        if closed:
             return
         row.generated.append(token)
-        if token in self._eos_token_ids:
+        if token in self._model.eos_token_ids:
             return
         if text := row.detokenizer.decode(token):
-            self._emit(row, TextDelta(text, record.completion_tokens))
+            self._emit(row, TextDelta(text, generated))
             if row.unread >= BUFFERED_DELTAS:
                 self._preempt(row, requeue=False)
 
     def _on_finished(self, row: _Row, reason: og.FinishReason) -> None:
         if reason != og.FinishReason.CANCELLED or row.closed:
-            end = GenerationEnd(
-                _FINISH_REASON.get(reason, FinishReason.LENGTH),
-                Usage(row.record.prompt_tokens, row.record.completion_tokens),
-            )
+            end = row.tally.end(_FINISH_REASON.get(reason, FinishReason.LENGTH))
             self._end(row, None if row.closed else end)
             return
         self._detach(row)
@@ -440,18 +388,18 @@ class EngineScheduler:
         self._release(row)
 
     def _detach(self, row: _Row) -> None:
-        if row.request is not None:
-            del self._running[row.request]
-            row.request.close()
-            row.request = None
+        if row.engine_request is not None:
+            del self._running[row.engine_request]
+            row.engine_request.close()
+            row.engine_request = None
 
     def _emit(self, row: _Row, item: Item) -> None:
         if isinstance(item, TextDelta):
             row.emitted += 1
-        self._outbox.setdefault(row.loop, []).append((row, item))
+        self._outbox.setdefault(row.channel.loop, []).append((row, item))
 
     def _release(self, row: _Row) -> None:
-        self._outbox.setdefault(row.loop, []).append((row, _RELEASED))
+        self._outbox.setdefault(row.channel.loop, []).append((row, _RELEASED))
 
     def _flush(self) -> None:
         for loop, items in self._outbox.items():

@@ -1,0 +1,120 @@
+"""A model loaded from a folder in ORT GenAI format: the engine objects and what its
+configuration says, read once at load."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnxruntime_genai as og
+
+from inferwire.backends.ort_genai.logprobs import TokenTexts
+from inferwire.backends.ort_genai.sampling import Sampling
+from inferwire.core.errors import ConfigurationError
+from inferwire.core.types import GenerationParams
+
+# Prompts up to this many characters are tokenized on the event loop: that takes under
+# ~150 us (1,024 characters of 4-byte text), less than the hop to a worker thread and back
+# costs on a busy machine, and the hop sits in every request's time to first token.
+_INLINE_TOKENIZE_MAX_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the backend and both paths use of a loaded model."""
+
+    model: og.Model
+    tokenizer: og.Tokenizer
+    eos_token_ids: frozenset[int]
+    context_length: int
+    vocab_size: int
+    search_defaults: dict[str, Any]  # genai_config.json's `search` block
+    # Continuous batching needs a paged-KV model, whose config says dynamic_batching.
+    dynamic_batching: bool
+    chat_template: str | None
+    token_texts: TokenTexts
+
+    def sampling(self, params: GenerationParams) -> Sampling:
+        do_sample_default = bool(self.search_defaults.get("do_sample", False))
+        return Sampling.of(params, do_sample_default, self.vocab_size)
+
+    async def encode(self, text: str) -> list[int]:
+        """The token ids of `text`; a long text is tokenized off the event loop."""
+        if len(text) <= _INLINE_TOKENIZE_MAX_CHARS:
+            encoded = self.tokenizer.encode(text)
+        else:
+            encoded = await asyncio.to_thread(self.tokenizer.encode, text)
+        return [int(t) for t in encoded]
+
+
+def read_config(path: Path, device: str) -> dict[str, Any]:
+    """The folder's genai_config.json, once the folder and device are known to be usable."""
+    config_file = path / "genai_config.json"
+    if not config_file.is_file():
+        raise ConfigurationError(
+            f"{config_file} not found; options.path must be "
+            "a directory in ONNX Runtime GenAI format"
+        )
+    if device == "cuda" and not og.is_cuda_available():
+        raise ConfigurationError(
+            "options.device is 'cuda', but the installed "
+            "onnxruntime-genai has no CUDA support; install it with: "
+            "pip install 'inferwire[cuda]' (onnxruntime-genai-cuda)"
+        )
+    config: dict[str, Any] = json.loads(config_file.read_text())
+    return config
+
+
+def is_dynamic_batching(config: dict[str, Any]) -> bool:
+    return "dynamic_batching" in config.get("engine", {})
+
+
+def load_model(
+    path: Path, config: dict[str, Any], device: str, static_batch_size: int | None
+) -> LoadedModel:
+    """Load the model (blocking); `static_batch_size`: batch size of a static-batching engine."""
+    og_config = og.Config(str(path))
+    og_config.clear_providers()
+    if device == "cuda":
+        og_config.append_provider("cuda")
+    if static_batch_size is not None:
+        batch = {"max_batch_size": static_batch_size}
+        og_config.overlay(json.dumps({"engine": {"static_batching": batch}}))
+    model = og.Model(og_config)
+    tokenizer = og.Tokenizer(model)
+    _warm_up(model)
+    genai_config = config["model"]
+    eos = genai_config.get("eos_token_id", [])
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        eos_token_ids=frozenset(eos if isinstance(eos, list) else [eos]),
+        context_length=int(genai_config["context_length"]),
+        vocab_size=int(genai_config["vocab_size"]),
+        search_defaults=dict(config.get("search", {})),
+        dynamic_batching=is_dynamic_batching(config),
+        chat_template=_chat_template(path),
+        token_texts=TokenTexts(tokenizer.decode),
+    )
+
+
+def _warm_up(model: og.Model) -> None:
+    """One throwaway token, so the first real request does not pay ORT's first-run
+    initialisation in its time to first token."""
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=2, batch_size=1)
+    generator = og.Generator(model, params)
+    generator.append_tokens([0])
+    generator.generate_next_token()
+
+
+def _chat_template(model_dir: Path) -> str | None:
+    """The `chat_template` of the model folder's tokenizer_config.json, if it has one."""
+    config_file = model_dir / "tokenizer_config.json"
+    if not config_file.is_file():
+        return None
+    template = json.loads(config_file.read_text()).get("chat_template")
+    return template if isinstance(template, str) and template else None

@@ -1,0 +1,87 @@
+"""A request as the backend hands it to a path, and its sampling settings, mapped once.
+
+`Sampling.of` is the one place that turns `GenerationParams` into ORT GenAI's sampling
+options; the generator path takes them as search options, the engine path as turn
+options, so the two paths cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import onnxruntime_genai as og
+
+from inferwire.core.types import GenerationParams
+
+# The engine's setter for each search option (the generator's names).
+_TURN_SETTERS: dict[str, Callable[[og.TurnOptions, Any], None]] = {
+    "do_sample": og.TurnOptions.set_do_sample,
+    "temperature": og.TurnOptions.set_temperature,
+    "top_p": og.TurnOptions.set_top_p,
+    "top_k": og.TurnOptions.set_top_k,
+    "random_seed": og.TurnOptions.set_seed,
+}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a request samples, in ORT GenAI's terms; None keeps the model's default."""
+
+    do_sample: bool
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # as ORT GenAI takes it: 1 to the vocabulary size
+    seed: int | None = None
+
+    @classmethod
+    def of(cls, params: GenerationParams, do_sample_default: bool, vocab_size: int) -> Sampling:
+        """The settings for `params` on a model whose configuration samples or not by default."""
+        do_sample = do_sample_default if params.temperature is None else params.temperature != 0
+        if not do_sample:
+            # The engine refuses sampling options on a greedy turn; the generator ignores them.
+            return cls(False, seed=params.seed)
+        # Our top_k 0 means no limit, and so does one past the vocabulary, which ORT GenAI
+        # refuses: both become the vocabulary size.
+        top_k = None if params.top_k is None else min(params.top_k, vocab_size) or vocab_size
+        return cls(True, params.temperature, params.top_p, top_k, params.seed)
+
+    def options(self) -> dict[str, Any]:
+        """The settings that are set, as ORT GenAI's search options."""
+        chosen = {
+            "do_sample": self.do_sample,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "random_seed": self.seed,
+        }
+        return {name: value for name, value in chosen.items() if value is not None}
+
+    def search_options(self, max_length: int) -> dict[str, Any]:
+        """For an `og.Generator` of one sequence of at most `max_length` tokens."""
+        return {"max_length": max_length, "batch_size": 1, **self.options()}
+
+    def turn_options(self, request: og.Request, max_generated_tokens: int) -> og.TurnOptions:
+        """For a turn of `request` on the engine."""
+        turn = og.TurnOptions(request)
+        turn.set_max_generated_tokens(max_generated_tokens)
+        for name, value in self.options().items():
+            _TURN_SETTERS[name](turn, value)
+        return turn
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request ready for a path: its prompt checked against the context window."""
+
+    prompt_ids: list[int]
+    max_tokens: int  # to generate at most; the context window bounds it too
+    params: GenerationParams
+    sampling: Sampling
+
+    @property
+    def coalesce(self) -> bool:
+        """Whether a consumer that is behind may take ready deltas as one; not with stop
+        strings, whose match reports its own delta's token count."""
+        return not self.params.stop
