@@ -187,3 +187,4 @@ class Backend(abc.ABC):
 
 
 # TEMPORARY (removed when the backends move to GenerationProgress in this same pass).
+from inferwire.core.record import RequestRecord as GenerationRecord  # noqa: E402, F401
