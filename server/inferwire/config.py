@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -29,6 +30,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from inferwire.backends import backend_class
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.validation import model_name_problem
 
@@ -214,6 +216,19 @@ class ModelConfig(BaseModel):
         if (problem := model_name_problem(name)) is not None:
             raise ValueError(problem)
         return name
+
+    @field_validator("options")
+    @classmethod
+    def _valid_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Check the options against the backend's options type now, so their mistakes are
+        reported with every other key's, in the same words. A backend that cannot be
+        resolved here (unknown, or its SDK missing) is reported when the server starts."""
+        try:
+            backend = backend_class(info.data["backend"])
+        except (KeyError, ConfigurationError):
+            return options
+        backend.options_type.model_validate(options)  # its ValidationError nests under here
+        return options
 
 
 def default_models() -> list[ModelConfig]:

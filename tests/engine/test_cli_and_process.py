@@ -1,6 +1,7 @@
 """A real `inferwire serve` process: the CLI against it, and graceful shutdown on SIGTERM."""
 
 import asyncio
+import json
 import re
 import signal
 
@@ -39,6 +40,22 @@ def test_serve_on_a_taken_port_exits_1_with_one_line_saying_why(served):
     assert result.stderr.splitlines() == [
         f"error: could not listen on {served.target}: Address already in use"
     ]
+
+
+def test_serve_on_a_taken_metrics_port_names_the_setting_and_the_flag_turns_metrics_off(served):
+    [port] = [json.loads(line)["port"] for line in served.log_lines if "metrics listening" in line]
+    metrics = f"127.0.0.1:{port}"
+    result = run_cli("serve", "--address", "127.0.0.1:0", "--metrics-address", metrics)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: server.metrics_address: could not serve metrics on {metrics}: "
+        "Address already in use"
+    ]
+    without_metrics = start_server_process("--metrics-address", "")
+    try:
+        assert not any("metrics listening" in line for line in without_metrics.log_lines)
+    finally:
+        stop_server_process(without_metrics)
 
 
 def test_cli_health_exit_codes(served):

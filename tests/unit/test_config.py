@@ -66,10 +66,37 @@ def test_unknown_backend_is_a_startup_error_listing_the_available_ones():
         InferwireServer(settings, address="127.0.0.1:0")
 
 
-def test_unknown_backend_option_is_a_startup_error():
-    settings = load_settings(models=[{"name": "m", "options": {"pth": "builtin"}}])
-    with pytest.raises(ConfigurationError, match=r"model 'm'.*options\.pth"):
-        InferwireServer(settings, address="127.0.0.1:0")
+def test_unknown_backend_option_is_a_configuration_error_naming_the_key():
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(models=[{"name": "m", "options": {"pth": "builtin"}}])
+    assert str(error.value) == "models[0].options.pth: unknown key"
+
+
+def test_every_unknown_key_is_reported_at_once_in_one_style():
+    """Top-level keys, model keys and each backend's options in one error, not in rounds."""
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(
+            servr={},
+            server={"adress": "x"},
+            models=[
+                {"name": "a", "optons": {}},
+                {"name": "b", "options": {"pth": "builtin", "device": "gpu"}},
+                {"name": "c", "backend": "triton", "options": {"urll": "x"}},
+            ],
+        )
+    assert str(error.value).split("; ") == [
+        "server.adress: unknown key",
+        "models[0].optons: unknown key",
+        "models[1].options.device: Input should be 'cpu' or 'cuda'",
+        "models[1].options.pth: unknown key",
+        "models[2].options.urll: unknown key",
+        "servr: unknown key",
+    ]
+
+
+def test_options_of_a_backend_not_resolved_at_load_time_are_left_to_start_up():
+    settings = load_settings(models=[{"name": "m", "backend": "tensorflow", "options": {"x": 1}}])
+    assert settings.models[0].options == {"x": 1}
 
 
 def test_missing_backend_sdk_names_the_extra_to_install(monkeypatch):
@@ -95,8 +122,8 @@ def test_duplicate_model_names_are_rejected():
         ),
         (
             {"models": [{"name": "ok"}, {"name": "bad name"}]},
-            "models[1].name: must start with a letter or digit and hold only letters, "
-            "digits, '.', '_' and '-'",
+            "models[1].name: ' ' (character 4) is not allowed: a model name holds only "
+            "letters, digits, '.', '_' and '-'",
         ),
         ({"server": {"adress": "x"}}, "server.adress: unknown key"),
         (
@@ -194,3 +221,19 @@ def test_a_broken_backend_plugin_is_a_startup_error(monkeypatch, value, message)
     monkeypatch.setattr(backends, "entry_points", lambda group: [plugin("bad", value)])
     with pytest.raises(ConfigurationError, match=message):
         backends.backend_class("bad")
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("demo/x", "'/' (character 5) is not allowed"),
+        ("a b", "' ' (character 2) is not allowed"),
+        ("demo\n", "'\\n' (character 5) is not allowed"),
+        ("-demo", "must start with a letter or digit (A-Z, a-z, 0-9), not '-'"),
+        ("é", "must start with a letter or digit (A-Z, a-z, 0-9), not 'é'"),
+    ],
+)
+def test_a_model_name_that_is_refused_names_the_character_at_fault(name, problem):
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(models=[{"name": name}])
+    assert str(error.value).startswith(f"models[0].name: {problem}")

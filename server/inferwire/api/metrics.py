@@ -166,7 +166,8 @@ class MetricsEndpoint:
             self._served = start_http_server(port, host, self._registry)
         except OSError as error:
             raise OSError(
-                f"could not serve metrics on {self.address} (server.metrics_address): {error}"
+                f"server.metrics_address: could not serve metrics on {self.address}: "
+                f"{error.strerror or error}"
             ) from None
         bound: int = self._served[0].server_port
         log.info("metrics listening", extra={"address": self.address, "port": bound})

@@ -91,16 +91,30 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
 
 
+class _Quoted(str):
+    """A string written in double quotes: a digest of digits alone would read back as a
+    number, so the tokens-file entry quotes it, as the docs ask people to."""
+
+
+class _EntryDumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML has no stubs here
+    pass
+
+
+_EntryDumper.add_representer(
+    _Quoted, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, '"')
+)
+
+
 def entry_yaml(name: str, digest: str, scopes: Iterable[Scope], models: Iterable[str]) -> str:
     """A tokens-file entry as YAML, ready to append to the file's list."""
     entry: dict[str, object] = {
         "name": name,
-        "sha256": digest,
+        "sha256": _Quoted(digest),
         "scopes": sorted(str(s) for s in scopes),
     }
     if patterns := list(models):
         entry["models"] = patterns
-    text: str = yaml.safe_dump([entry], sort_keys=False, default_flow_style=None)
+    text: str = yaml.dump([entry], Dumper=_EntryDumper, sort_keys=False, default_flow_style=None)
     return text
 
 

@@ -38,6 +38,8 @@ class RequestLimits:
 MAX_MODEL_NAME_CHARS = 128
 MODEL_NAME_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_MODEL_NAME_CHARS - 1}}}$"
 _MODEL_NAME = re.compile(MODEL_NAME_PATTERN)
+_NAME_START = re.compile(r"[A-Za-z0-9]")
+_NAME_CHAR = re.compile(r"[A-Za-z0-9._-]")
 
 
 def model_name_problem(model: str) -> str | None:
@@ -46,8 +48,14 @@ def model_name_problem(model: str) -> str | None:
         return "must be a non-empty model name"
     if len(model) > MAX_MODEL_NAME_CHARS:
         return f"is {len(model)} characters; model names have at most {MAX_MODEL_NAME_CHARS}"
-    if not _MODEL_NAME.match(model):
-        return "must start with a letter or digit and hold only letters, digits, '.', '_' and '-'"
+    if not _MODEL_NAME.fullmatch(model):  # fullmatch: `$` would let a final newline in
+        if not _NAME_START.match(model):
+            return f"must start with a letter or digit (A-Z, a-z, 0-9), not {model[0]!r}"
+        position, char = next((i, c) for i, c in enumerate(model) if not _NAME_CHAR.match(c))
+        return (
+            f"{char!r} (character {position + 1}) is not allowed: a model name holds only "
+            "letters, digits, '.', '_' and '-'"
+        )
     return None
 
 

@@ -1,0 +1,57 @@
+"""`inferwire models list|load|unload`: the model admin RPCs, one status line per model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from inferwire.cli.app import Command, ModelArgument, models_app
+from inferwire.cli.connection import Target, client_command
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+
+
+def _call(target: Target, timeout: float, method: str, request: Any) -> Any:
+    """Call InferenceService.<method>; a failure prints its status (and hint) and exits 1."""
+    with target.connect() as channel:
+        rpc = getattr(inference_pb2_grpc.InferenceServiceStub(channel), method)
+        return rpc(request, timeout=timeout, metadata=target.metadata)
+
+
+def _print_status(status: pb.ModelStatus) -> None:
+    line = f"{status.name:24} {status.backend:20} {pb.ModelState.Name(status.state)}"
+    if status.detail:
+        line += f"  ({status.detail})"
+    typer.echo(line)
+
+
+@models_app.command("list", cls=Command)
+@client_command(timeout=10.0)
+def models_list(*, target: Target, timeout: float) -> None:
+    """List configured models and their states."""
+    response = _call(target, timeout, "ListModels", pb.ListModelsRequest())
+    for status in response.models:
+        _print_status(status)
+    if not response.models:  # said on standard error: standard output stays one line a model
+        why = (
+            "no model is visible to this token (its `models:` patterns match none)"
+            if target.token
+            else "the server lists no model: none is configured, or none is visible "
+            "without a token (--token)"
+        )
+        typer.echo(why, err=True)
+
+
+@models_app.command("load", cls=Command)
+@client_command(timeout=600.0)
+def models_load(model: ModelArgument, *, target: Target, timeout: float) -> None:
+    """Load MODEL (idempotent)."""
+    _print_status(_call(target, timeout, "LoadModel", pb.LoadModelRequest(model=model)).model)
+
+
+@models_app.command("unload", cls=Command)
+@client_command(timeout=600.0)
+def models_unload(model: ModelArgument, *, target: Target, timeout: float) -> None:
+    """Unload MODEL after its in-flight requests finish (idempotent)."""
+    _print_status(_call(target, timeout, "UnloadModel", pb.UnloadModelRequest(model=model)).model)
