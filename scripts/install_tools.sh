@@ -15,7 +15,7 @@ TOOLS=(
   "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
   "github.com/grpc-ecosystem/grpc-health-probe@v0.4.62"
   "github.com/bojand/ghz/cmd/ghz@v0.120.0"
-  # deploy/kubernetes: tests/unit/test_kubernetes.py renders the kustomizations with it.
+  # deploy/kubernetes: tests/polyglot/test_kubernetes.py renders the kustomizations with it.
   "sigs.k8s.io/kustomize/kustomize/v5@v5.7.1"
 )
 
@@ -26,3 +26,9 @@ for tool in "${TOOLS[@]}"; do
   go install "$tool"
   touch "$stamp"
 done
+
+# `go install` names the binary after the module (grpc-health-probe); the upstream
+# releases, the docs and Kubernetes' examples call it grpc_health_probe.
+if [ -f "$GOBIN/grpc-health-probe" ]; then
+  mv -f "$GOBIN/grpc-health-probe" "$GOBIN/grpc_health_probe"
+fi

@@ -232,7 +232,7 @@ def host_port(container: str, port: int) -> str:
 
 
 def wait_serving(address: str, service: str, timeout_s: float = 90) -> None:
-    probe = tool("grpc-health-probe")
+    probe = tool("grpc_health_probe")
     deadline = time.monotonic() + timeout_s
     while True:
         result = subprocess.run(

@@ -158,7 +158,7 @@ def own_server() -> Iterator[ServerProcess]:
 
 
 def probe(target: str, *args: str) -> int:
-    command = [require_tool("grpc-health-probe"), "-addr", target, "-rpc-timeout", "5s", *args]
+    command = [require_tool("grpc_health_probe"), "-addr", target, "-rpc-timeout", "5s", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=30).returncode
 
 

@@ -88,7 +88,7 @@ def built_go_example() -> str:
 
 
 def probe(target: str, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [require_tool("grpc-health-probe"), "-addr", target, "-rpc-timeout", "5s", *args]
+    command = [require_tool("grpc_health_probe"), "-addr", target, "-rpc-timeout", "5s", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=30)
 
 
