@@ -7,10 +7,10 @@ import pytest
 
 from inferwire.backends import create_backend
 from inferwire.backends.ort_genai import OrtGenAIBackend, builtin_model_path
-from inferwire.core.record import RequestRecord
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.generation import join
 from inferwire.core.manager import ModelManager, ModelSpec
+from inferwire.core.record import RequestRecord
 from inferwire.core.types import (
     GenerationEnd,
     GenerationParams,
