@@ -32,7 +32,7 @@ from pydantic_settings import (
 
 from inferwire.backends import backend_class
 from inferwire.core.errors import ConfigurationError
-from inferwire.core.validation import model_name_problem
+from inferwire.core.models import ModelSpec, duplicate_name
 
 DEFAULT_MODEL_NAME = "demo"
 
@@ -191,31 +191,8 @@ def _require_host_and_port(address: str) -> str:
     return address
 
 
-class ModelConfig(BaseModel):
-    """One entry of the `models:` list."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    """The name clients use; also the grpc.health.v1 service `model/<name>`. Up to 128
-    letters, digits, '.', '_' and '-', starting with a letter or digit."""
-    backend: str = "onnxruntime-genai"
-    """Backend that serves the model: onnxruntime-genai (embedded) or triton."""
-    load_on_startup: bool = False
-    """Load when the server starts; the server reports SERVING only once it is READY."""
-    max_concurrency: int = Field(default=8, ge=1)
-    """Requests the model runs at once."""
-    max_queue: int = Field(default=64, ge=0)
-    """Requests that may wait for a slot; beyond that, RESOURCE_EXHAUSTED."""
-    options: dict[str, Any] = Field(default_factory=dict)
-    """Backend-specific settings, validated by the backend; unknown keys are an error."""
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, name: str) -> str:
-        if (problem := model_name_problem(name)) is not None:
-            raise ValueError(problem)
-        return name
+class ModelConfig(ModelSpec):
+    """One entry of the `models:` list (the fields: `inferwire.core.models.ModelSpec`)."""
 
     @field_validator("options")
     @classmethod
@@ -257,11 +234,8 @@ class Settings(BaseSettings):
     @field_validator("models")
     @classmethod
     def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
-        seen: set[str] = set()
-        for model in models:
-            if model.name in seen:
-                raise ValueError(f"model {model.name!r} is declared twice")
-            seen.add(model.name)
+        if (problem := duplicate_name(models)) is not None:
+            raise ValueError(problem)
         return models
 
     @classmethod

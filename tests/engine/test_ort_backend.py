@@ -86,7 +86,14 @@ async def test_corrupt_model_fails_its_load_and_the_model_turns_failed(tmp_path)
         (tmp_path / source.name).write_bytes(source.read_bytes())
     (tmp_path / "model.onnx").write_bytes(b"this is not an ONNX model")
     manager = ModelManager(
-        [ModelSpec("corrupt", "onnxruntime-genai", False, 1, 0, {"path": str(tmp_path)})],
+        [
+            ModelSpec(
+                name="corrupt",
+                max_concurrency=1,
+                max_queue=0,
+                options={"path": str(tmp_path)},
+            )
+        ],
         create_backend,
         RequestLimits(max_prompt_bytes=1024),
     )

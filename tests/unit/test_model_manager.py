@@ -33,7 +33,13 @@ from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 
 
 def spec(name: str, startup: bool = False, concurrency: int = 4, queue: int = 4) -> ModelSpec:
-    return ModelSpec(name, FAKE_BACKEND, startup, concurrency, queue, {})
+    return ModelSpec(
+        name=name,
+        backend=FAKE_BACKEND,
+        load_on_startup=startup,
+        max_concurrency=concurrency,
+        max_queue=queue,
+    )
 
 
 class Harness:

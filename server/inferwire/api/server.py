@@ -31,7 +31,7 @@ from inferwire.api.tls import CertificateFiles, log_transport_security
 from inferwire.api.tracing import server_tracing
 from inferwire.backends import create_backend
 from inferwire.config import Settings, TransportSettings
-from inferwire.core.manager import BackendFactory, ModelManager, ModelSpec
+from inferwire.core.manager import BackendFactory, ModelManager
 from inferwire.core.metrics import MetricsListener
 from inferwire.core.tracing import Tracer
 from inferwire.core.validation import RequestLimits
@@ -73,19 +73,8 @@ def build_manager(
     tracer: Tracer | None = None,
 ) -> ModelManager:
     """Create the model manager; raises ConfigurationError for a bad model entry."""
-    specs = [
-        ModelSpec(
-            name=m.name,
-            backend=m.backend,
-            load_on_startup=m.load_on_startup,
-            max_concurrency=m.max_concurrency,
-            max_queue=m.max_queue,
-            options=dict(m.options),
-        )
-        for m in settings.models
-    ]
     return ModelManager(
-        specs,
+        settings.models,
         backend_factory,
         RequestLimits(max_prompt_bytes=settings.server.max_prompt_bytes),
         health_check_interval_s=settings.server.health_check_interval_s,

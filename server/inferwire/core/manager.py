@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from inferwire.core.backend import Backend, GenerationEvents
@@ -33,6 +33,7 @@ from inferwire.core.models import (
     ManagedModel,
     ModelSpec,
     backend_health_reports,
+    duplicate_name,
 )
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.tracing import GENERATE, NO_TRACER, Tracer
@@ -70,7 +71,7 @@ class ModelManager:
 
     def __init__(
         self,
-        specs: list[ModelSpec],
+        specs: Sequence[ModelSpec],
         backend_factory: BackendFactory,
         limits: RequestLimits,
         health_check_interval_s: float = 2.0,
@@ -91,10 +92,10 @@ class ModelManager:
             if failure_cooldown_s is None
             else failure_cooldown_s
         )
+        if (problem := duplicate_name(specs)) is not None:
+            raise ConfigurationError(problem)
         self._models: dict[str, ManagedModel] = {}
         for spec in specs:
-            if spec.name in self._models:
-                raise ConfigurationError(f"model {spec.name!r} is declared twice")
             backend = backend_factory(spec)
             self._models[spec.name] = ManagedModel(spec, backend, self._metrics.load_changed)
             self._metrics.model_added(spec.name)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from inferwire.core.backend import Backend
 from inferwire.core.errors import (
@@ -28,6 +29,7 @@ from inferwire.core.types import (
     ModelState,
     ModelStatus,
 )
+from inferwire.core.validation import model_name_problem
 
 # Consecutive requests failing in the backend (UNAVAILABLE, INTERNAL) that take a model's
 # readiness away, and the least time it stays away; a request that succeeds, or a healthy
@@ -36,16 +38,45 @@ FAILURES_BEFORE_NOT_READY = 3
 FAILURE_COOLDOWN_S = 5.0
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model as declared in the configuration."""
+class ModelSpec(BaseModel):
+    """A model as declared in the configuration: one entry of the `models:` list.
+
+    The configuration (`inferwire.config.ModelConfig`) is this class plus the check of
+    `options` against the backend's own options type; the manager takes it as it is.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str
-    backend: str
-    load_on_startup: bool
-    max_concurrency: int
-    max_queue: int
-    options: dict[str, Any] = field(default_factory=dict)
+    """The name clients use; also the grpc.health.v1 service `model/<name>`. Up to 128
+    letters, digits, '.', '_' and '-', starting with a letter or digit."""
+    backend: str = "onnxruntime-genai"
+    """Backend that serves the model: onnxruntime-genai (embedded) or triton."""
+    load_on_startup: bool = False
+    """Load when the server starts; the server reports SERVING only once it is READY."""
+    max_concurrency: int = Field(default=8, ge=1)
+    """Requests the model runs at once."""
+    max_queue: int = Field(default=64, ge=0)
+    """Requests that may wait for a slot; beyond that, RESOURCE_EXHAUSTED."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Backend-specific settings, validated by the backend; unknown keys are an error."""
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, name: str) -> str:
+        if (problem := model_name_problem(name)) is not None:
+            raise ValueError(problem)
+        return name
+
+
+def duplicate_name(specs: Iterable[ModelSpec]) -> str | None:
+    """Why `specs` cannot be served together (a name declared twice), or None."""
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            return f"model {spec.name!r} is declared twice"
+        seen.add(spec.name)
+    return None
 
 
 # Reports a model's queued and running requests (the manager's metrics listener).
