@@ -59,7 +59,7 @@ class TritonOptions(BackendOptions):
     connect_timeout_s: float = Field(default=30.0, ge=0)
     """How long a load waits for Triton to accept connections (it may still be starting);
     then the load fails UNAVAILABLE."""
-    health_interval_s: float = Field(default=1.0, gt=0)
+    health_interval_s: float = Field(default=0.5, gt=0)
     """Seconds between checks of every endpoint (ServerLive, ServerReady, ModelReady) while
     the model is loaded; the model's health reports the last check."""
     health_timeout_s: float = Field(default=1.0, gt=0)
