@@ -184,7 +184,3 @@ class Backend(abc.ABC):
     def default_max_tokens(self) -> int:
         """max_tokens for requests that leave it unset."""
         return min(self.options.default_max_tokens, self.limits().max_output_tokens)
-
-
-# TEMPORARY (removed when the backends move to GenerationProgress in this same pass).
-from inferwire.core.record import RequestRecord as GenerationRecord  # noqa: E402, F401

@@ -10,7 +10,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inferwire.backends.triton.conventions import (
     Convention,
-    ModelSpec,
+    TritonModelLayout,
     UsageSource,
     build_request,
     describe_model,
@@ -56,7 +56,7 @@ def describe(
     choice: str = "auto",
     required: tuple[str, ...] = (),
     has_tokenizer: bool = False,
-) -> ModelSpec:
+) -> TritonModelLayout:
     metadata = service_pb2.ModelMetadataResponse()
     for t in inputs.values():
         metadata.inputs.add(name=t.name, datatype=t.datatype, shape=t.shape)
@@ -72,10 +72,10 @@ def describe(
 
 
 def test_vllm_model_is_detected_with_token_counts_from_its_outputs():
-    spec = describe(VLLM, ("text_output", *COUNTS))
-    assert (spec.convention, spec.usage_source) == (Convention.VLLM, UsageSource.MODEL)
-    assert (spec.decoupled, spec.batched) == (True, True)
-    assert spec.outputs == {"text_output", *COUNTS}
+    layout = describe(VLLM, ("text_output", *COUNTS))
+    assert (layout.convention, layout.usage_source) == (Convention.VLLM, UsageSource.MODEL)
+    assert (layout.decoupled, layout.batched) == (True, True)
+    assert layout.outputs == {"text_output", *COUNTS}
 
 
 @pytest.mark.parametrize(
@@ -83,9 +83,9 @@ def test_vllm_model_is_detected_with_token_counts_from_its_outputs():
 )
 def test_tensorrt_llm_model_is_detected_with_counts_from_the_tokenizer_if_any(has_tokenizer, usage):
     # Count outputs mean nothing outside the vLLM convention.
-    spec = describe(TRTLLM, ("text_output", *COUNTS), has_tokenizer=has_tokenizer)
-    assert (spec.convention, spec.usage_source) == (Convention.TENSORRT_LLM, usage)
-    assert spec.inputs == TRTLLM
+    layout = describe(TRTLLM, ("text_output", *COUNTS), has_tokenizer=has_tokenizer)
+    assert (layout.convention, layout.usage_source) == (Convention.TENSORRT_LLM, usage)
+    assert layout.inputs == TRTLLM
 
 
 @pytest.mark.parametrize(
@@ -132,20 +132,22 @@ def test_model_requiring_inputs_inferwire_cannot_fill_is_refused():
     )
 
 
-def spec_of(
+def layout_of(
     convention: Convention,
     inputs: dict[str, Tensor],
     *,
     decoupled: bool = True,
     usage: UsageSource = UsageSource.NONE,
-) -> ModelSpec:
-    return ModelSpec(convention, decoupled, False, inputs, {"text_output"}, usage)
+) -> TritonModelLayout:
+    return TritonModelLayout(convention, decoupled, False, inputs, {"text_output"}, usage)
 
 
-def build(spec: ModelSpec, stream: bool = True, **params) -> service_pb2.ModelInferRequest:
+def build(
+    layout: TritonModelLayout, stream: bool = True, **params
+) -> service_pb2.ModelInferRequest:
     request = GenerationRequest("r-1", "Hello", 16, GenerationParams(**params))
     return build_request(
-        spec, request, stream=stream, model_name="llama", triton_model="llama-3", version="2"
+        layout, request, stream=stream, model_name="llama", triton_model="llama-3", version="2"
     )
 
 
@@ -159,7 +161,7 @@ def inputs_of(message: service_pb2.ModelInferRequest) -> dict[str, list]:
 
 def test_vllm_request_carries_the_sampling_parameters_as_json():
     message = build(
-        spec_of(Convention.VLLM, VLLM), temperature=0.5, top_p=0.9, top_k=0, seed=7, stop=("X",)
+        layout_of(Convention.VLLM, VLLM), temperature=0.5, top_p=0.9, top_k=0, seed=7, stop=("X",)
     )
     assert (message.model_name, message.model_version, message.id) == ("llama-3", "2", "r-1")
     assert message.parameters["triton_enable_empty_final_response"].bool_param
@@ -182,25 +184,27 @@ def test_vllm_request_carries_the_sampling_parameters_as_json():
 
 
 def test_vllm_request_leaves_unset_parameters_to_the_model():
-    values = inputs_of(build(spec_of(Convention.VLLM, VLLM)))
+    values = inputs_of(build(layout_of(Convention.VLLM, VLLM)))
     assert json.loads(values["sampling_parameters"][0]) == {"max_tokens": 16}
 
 
 def test_vllm_request_asks_for_token_counts_when_the_model_returns_them():
     inputs = VLLM | tensors(BOOL=["return_num_input_tokens", "return_num_output_tokens"])
-    values = inputs_of(build(spec_of(Convention.VLLM, inputs, usage=UsageSource.MODEL)))
+    values = inputs_of(build(layout_of(Convention.VLLM, inputs, usage=UsageSource.MODEL)))
     assert values["return_num_input_tokens"] == values["return_num_output_tokens"] == [True]
 
 
 def test_a_model_that_is_not_decoupled_is_asked_not_to_stream():
-    message = build(spec_of(Convention.VLLM, VLLM, decoupled=False), stream=True)
+    message = build(layout_of(Convention.VLLM, VLLM, decoupled=False), stream=True)
     assert inputs_of(message)["stream"] == [False]
     assert "triton_enable_empty_final_response" not in message.parameters
 
 
 def test_tensorrt_llm_request_sends_one_tensor_per_sampling_parameter():
-    spec = spec_of(Convention.TENSORRT_LLM, TRTLLM)
-    message = build(spec, stream=False, temperature=0.5, top_p=0.25, top_k=40, seed=9, stop=("X",))
+    layout = layout_of(Convention.TENSORRT_LLM, TRTLLM)
+    message = build(
+        layout, stream=False, temperature=0.5, top_p=0.25, top_k=40, seed=9, stop=("X",)
+    )
     assert inputs_of(message) == {
         "text_input": [b"Hello"],
         "max_tokens": [16],
@@ -215,7 +219,7 @@ def test_tensorrt_llm_request_sends_one_tensor_per_sampling_parameter():
 
 
 def test_tensorrt_llm_greedy_temperature_zero_becomes_top_k_one():
-    values = inputs_of(build(spec_of(Convention.TENSORRT_LLM, TRTLLM), temperature=0, top_k=50))
+    values = inputs_of(build(layout_of(Convention.TENSORRT_LLM, TRTLLM), temperature=0, top_k=50))
     assert "temperature" not in values
     assert values["top_k"] == [1]
 
@@ -228,14 +232,14 @@ def test_tensorrt_llm_model_lacking_an_input_the_request_needs_names_the_field(
     param, field, tensor
 ):
     with pytest.raises(InvalidArgumentError) as raised:
-        build(spec_of(Convention.TENSORRT_LLM, TRTLLM_MINIMAL), **{param: 1})
+        build(layout_of(Convention.TENSORRT_LLM, TRTLLM_MINIMAL), **{param: 1})
     assert raised.value.violations == [
         FieldViolation(f"parameters.{field}", f"model 'llama' on Triton takes no {tensor!r} input")
     ]
 
 
 def test_optional_inputs_the_model_lacks_are_left_out():
-    values = inputs_of(build(spec_of(Convention.TENSORRT_LLM, TRTLLM_MINIMAL), stop=("X",)))
+    values = inputs_of(build(layout_of(Convention.TENSORRT_LLM, TRTLLM_MINIMAL), stop=("X",)))
     assert values == {"text_input": [b"Hello"], "max_tokens": [16]}
 
 
@@ -244,8 +248,8 @@ def test_optional_inputs_the_model_lacks_are_left_out():
 
 def test_vllm_model_declaring_the_logprobs_output_returns_them_and_takes_constraints():
     inputs = VLLM | tensors(BOOL=["return_logprobs"])
-    spec = describe(inputs, ("text_output", "logprobs"))
-    assert (spec.returns_logprobs, spec.takes_constraints) == (True, True)
+    layout = describe(inputs, ("text_output", "logprobs"))
+    assert (layout.returns_logprobs, layout.takes_constraints) == (True, True)
     # Without the output (or the flag input), no log-probabilities; constraints still.
     assert not describe(inputs).returns_logprobs
     assert not describe(VLLM, ("text_output", "logprobs")).returns_logprobs
@@ -253,17 +257,17 @@ def test_vllm_model_declaring_the_logprobs_output_returns_them_and_takes_constra
 
 
 def test_tensorrt_llm_model_neither_returns_logprobs_nor_takes_constraints():
-    spec = describe(TRTLLM | tensors(BOOL=["return_logprobs"]), ("text_output", "logprobs"))
-    assert (spec.returns_logprobs, spec.takes_constraints) == (False, False)
+    layout = describe(TRTLLM | tensors(BOOL=["return_logprobs"]), ("text_output", "logprobs"))
+    assert (layout.returns_logprobs, layout.takes_constraints) == (False, False)
 
 
 def test_vllm_request_asks_for_logprobs_with_the_flag_and_sampling_parameters():
     inputs = VLLM | tensors(BOOL=["return_logprobs"])
-    values = inputs_of(build(spec_of(Convention.VLLM, inputs), logprobs=True, top_logprobs=4))
+    values = inputs_of(build(layout_of(Convention.VLLM, inputs), logprobs=True, top_logprobs=4))
     assert values["return_logprobs"] == [True]
     assert json.loads(values["sampling_parameters"][0]) == {"max_tokens": 16, "logprobs": 4}
     # Not asked: neither.
-    values = inputs_of(build(spec_of(Convention.VLLM, inputs)))
+    values = inputs_of(build(layout_of(Convention.VLLM, inputs)))
     assert "return_logprobs" not in values
     assert "logprobs" not in json.loads(values["sampling_parameters"][0])
 
@@ -283,7 +287,7 @@ def test_vllm_request_asks_for_logprobs_with_the_flag_and_sampling_parameters():
     ],
 )
 def test_vllm_request_carries_the_constraint_as_guided_decoding(constraint, guided):
-    values = inputs_of(build(spec_of(Convention.VLLM, VLLM), constraint=constraint))
+    values = inputs_of(build(layout_of(Convention.VLLM, VLLM), constraint=constraint))
     sampling = json.loads(values["sampling_parameters"][0])
     assert sampling == {"max_tokens": 16, "guided_decoding": guided}
     assert guided_decoding(constraint) == guided
@@ -299,7 +303,7 @@ def test_vllm_request_carries_the_constraint_as_guided_decoding(constraint, guid
 )
 def test_a_constraint_that_cannot_be_right_names_its_field(constraint, problem):
     with pytest.raises(InvalidArgumentError) as raised:
-        build(spec_of(Convention.VLLM, VLLM), constraint=constraint)
+        build(layout_of(Convention.VLLM, VLLM), constraint=constraint)
     (violation,) = raised.value.violations
     assert violation.field == constraint.field
     assert problem in violation.description

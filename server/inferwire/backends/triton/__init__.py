@@ -17,11 +17,14 @@ decoupled streaming needs `triton_enable_empty_final_response`.
   that passed the last health check and whose channel is not failing. A request that
   fails to reach an endpoint before any response moves on to the next one.
 
-Modules, by concern: `options` (the `options` keys), `backend` (lifecycle and the
-generation loop), `endpoints` (channels, health, round-robin, failover), `conventions`
-(detection and request building per convention), `tensors` (input encoding, output
-decoding), `streaming` (deltas from cumulative text), `errors` (Triton's answers as
-domain errors).
+Modules, by concern: `options` (the `options` keys), `backend` (lifecycle, health and
+the generation loop), `model_control` (loading and unloading the model on the endpoints,
+and the periodic endpoint check that loads it again where it was lost), `endpoints`
+(channels, health, round-robin, failover), `discovery` (endpoints from DNS),
+`conventions` (detection and request building per convention), `tensors` (input
+encoding, output decoding), `streaming` (deltas from cumulative text), `chat` (chat
+templates), `logprobs` (log-probabilities from the outputs), `tasks` (stopping background
+tasks), `errors` (Triton's answers as domain errors).
 """
 
 from inferwire.backends.triton.backend import TritonBackend

@@ -40,8 +40,8 @@ class UsageSource(enum.Enum):
 
 
 @dataclass
-class ModelSpec:
-    """What load() learned about the model on Triton."""
+class TritonModelLayout:
+    """What load() learned about the model on Triton: its convention, inputs and outputs."""
 
     convention: Convention
     decoupled: bool
@@ -94,7 +94,9 @@ def _invalid(constraint: OutputConstraint, description: str) -> InvalidArgumentE
 InputValues = dict[str, list[Scalar]]
 
 
-def _vllm_inputs(spec: ModelSpec, request: GenerationRequest, model_name: str) -> InputValues:
+def _vllm_inputs(
+    layout: TritonModelLayout, request: GenerationRequest, model_name: str
+) -> InputValues:
     params = request.params
     sampling: dict[str, Any] = {"max_tokens": request.max_tokens}
     if params.temperature is not None:
@@ -119,14 +121,14 @@ def _vllm_inputs(spec: ModelSpec, request: GenerationRequest, model_name: str) -
         values[flag] = [True]
     if params.logprobs:
         values["return_logprobs"] = [True]
-    if spec.usage_source is UsageSource.MODEL:
+    if layout.usage_source is UsageSource.MODEL:
         values["return_num_input_tokens"] = [True]
         values["return_num_output_tokens"] = [True]
     return values
 
 
 def _tensorrt_llm_inputs(
-    spec: ModelSpec, request: GenerationRequest, model_name: str
+    layout: TritonModelLayout, request: GenerationRequest, model_name: str
 ) -> InputValues:
     params = request.params
     values: InputValues = {"max_tokens": [request.max_tokens], "exclude_input_in_output": [True]}
@@ -142,7 +144,7 @@ def _tensorrt_llm_inputs(
     for name, value in optional.items():
         if value is None:
             continue
-        if name not in spec.inputs:
+        if name not in layout.inputs:
             field = "seed" if name == "random_seed" else name
             raise InvalidArgumentError(
                 [
@@ -153,34 +155,34 @@ def _tensorrt_llm_inputs(
                 ]
             )
         values[name] = [value]
-    if params.stop and "stop_words" in spec.inputs:
+    if params.stop and "stop_words" in layout.inputs:
         values["stop_words"] = [s.encode() for s in params.stop]
     return values
 
 
 @dataclass(frozen=True)
-class _Layout:
+class _ConventionRules:
     """How a convention is recognised, and how inferwire fills its inputs."""
 
     signature: dict[str, str]  # inputs (name: datatype) that, with text_output, identify it
     # Inputs inferwire knows how to fill. A model that requires any other input is
     # refused at load time rather than sent incomplete requests.
     known_inputs: frozenset[str]
-    build: Callable[[ModelSpec, GenerationRequest, str], InputValues]
+    build: Callable[[TritonModelLayout, GenerationRequest, str], InputValues]
 
 
 # Inputs every convention takes.
 _COMMON_INPUTS = frozenset({"text_input", "stream", "exclude_input_in_output"})
 
-_LAYOUTS: dict[Convention, _Layout] = {
-    Convention.VLLM: _Layout(
+_RULES: dict[Convention, _ConventionRules] = {
+    Convention.VLLM: _ConventionRules(
         signature={"text_input": "BYTES", "sampling_parameters": "BYTES"},
         known_inputs=_COMMON_INPUTS
         | {"sampling_parameters", "return_finish_reason", "return_logprobs"}
         | {"return_num_input_tokens", "return_num_output_tokens"},
         build=_vllm_inputs,
     ),
-    Convention.TENSORRT_LLM: _Layout(
+    Convention.TENSORRT_LLM: _ConventionRules(
         signature={"text_input": "BYTES", "max_tokens": "INT32"},
         known_inputs=_COMMON_INPUTS
         | {"max_tokens", "stop_words"}
@@ -197,21 +199,21 @@ def detect_convention(
     Convention value, from options.convention) settles a model that matches both."""
     matches = [
         convention
-        for convention, layout in _LAYOUTS.items()
+        for convention, rules in _RULES.items()
         if "text_output" in outputs
         and all(
             name in inputs and inputs[name].datatype == datatype
-            for name, datatype in layout.signature.items()
+            for name, datatype in rules.signature.items()
         )
     ]
-    layout = ", ".join(f"{t.name} ({t.datatype})" for t in inputs.values()) or "none"
+    listed = ", ".join(f"{t.name} ({t.datatype})" for t in inputs.values()) or "none"
     if choice != "auto":
         wanted = Convention(choice)
         if wanted not in matches:
             raise ModelNotReadyError(
                 f"model {triton_model!r} on Triton does not have the inputs and outputs "
                 f"of the {wanted.value} convention (options.convention); its inputs: "
-                f"{layout}; its outputs: {', '.join(sorted(outputs)) or 'none'}"
+                f"{listed}; its outputs: {', '.join(sorted(outputs)) or 'none'}"
             )
         return wanted
     if len(matches) == 1:
@@ -220,7 +222,7 @@ def detect_convention(
         raise ModelNotReadyError(
             f"model {triton_model!r} on Triton follows neither the vLLM convention "
             "(text_input, sampling_parameters -> text_output) nor the TensorRT-LLM one "
-            f"(text_input, max_tokens -> text_output); its inputs: {layout}; its outputs: "
+            f"(text_input, max_tokens -> text_output); its inputs: {listed}; its outputs: "
             f"{', '.join(sorted(outputs)) or 'none'}"
         )
     raise ModelNotReadyError(
@@ -236,14 +238,14 @@ def describe_model(
     choice: str,
     has_tokenizer: bool,
     triton_model: str,
-) -> ModelSpec:
-    """The model's spec from its metadata and configuration; ModelNotReadyError for a
+) -> TritonModelLayout:
+    """The model's layout from its metadata and configuration; ModelNotReadyError for a
     model inferwire cannot serve."""
     inputs = {t.name: Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
     outputs = {t.name for t in metadata.outputs}
     required = {i.name for i in config.input if not i.optional}
     convention = detect_convention(inputs, outputs, choice, triton_model)
-    unknown_required = sorted(required - _LAYOUTS[convention].known_inputs)
+    unknown_required = sorted(required - _RULES[convention].known_inputs)
     if unknown_required:
         raise ModelNotReadyError(
             f"model {triton_model!r} on Triton requires inputs inferwire cannot fill "
@@ -255,7 +257,7 @@ def describe_model(
         usage = UsageSource.TOKENIZER
     else:
         usage = UsageSource.NONE
-    return ModelSpec(
+    return TritonModelLayout(
         convention=convention,
         decoupled=config.model_transaction_policy.decoupled,
         batched=config.max_batch_size > 0,
@@ -266,7 +268,7 @@ def describe_model(
 
 
 def build_request(
-    spec: ModelSpec,
+    layout: TritonModelLayout,
     request: GenerationRequest,
     *,
     stream: bool,
@@ -278,17 +280,17 @@ def build_request(
     message = service_pb2.ModelInferRequest(
         model_name=triton_model, model_version=version, id=request.request_id
     )
-    if spec.decoupled:
+    if layout.decoupled:
         message.parameters["triton_enable_empty_final_response"].bool_param = True
     values: InputValues = {
         "text_input": [request.prompt.encode()],
-        **_LAYOUTS[spec.convention].build(spec, request, model_name),
+        **_RULES[layout.convention].build(layout, request, model_name),
         # A model that is not decoupled answers once, whatever `stream` says.
-        "stream": [stream and spec.decoupled],
+        "stream": [stream and layout.decoupled],
     }
     for name, value in values.items():
-        tensor = spec.inputs.get(name)
+        tensor = layout.inputs.get(name)
         if tensor is None:
             continue  # an optional input this model does not have
-        add_input(message, tensor, value, spec.batched)
+        add_input(message, tensor, value, layout.batched)
     return message

@@ -26,6 +26,7 @@ import dns.exception
 import dns.resolver
 
 from inferwire.backends.triton.options import TritonOptions
+from inferwire.backends.triton.tasks import stop_task
 from inferwire.core.errors import BackendUnavailableError
 
 log = logging.getLogger(__package__)
@@ -144,10 +145,7 @@ class DnsDiscovery:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
 
     def refresh_soon(self) -> None:
         """Resolve again now, unless the last resolution was less than a moment ago."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from inferwire.core.backend import BackendOptions
 
@@ -15,81 +15,64 @@ StreamMode = Literal["auto", "delta", "cumulative"]
 class TritonOptions(BackendOptions):
     """`options` for a model served by Triton Inference Server."""
 
-    url: str | None = Field(default=None, description="host:port of Triton's gRPC endpoint.")
-    urls: list[str] = Field(
-        default_factory=list, description="Several Triton gRPC endpoints serving the model."
-    )
-    discovery: Literal["static", "dns"] = Field(
-        default="static",
-        description="static: the urls as given; dns: each url's host name resolved to all its "
-        "addresses (A and AAAA), one endpoint per address, resolved again every dns_refresh_s.",
-    )
-    dns_refresh_s: float = Field(
-        default=5.0, gt=0, description="With discovery dns: seconds between resolutions."
-    )
-    dns_server: str | None = Field(
-        default=None,
-        description="With discovery dns: host:port of the DNS server to ask "
-        "(default: the system resolver).",
-    )
-    triton_model: str | None = Field(
-        default=None, description="The model's name on Triton (default: our model name)."
-    )
-    version: str = Field(default="", description="Model version on Triton ('' = Triton's policy).")
-    convention: Literal["auto", "vllm", "tensorrt-llm"] = Field(
-        default="auto", description="Input convention; auto detects it from the model metadata."
-    )
-    stream_output: StreamMode = Field(
-        default="auto",
-        description="Whether the model streams deltas or cumulative text; auto detects it.",
-    )
-    tokenizer: str | None = Field(
-        default=None,
-        description="Directory with genai_config.json and tokenizer.json, used to count "
-        "tokens when the model returns no counts.",
-    )
-    chat_template: str | None = Field(
-        default=None,
-        description="The model's chat template, rendered in the gateway for chat requests: a "
-        "tokenizer_config.json (its chat_template, bos_token and eos_token) or a Jinja file.",
-    )
-    tls: bool = Field(default=False, description="Connect with TLS.")
-    tls_root_cert: str | None = Field(default=None, description="PEM file of trusted roots.")
-    tls_cert: str | None = Field(default=None, description="PEM client certificate chain (mTLS).")
-    tls_key: str | None = Field(default=None, description="PEM client private key (mTLS).")
-    headers: dict[str, str] = Field(
-        default_factory=dict,
-        description="Extra request headers, e.g. the --grpc-restricted-protocol key.",
-    )
-    request_timeout_s: float | None = Field(
-        default=None, gt=0, description="Longest a request may run on Triton."
-    )
-    deadline_margin_s: float = Field(
-        default=0.05,
-        ge=0,
-        description="Subtracted from our client's deadline to give Triton's deadline.",
-    )
-    connect_timeout_s: float = Field(
-        default=30.0,
-        ge=0,
-        description="How long a load waits for Triton to accept connections (it may still be "
-        "starting); then the load fails UNAVAILABLE.",
-    )
-    health_timeout_s: float = Field(default=1.0, gt=0, description="Timeout of each health RPC.")
-    reload_lost_models: bool = Field(
-        default=True,
-        description="When a Triton endpoint is back (a restart, a new pod) without the model, "
-        "load it there again at the next health check (explicit model-control mode).",
-    )
-    control_timeout_s: float = Field(
-        default=120.0, gt=0, description="Timeout of metadata, load and unload RPCs."
-    )
-    max_reconnect_backoff_s: float = Field(
-        default=1.0, gt=0, description="Longest wait between reconnection attempts."
-    )
-    max_output_tokens: int = Field(
-        default=4096, ge=1, description="Largest max_tokens a request may ask for."
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    url: str | None = None
+    """host:port of Triton's gRPC endpoint."""
+    urls: list[str] = Field(default_factory=list)
+    """Several Triton gRPC endpoints serving the model."""
+    discovery: Literal["static", "dns"] = "static"
+    """static: the urls as given; dns: each url's host name resolved to all its addresses
+    (A and AAAA), one endpoint per address, resolved again every dns_refresh_s."""
+    dns_refresh_s: float = Field(default=5.0, gt=0)
+    """With discovery dns: seconds between resolutions."""
+    dns_server: str | None = None
+    """With discovery dns: host:port of the DNS server to ask (default: the system resolver)."""
+    triton_model: str | None = None
+    """The model's name on Triton (default: our model name)."""
+    version: str = ""
+    """Model version on Triton ('' = Triton's policy)."""
+    convention: Literal["auto", "vllm", "tensorrt-llm"] = "auto"
+    """Input convention; auto detects it from the model metadata."""
+    stream_output: StreamMode = "auto"
+    """Whether the model streams deltas or cumulative text; auto detects it."""
+    tokenizer: str | None = None
+    """Directory with genai_config.json and tokenizer.json, used to count tokens when the
+    model returns no counts."""
+    chat_template: str | None = None
+    """The model's chat template, rendered in the gateway for chat requests: a
+    tokenizer_config.json (its chat_template, bos_token and eos_token) or a Jinja file."""
+    tls: bool = False
+    """Connect with TLS."""
+    tls_root_cert: str | None = None
+    """PEM file of trusted roots."""
+    tls_cert: str | None = None
+    """PEM client certificate chain (mTLS)."""
+    tls_key: str | None = None
+    """PEM client private key (mTLS)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra request headers, e.g. the --grpc-restricted-protocol key."""
+    request_timeout_s: float | None = Field(default=None, gt=0)
+    """Longest a request may run on Triton."""
+    deadline_margin_s: float = Field(default=0.05, ge=0)
+    """Subtracted from our client's deadline to give Triton's deadline."""
+    connect_timeout_s: float = Field(default=30.0, ge=0)
+    """How long a load waits for Triton to accept connections (it may still be starting);
+    then the load fails UNAVAILABLE."""
+    health_interval_s: float = Field(default=0.5, gt=0)
+    """Seconds between checks of every endpoint (ServerLive, ServerReady, ModelReady) while
+    the model is loaded; the model's health reports the last check."""
+    health_timeout_s: float = Field(default=1.0, gt=0)
+    """Timeout of each health RPC."""
+    reload_lost_models: bool = True
+    """When a Triton endpoint is back (a restart, a new pod) without the model, load it
+    there again at the next endpoint check (explicit model-control mode)."""
+    control_timeout_s: float = Field(default=120.0, gt=0)
+    """Timeout of metadata, load and unload RPCs."""
+    max_reconnect_backoff_s: float = Field(default=1.0, gt=0)
+    """Longest wait between reconnection attempts."""
+    max_output_tokens: int = Field(default=4096, ge=1)
+    """Largest max_tokens a request may ask for."""
 
     @model_validator(mode="after")
     def _one_way_to_name_endpoints(self) -> TritonOptions:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -68,9 +68,10 @@ def add_input(
 
 @dataclass
 class Outcome:
-    """What one Triton request returned, gathered across its responses."""
+    """What Triton reported in one request's responses: the model's finish reason and
+    token counts, None where the model has no such output. The text is not here: the
+    generation loop turns it into deltas as it arrives."""
 
-    text: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
