@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 
@@ -115,17 +116,8 @@ def health_to_proto(report: types.HealthReport) -> pb.HealthResponse:
     return pb.HealthResponse(
         serving=report.serving,
         models=[
-            pb.ModelHealth(
-                name=m.name,
-                backend=m.backend,
-                state=_MODEL_STATE[m.state],
-                ready=m.ready,
-                detail=m.detail,
-                inflight=m.inflight,
-                queued=m.queued,
-                requests_total=m.requests_total,
-                generated_tokens_total=m.generated_tokens_total,
-            )
+            # The report's fields are the message's, by name; only the enum is converted.
+            pb.ModelHealth(**{**dataclasses.asdict(m), "state": _MODEL_STATE[m.state]})
             for m in report.models
         ],
         backends=[

@@ -65,6 +65,20 @@ class HandlerCache:
         return rebuilt
 
 
+class RebuildingInterceptor(grpc.aio.ServerInterceptor):
+    """An interceptor that wraps the behaviour of each handler it is given (`rebuilt`)."""
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        return None if handler is None else self.rebuilt(handler, handler_call_details)
+
+    def rebuilt(self, handler: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        """The handler to serve the call with, its behaviour wrapped."""
+        raise NotImplementedError
+
+
 def calls_within(behaviour: Behaviour, scope: Scope) -> Behaviour:
     """`behaviour` with each call run inside `scope(request, context)`.
 

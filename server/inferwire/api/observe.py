@@ -28,8 +28,8 @@ from inferwire.api.auth import current_principal
 from inferwire.api.handlers import (
     Behaviour,
     Call,
-    Continuation,
     HandlerCache,
+    RebuildingInterceptor,
     calls_within,
     rebuild_handler,
     split_method,
@@ -172,7 +172,7 @@ def _write_access_line(
     access_log.handle(line)
 
 
-class ObservingInterceptor(grpc.aio.ServerInterceptor):
+class ObservingInterceptor(RebuildingInterceptor):
     """Counts every RPC, writes its access line, and takes the core's measurements."""
 
     def __init__(self, metrics: PrometheusMetrics) -> None:
@@ -198,12 +198,7 @@ class ObservingInterceptor(grpc.aio.ServerInterceptor):
 
     # ---- the interceptor --------------------------------------------------
 
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
+    def rebuilt(self, handler: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
         method = handler_call_details.method
         rebuilt = self._rebuilt.get(method, handler)
         if rebuilt is not None:

@@ -22,7 +22,7 @@ import grpc
 from inferwire.api.handlers import (
     Behaviour,
     Call,
-    Continuation,
+    RebuildingInterceptor,
     calls_within,
     rebuild_handler,
     split_method,
@@ -159,7 +159,7 @@ class OtelTracer:
         )
 
 
-class TracingInterceptor(grpc.aio.ServerInterceptor):
+class TracingInterceptor(RebuildingInterceptor):
     """A SERVER span per RPC, named `<service>/<method>`, current while the handler runs."""
 
     def __init__(
@@ -168,12 +168,7 @@ class TracingInterceptor(grpc.aio.ServerInterceptor):
         self._tracer = tracer
         self._propagator = propagator  # None: the global one (OTEL_PROPAGATORS)
 
-    async def intercept_service(
-        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
+    def rebuilt(self, handler: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
         service, method = split_method(handler_call_details.method)
         metadata = handler_call_details.invocation_metadata or ()
         return rebuild_handler(

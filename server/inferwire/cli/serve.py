@@ -12,54 +12,36 @@ from inferwire.cli.app import Command, app
 from inferwire.cli.files import read_text
 
 
+def _setting(flag: str, metavar: str, help: str, *aliases: str) -> typer.models.OptionInfo:
+    """A serve flag that overrides one `server.*` setting."""
+    return typer.Option(flag, *aliases, metavar=metavar, help=help)
+
+
+_ADDRESS_HELP = "Address to listen on (default 0.0.0.0:50051; port 0 picks a free one)."
+_METRICS_HELP = (
+    "Where Prometheus scrapes /metrics (default 0.0.0.0:9464; port 0 picks a free one); "
+    "'' turns metrics off. Sets server.metrics_address."
+)
+_GRACE_HELP = "How long in-flight RPCs may finish after SIGTERM (default 30)."
+_LOG_FORMAT_HELP = "auto (text on a terminal, JSON lines otherwise; the default), json or text."
+_LOG_LEVEL_HELP = "CRITICAL, ERROR, WARNING, INFO (the default) or DEBUG, in any case."
+
+
 @app.command(cls=Command)
 def serve(
     config: Annotated[
         Path | None,
         typer.Option("--config", "-c", envvar="INFERWIRE_CONFIG", help="YAML configuration file."),
     ] = None,
-    address: Annotated[
-        str | None,
-        typer.Option(
-            "--address",
-            "-a",
-            metavar="HOST:PORT",
-            help="Address to listen on (default 0.0.0.0:50051; port 0 picks a free one).",
-        ),
-    ] = None,
+    address: Annotated[str | None, _setting("--address", "HOST:PORT", _ADDRESS_HELP, "-a")] = None,
     metrics_address: Annotated[
-        str | None,
-        typer.Option(
-            "--metrics-address",
-            metavar="HOST:PORT",
-            help="Where Prometheus scrapes /metrics (default 0.0.0.0:9464; port 0 picks a "
-            "free one); '' turns metrics off. Sets server.metrics_address.",
-        ),
+        str | None, _setting("--metrics-address", "HOST:PORT", _METRICS_HELP)
     ] = None,
     grace_period: Annotated[
-        float | None,
-        typer.Option(
-            "--grace-period",
-            metavar="SECONDS",
-            help="How long in-flight RPCs may finish after SIGTERM (default 30).",
-        ),
+        float | None, _setting("--grace-period", "SECONDS", _GRACE_HELP)
     ] = None,
-    log_format: Annotated[
-        str | None,
-        typer.Option(
-            "--log-format",
-            metavar="FORMAT",
-            help="auto (text on a terminal, JSON lines otherwise; the default), json or text.",
-        ),
-    ] = None,
-    log_level: Annotated[
-        str | None,
-        typer.Option(
-            "--log-level",
-            metavar="LEVEL",
-            help="CRITICAL, ERROR, WARNING, INFO (the default) or DEBUG, in any case.",
-        ),
-    ] = None,
+    log_format: Annotated[str | None, _setting("--log-format", "FORMAT", _LOG_FORMAT_HELP)] = None,
+    log_level: Annotated[str | None, _setting("--log-level", "LEVEL", _LOG_LEVEL_HELP)] = None,
 ) -> None:
     """Serve the configured models (by default the bundled `demo` model).
 

@@ -111,12 +111,16 @@ class GenerationRequest:
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens a request used: its prompt's and those it generated."""
+
     prompt_tokens: int
     completion_tokens: int
 
 
 @dataclass(frozen=True)
 class Timing:
+    """Where a request's time went, in milliseconds from its arrival."""
+
     queue_ms: float
     time_to_first_token_ms: float
     total_ms: float
@@ -124,6 +128,8 @@ class Timing:
 
 @dataclass(frozen=True)
 class TopLogprob:
+    """One of the most likely tokens at a position, with its log-probability."""
+
     token: str
     token_id: int
     logprob: float
@@ -219,12 +225,16 @@ class ModelLimits:
 
 @dataclass(frozen=True)
 class BackendHealth:
+    """Whether a backend's loaded model can serve right now, and why not."""
+
     healthy: bool
     detail: str = ""
 
 
 @dataclass(frozen=True)
 class ModelStatus:
+    """A model's lifecycle state as ListModels, LoadModel and UnloadModel report it."""
+
     name: str
     backend: str
     state: ModelState
@@ -234,6 +244,8 @@ class ModelStatus:
 
 @dataclass(frozen=True)
 class ModelHealthReport:
+    """A model's readiness and live counters, for the Health RPC."""
+
     name: str
     backend: str
     state: ModelState
@@ -247,6 +259,8 @@ class ModelHealthReport:
 
 @dataclass(frozen=True)
 class BackendHealthReport:
+    """A backend's health over the models it serves."""
+
     name: str
     healthy: bool
     detail: str
@@ -254,6 +268,8 @@ class BackendHealthReport:
 
 @dataclass(frozen=True)
 class HealthReport:
+    """What the Health RPC answers: the server's readiness, models and backends."""
+
     serving: bool
     models: tuple[ModelHealthReport, ...]
     backends: tuple[BackendHealthReport, ...]

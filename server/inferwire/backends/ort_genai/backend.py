@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 
@@ -122,10 +122,7 @@ class OrtGenAIBackend(Backend):
     name = "onnxruntime-genai"
     options_type = OrtGenAIOptions
     options: OrtGenAIOptions
-
-    def __init__(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> None:
-        super().__init__(model_name, options, max_concurrency)
-        self._loaded: _Loaded | None = None
+    _loaded: _Loaded | None = None  # set by load(), cleared by unload()
 
     @property
     def model_path(self) -> Path:
