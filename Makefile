@@ -118,8 +118,10 @@ test-reliability: $(STAMP)
 	$(BIN)/python -m pytest tests/reliability $(PYTEST_ARGS)
 
 # deploy/Dockerfile: hadolint, then built on a local Debian base, run --read-only with
-# every capability dropped, and probed with grpc_health_probe, grpcurl and /metrics.
-test-image: $(STAMP) tools
+# every capability dropped, and probed with grpc_health_probe, grpcurl and /metrics;
+# run twice: with the demo model, and with a Triton model (discovery: dns) served by a
+# real tritonserver on the host (hence `triton`).
+test-image: $(STAMP) tools triton
 	$(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
 
 # Every tier, tests/image included.

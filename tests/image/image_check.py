@@ -1,10 +1,11 @@
 """Build deploy/Dockerfile, run the image locked down, and probe it from outside.
 
-    python3 -m tests.image.image_check            (as root; `make test-image` runs it via pytest)
+    .venv/bin/python -m tests.image.image_check   (as root; `make test-image` runs it via pytest)
     python3 -m tests.image.image_check --prepare  (only the apt packages and the base tarball)
 
-Only the standard library: .ci/run starts `--prepare` with the system python3 before the
-virtualenv exists.
+Only the standard library at import: .ci/run starts `--prepare` with the system python3
+before the virtualenv exists. The Triton run (triton_check.py) needs the virtualenv and
+`make triton`; main() imports it when it gets there.
 
 Steps: install Debian's docker.io and mmdebstrap with apt when missing; start
 `dockerd` by hand (pidfile, log file, poll `docker info`) unless an engine already
@@ -15,8 +16,10 @@ CA bundle goes in as a build secret, so pip works behind a TLS-intercepting prox
 and no certificate reaches the image); run it with `--read-only`, `--cap-drop ALL`,
 the image's non-root user and random loopback host ports; probe it with the real
 grpc_health_probe ("" and model/demo), grpcurl (an Infer through reflection) and an
-HTTP scrape of /metrics; then stop the container and, if this script started it,
-dockerd, by PID. It prints the image size and the time each step took.
+HTTP scrape of /metrics; stop it (SIGTERM must drain to exit code 0). Then run it once
+more as the Kubernetes Triton overlay does, a Triton model found through DNS, against a
+real tritonserver on the host (triton_check.py). Finally stop dockerd, if this script
+started it, by PID. It prints the image size and the time each step took.
 
 `Unavailable` means Docker cannot be used here (not root, apt fails, dockerd does not
 start): the test skips on it. Anything that fails once the engine is up raises
@@ -34,9 +37,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "image"
@@ -219,11 +223,17 @@ def build_image(base: str) -> None:
         subprocess.run([DOCKER, "image", "rm", previous], capture_output=True)
 
 
-def tool(name: str) -> str:
-    path = shutil.which(name) or str(TOOLS_BIN / name)
-    if not Path(path).exists():
-        raise AssertionError(f"{name} is not installed; run scripts/install_tools.sh")
-    return path
+def tool(*names: str) -> str:
+    """The first of `names` found on PATH or in .tools/bin (scripts/install_tools.sh)."""
+    for name in names:
+        path = shutil.which(name) or shutil.which(name, path=str(TOOLS_BIN))
+        if path:
+            return path
+    raise AssertionError(f"{' or '.join(names)} is not installed; run scripts/install_tools.sh")
+
+
+def health_probe() -> str:
+    return tool("grpc_health_probe")  # the upstream binary's name
 
 
 def host_port(container: str, port: int) -> str:
@@ -231,8 +241,14 @@ def host_port(container: str, port: int) -> str:
     return docker("port", container, f"{port}/tcp").split()[0]
 
 
-def wait_serving(address: str, service: str, timeout_s: float = 90) -> None:
-    probe = tool("grpc_health_probe")
+def running(container: str) -> bool:
+    state = docker("inspect", "--format", "{{.State.Running}}", container)
+    return state.strip() == "true"
+
+
+def wait_serving(container: str, address: str, service: str, timeout_s: float = 90) -> None:
+    """Probe until SERVING; fail at once when the container has exited."""
+    probe = health_probe()
     deadline = time.monotonic() + timeout_s
     while True:
         result = subprocess.run(
@@ -245,6 +261,8 @@ def wait_serving(address: str, service: str, timeout_s: float = 90) -> None:
             answer = (result.stdout + result.stderr).strip()
             log(f"grpc_health_probe -service={service!r}: {answer}")
             return
+        if not running(container):
+            raise AssertionError(f"the container exited before -service={service!r} was SERVING")
         if time.monotonic() > deadline:
             raise AssertionError(
                 f"grpc_health_probe -service={service!r} never SERVING: "
@@ -253,27 +271,18 @@ def wait_serving(address: str, service: str, timeout_s: float = 90) -> None:
         time.sleep(0.5)
 
 
-def probe(grpc_address: str, metrics_address: str) -> None:
-    wait_serving(grpc_address, "")
-    wait_serving(grpc_address, "model/demo")
-    request = {"model": "demo", "prompt": "The container image", "request_id": "image-check"}
-    reply = json.loads(
-        run(
-            [
-                tool("grpcurl"),
-                "-plaintext",
-                "-d",
-                json.dumps(request),
-                grpc_address,
-                "inferwire.v1.InferenceService/Infer",
-            ],
-            timeout=120,
-        )
-    )
-    assert reply["requestId"] == "image-check", reply
-    assert reply["model"] == "demo", reply
+def infer(grpc_address: str, request: Mapping[str, object]) -> dict[str, Any]:
+    """One Infer through grpcurl (reflection, plaintext); the reply as JSON."""
+    command = [tool("grpcurl"), "-plaintext", "-d", json.dumps(request), grpc_address]
+    reply = json.loads(run([*command, "inferwire.v1.InferenceService/Infer"], timeout=120))
+    assert reply["requestId"] == request["request_id"], reply
+    assert reply["model"] == request["model"], reply
     assert reply.get("text"), reply
-    log(f"grpcurl Infer: {reply['text'][:60]!r}")
+    log(f"grpcurl Infer {request['model']}: {reply['text'][:60]!r}")
+    return reply
+
+
+def check_infer_counted(metrics_address: str) -> None:
     with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10) as response:
         metrics = response.read().decode()
     started = [
@@ -283,6 +292,14 @@ def probe(grpc_address: str, metrics_address: str) -> None:
     ]
     assert started and float(started[0].rsplit(" ", 1)[1]) >= 1, metrics[-3000:]
     log(f"/metrics: {started[0]}")
+
+
+def probe(container: str) -> None:
+    grpc_address, metrics_address = host_port(container, 50051), host_port(container, 9464)
+    wait_serving(container, grpc_address, "")
+    wait_serving(container, grpc_address, "model/demo")
+    infer(grpc_address, {"model": "demo", "prompt": "The image", "request_id": "image-check"})
+    check_infer_counted(metrics_address)
 
 
 EXTRA_CAS = Path("/usr/local/share/ca-certificates")
@@ -318,41 +335,37 @@ def check_no_extra_ca() -> None:
     log(f"none of the {len(markers)} extra CA certificates is in the image")
 
 
-def run_and_probe(timings: dict[str, float]) -> None:
+# Every run of the image: read-only root, no capability, no privilege gain, its own user.
+LOCKED_DOWN = [
+    *("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL"),
+    *("--security-opt", "no-new-privileges"),
+]
+
+
+@contextmanager
+def locked_down_container(
+    label: str, run_args: list[str], timings: dict[str, float]
+) -> Iterator[str]:
+    """Run IMAGE detached and locked down with `run_args`; yield its ID. On leaving, stop
+    it (SIGTERM: drain) and, when the body passed, require exit code 0."""
     user = docker("image", "inspect", "--format", "{{.Config.User}}", IMAGE).strip()
     assert user and user.split(":")[0] not in ("0", "root"), f"image runs as {user!r}"
-    name = f"inferwire-image-check-{os.getpid()}"
-    with step("start the container", timings):
+    name = f"inferwire-image-check-{label}-{os.getpid()}"
+    with step(f"start the container ({label})", timings):
         container = docker(
-            "run",
-            "--detach",
-            "--name",
-            name,
-            "--read-only",
-            "--tmpfs",
-            "/tmp",
-            "--cap-drop",
-            "ALL",
-            "--security-opt",
-            "no-new-privileges",
-            "--user",
-            user,
-            "--publish",
-            "127.0.0.1::50051",
-            "--publish",
-            "127.0.0.1::9464",
+            *("run", "--detach", "--name", name, *LOCKED_DOWN, "--user", user),
+            *run_args,
             IMAGE,
         ).strip()
     try:
-        with step("probe: grpc_health_probe, grpcurl Infer, /metrics", timings):
-            try:
-                probe(host_port(container, 50051), host_port(container, 9464))
-            except BaseException:
-                logs = subprocess.run([DOCKER, "logs", container], capture_output=True, text=True)
-                log(f"container log:\n{logs.stdout[-4000:]}{logs.stderr[-4000:]}")
-                raise
+        try:
+            yield container
+        except BaseException:
+            logs = subprocess.run([DOCKER, "logs", container], capture_output=True, text=True)
+            log(f"container log:\n{logs.stdout[-4000:]}{logs.stderr[-4000:]}")
+            raise
     finally:
-        with step("stop the container (SIGTERM: drain)", timings):
+        with step(f"stop the container ({label}; SIGTERM: drain)", timings):
             subprocess.run([DOCKER, "stop", "--time", "30", container], capture_output=True)
             state = subprocess.run(
                 [DOCKER, "inspect", "--format", "{{.State.ExitCode}}", container],
@@ -363,8 +376,16 @@ def run_and_probe(timings: dict[str, float]) -> None:
             log(f"exit code {state.stdout.strip()}; last log lines:")
             print(*(logs.stdout + logs.stderr).splitlines()[-3:], sep="\n", flush=True)
             subprocess.run([DOCKER, "rm", "--force", container], capture_output=True)
-    # Reached only when the probes passed: inferwire, PID 1 in the container, drained.
+    # Reached only when the body passed: inferwire, PID 1 in the container, drained.
     assert state.stdout.strip() == "0", f"exit code {state.stdout.strip()} after docker stop"
+
+
+def run_and_probe(timings: dict[str, float]) -> None:
+    """The image as built, with its bundled demo model, on random loopback host ports."""
+    ports = ["--publish", "127.0.0.1::50051", "--publish", "127.0.0.1::9464"]
+    label = "probe demo: grpc_health_probe, grpcurl Infer, /metrics"
+    with locked_down_container("demo", ports, timings) as container, step(label, timings):
+        probe(container)
 
 
 def main() -> None:
@@ -383,6 +404,10 @@ def main() -> None:
         with step("no extra CA certificate in the image", timings):
             check_no_extra_ca()
         run_and_probe(timings)
+        # Needs the virtualenv (inferwire's test support, tritonserver): imported here only.
+        from tests.image import triton_check
+
+        triton_check.run_and_probe(timings)
     finally:
         if dockerd is not None:
             with step("stop dockerd", timings):

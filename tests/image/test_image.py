@@ -1,4 +1,6 @@
-"""The container image, built, run locked down and probed from outside (image_check.py).
+"""The container image, built, run locked down and probed from outside (image_check.py):
+with its demo model, then with a Triton model against a real tritonserver on the host
+(triton_check.py).
 
 Skips, with the reason, when Docker cannot be used here (not root, apt fails, dockerd
 does not start); INFERWIRE_REQUIRE_IMAGE=1 (set by .ci/run) turns that skip into a
@@ -18,7 +20,7 @@ from tests.image import image_check
 
 
 @pytest.mark.timeout(1500)
-def test_image_builds_runs_read_only_and_answers_probes() -> None:
+def test_image_builds_runs_read_only_and_serves_demo_and_triton_models() -> None:
     try:
         image_check.main()
     except image_check.Unavailable as error:
