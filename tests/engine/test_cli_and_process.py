@@ -12,7 +12,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.engine import SLOW_READER_OPTIONS
-from tests.support.process import run_cli, start_server_process, stop_server_process
+from tests.support.process import (
+    run_cli,
+    start_server_process,
+    stop_server_process,
+    wait_cli_serving,
+)
 from tests.support.waiting import read_rest
 
 
@@ -24,13 +29,6 @@ def served():
         yield server
     finally:
         stop_server_process(server)
-
-
-def wait_serving(target: str) -> None:
-    for _ in range(300):
-        if run_cli("health", "--address", target).returncode == 0:
-            return
-    raise AssertionError("server never became SERVING")
 
 
 def test_serve_on_a_taken_port_exits_1_with_one_line_saying_why(served):
@@ -59,7 +57,7 @@ def test_serve_on_a_taken_metrics_port_names_the_setting_and_the_flag_turns_metr
 
 
 def test_cli_health_exit_codes(served):
-    wait_serving(served.target)
+    wait_cli_serving(served.target)
     ok = run_cli("health", "--address", served.target)
     assert (ok.returncode, ok.stdout.strip()) == (0, "SERVING")
     assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 0
@@ -69,7 +67,7 @@ def test_cli_health_exit_codes(served):
 
 
 def test_cli_infer_unary_and_stream(served):
-    wait_serving(served.target)
+    wait_cli_serving(served.target)
     unary = run_cli(
         "infer", "demo", "Hello", "--max-tokens", "16", "--temperature", "0",
         "--usage", "--address", served.target,
@@ -89,7 +87,7 @@ def test_cli_infer_unary_and_stream(served):
 
 
 def test_cli_infer_reads_the_prompt_from_standard_input(served):
-    wait_serving(served.target)
+    wait_cli_serving(served.target)
     args = ("--max-tokens", "16", "--temperature", "0", "--address", served.target)
     from_argument = run_cli("infer", "demo", "KING HENRY:\n", *args)
     from_stdin = run_cli("infer", "demo", "-", *args, stdin="KING HENRY:\n")
@@ -99,7 +97,7 @@ def test_cli_infer_reads_the_prompt_from_standard_input(served):
 
 
 def test_cli_reports_invalid_argument_with_each_field_once(served):
-    wait_serving(served.target)
+    wait_cli_serving(served.target)
     result = run_cli("infer", "demo", "", "--stop", "", "--address", served.target)
     assert result.returncode == 1
     lines = result.stderr.splitlines()
@@ -108,7 +106,7 @@ def test_cli_reports_invalid_argument_with_each_field_once(served):
 
 
 def test_cli_models_unload_and_load(served):
-    wait_serving(served.target)
+    wait_cli_serving(served.target)
     listed = run_cli("models", "list", "--address", served.target)
     assert "demo" in listed.stdout and "MODEL_STATE_READY" in listed.stdout
     unloaded = run_cli("models", "unload", "demo", "--address", served.target)

@@ -8,7 +8,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.certs import CertificateAuthority, Pki, write_pki
-from tests.support.process import ServerProcess, run_cli, start_server_process, stop_server_process
+from tests.support.process import (
+    ServerProcess,
+    run_cli,
+    start_server_process,
+    stop_server_process,
+    wait_cli_serving,
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,18 +31,11 @@ def mutual_server(pki: Pki) -> Iterator[ServerProcess]:
         stop_server_process(server)
 
 
-def wait_serving(target: str, *flags: str) -> None:
-    for _ in range(300):
-        if run_cli("health", "--address", target, *flags).returncode == 0:
-            return
-    raise AssertionError("server never became SERVING over TLS")
-
-
 def test_cli_calls_a_mutual_tls_server_with_its_certificate(mutual_server, pki):
     mutual = ["--tls-ca", str(pki.ca), "--tls-cert", str(pki.client_cert)]
     mutual += ["--tls-key", str(pki.client_key)]
     target = ["--address", mutual_server.target]
-    wait_serving(mutual_server.target, *mutual)
+    wait_cli_serving(mutual_server.target, *mutual)
     listed = run_cli("models", "list", *target, *mutual)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split()[:3] == ["demo", "onnxruntime-genai", "MODEL_STATE_READY"]
@@ -58,7 +57,7 @@ def test_cli_calls_a_mutual_tls_server_with_its_certificate(mutual_server, pki):
 def test_cli_calls_a_tls_server_with_the_ca_alone(pki):
     server = start_server_process(env=pki.server_env())
     try:
-        wait_serving(server.target, "--tls-ca", str(pki.ca))
+        wait_cli_serving(server.target, "--tls-ca", str(pki.ca))
         listed = run_cli("models", "list", "--address", server.target, "--tls-ca", str(pki.ca))
         assert listed.returncode == 0, listed.stderr
         assert listed.stdout.startswith("demo ")

@@ -246,7 +246,9 @@ def running(container: str) -> bool:
     return state.strip() == "true"
 
 
-def wait_serving(container: str, address: str, service: str, timeout_s: float = 90) -> None:
+def wait_container_serving(
+    container: str, address: str, service: str, timeout_s: float = 90
+) -> None:
     """Probe until SERVING; fail at once when the container has exited."""
     probe = health_probe()
     deadline = time.monotonic() + timeout_s
@@ -296,8 +298,8 @@ def check_infer_counted(metrics_address: str) -> None:
 
 def probe(container: str) -> None:
     grpc_address, metrics_address = host_port(container, 50051), host_port(container, 9464)
-    wait_serving(container, grpc_address, "")
-    wait_serving(container, grpc_address, "model/demo")
+    wait_container_serving(container, grpc_address, "")
+    wait_container_serving(container, grpc_address, "model/demo")
     infer(grpc_address, {"model": "demo", "prompt": "The image", "request_id": "image-check"})
     check_infer_counted(metrics_address)
 

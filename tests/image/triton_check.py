@@ -155,8 +155,8 @@ def run_and_probe(timings: dict[str, float]) -> None:
         with image_check.locked_down_container("triton", run_args, timings) as container:
             label = "probe triton: grpc_health_probe, grpcurl Infer to Triton, trace, /metrics"
             with step(label, timings):
-                image_check.wait_serving(container, address, "")
-                image_check.wait_serving(container, address, f"model/{MODEL}")
+                image_check.wait_container_serving(container, address, "")
+                image_check.wait_container_serving(container, address, f"model/{MODEL}")
                 request_id = "image-check-triton"
                 request = {
                     "model": MODEL,

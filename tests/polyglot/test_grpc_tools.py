@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.polyglot import require_tool
+from tests.support.polyglot import grpcurl, require_tool
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 
 SERVICE = "inferwire.v1.InferenceService"
@@ -20,13 +20,6 @@ SERVICE = "inferwire.v1.InferenceService"
 PROBE_SERVING = 0
 PROBE_RPC_FAILURE = 3  # e.g. NOT_FOUND for a service the server does not know
 PROBE_UNHEALTHY = 4  # the service answered NOT_SERVING
-
-
-def grpcurl(target: str, *args: str, data: dict | None = None) -> subprocess.CompletedProcess[str]:
-    command = [require_tool("grpcurl"), "-plaintext"]
-    if data is not None:
-        command += ["-d", json.dumps(data)]
-    return subprocess.run([*command, target, *args], capture_output=True, text=True, timeout=60)
 
 
 def json_messages(text: str) -> list[dict]:

@@ -12,7 +12,13 @@ import pytest
 from tests.polyglot.test_grpc_tools import PROBE_SERVING, SERVICE, json_messages
 from tests.support.auth import tokens_yaml
 from tests.support.certs import Pki, write_pki
-from tests.support.polyglot import CLIENTS, assert_example_output, require_tool, run_checked
+from tests.support.polyglot import (
+    CLIENTS,
+    assert_example_output,
+    grpcurl,
+    require_tool,
+    run_checked,
+)
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 
 GO_CLIENT = CLIENTS / "go"
@@ -46,11 +52,6 @@ def mtls_server(pki: Pki) -> Iterator[ServerProcess]:
     yield from serving(pki, mutual=True)
 
 
-def grpcurl(target: str, flags: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    command = [require_tool("grpcurl"), *flags, target, *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60)
-
-
 def grpcurl_flags(pki: Pki, mutual: bool) -> list[str]:
     flags = ["-cacert", str(pki.ca)]
     return [*flags, "-cert", str(pki.client_cert), "-key", str(pki.client_key)] if mutual else flags
@@ -60,20 +61,20 @@ def grpcurl_flags(pki: Pki, mutual: bool) -> list[str]:
 def test_grpcurl_lists_describes_and_infers_over_tls(request, pki, mutual):
     server = request.getfixturevalue("mtls_server" if mutual else "tls_server")
     flags = grpcurl_flags(pki, mutual)
-    listed = grpcurl(server.target, flags, "list")
+    listed = grpcurl(server.target, "list", flags=flags)
     assert listed.returncode == 0, listed.stderr
     assert SERVICE in listed.stdout.split()
-    described = grpcurl(server.target, flags, "describe", f"{SERVICE}.Infer")
+    described = grpcurl(server.target, "describe", f"{SERVICE}.Infer", flags=flags)
     assert described.returncode == 0, described.stderr
     request_json = '{"model":"demo","prompt":"Hello","parameters":{"maxTokens":4}}'
-    inferred = grpcurl(server.target, [*flags, "-d", request_json], f"{SERVICE}/Infer")
+    inferred = grpcurl(server.target, f"{SERVICE}/Infer", flags=[*flags, "-d", request_json])
     assert inferred.returncode == 0, inferred.stderr
     (response,) = json_messages(inferred.stdout)
     assert response["usage"]["completionTokens"] == 4
 
 
 def test_grpcurl_without_a_client_certificate_is_refused_by_the_mtls_server(mtls_server, pki):
-    refused = grpcurl(mtls_server.target, ["-cacert", str(pki.ca)], "list")
+    refused = grpcurl(mtls_server.target, "list", flags=["-cacert", str(pki.ca)])
     assert refused.returncode != 0
 
 
@@ -157,11 +158,11 @@ def test_go_example_and_tools_call_a_tls_plus_token_server(secured_server, pki):
     request_json = '{"model":"demo","prompt":"Hello","parameters":{"maxTokens":4}}'
     flags = ["-cacert", str(pki.ca), "-d", request_json]
     bearer = ["-H", f"authorization: Bearer {APP_TOKEN}"]
-    inferred = grpcurl(secured_server.target, [*flags, *bearer], f"{SERVICE}/Infer")
+    inferred = grpcurl(secured_server.target, f"{SERVICE}/Infer", flags=[*flags, *bearer])
     assert inferred.returncode == 0, inferred.stderr
-    refused = grpcurl(secured_server.target, flags, f"{SERVICE}/Infer")
+    refused = grpcurl(secured_server.target, f"{SERVICE}/Infer", flags=flags)
     assert "Unauthenticated" in refused.stderr, refused.stderr
     # Probes and reflection stay open without a token.
-    assert grpcurl(secured_server.target, ["-cacert", str(pki.ca)], "list").returncode == 0
+    assert grpcurl(secured_server.target, "list", flags=["-cacert", str(pki.ca)]).returncode == 0
     probed = probe(secured_server.target, "-tls", "-tls-ca-cert", str(pki.ca), "-service", "")
     assert probed.returncode == PROBE_SERVING, probed.stdout + probed.stderr

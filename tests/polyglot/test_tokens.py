@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from inferwire.core.auth import hash_token, new_token
-from tests.support.polyglot import require_tool
+from tests.support.polyglot import grpcurl, require_tool
 from tests.support.process import ServerProcess, run_cli, start_serving_server, stop_server_process
 
 TOKEN = new_token()
@@ -42,22 +42,18 @@ def test_the_cli_sends_its_token_and_is_refused_without_one(secured: ServerProce
     assert TOKEN not in "".join(secured.log_lines)
 
 
-def grpcurl(target: str, *args: str) -> subprocess.CompletedProcess[str]:
-    data = json.dumps({"model": "demo", "prompt": "ROMEO:", "parameters": {"max_tokens": 4}})
-    command = [require_tool("grpcurl"), "-plaintext", *args, "-d", data, target]
-    return subprocess.run(
-        [*command, "inferwire.v1.InferenceService/Infer"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+def grpcurl_infer(target: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    data = {"model": "demo", "prompt": "ROMEO:", "parameters": {"max_tokens": 4}}
+    return grpcurl(
+        target, "inferwire.v1.InferenceService/Infer", flags=("-plaintext", *flags), data=data
     )
 
 
 def test_grpcurl_with_a_bearer_header_is_served(secured: ServerProcess) -> None:
-    served = grpcurl(secured.target, "-H", f"authorization: Bearer {TOKEN}")
+    served = grpcurl_infer(secured.target, "-H", f"authorization: Bearer {TOKEN}")
     assert served.returncode == 0, served.stderr
     assert json.loads(served.stdout)["finishReason"] == "FINISH_REASON_LENGTH"
-    refused = grpcurl(secured.target)
+    refused = grpcurl_infer(secured.target)
     assert refused.returncode != 0 and "Unauthenticated" in refused.stderr, refused.stderr
     listed = subprocess.run(  # reflection stays open: no header needed to list services
         [require_tool("grpcurl"), "-plaintext", secured.target, "list"],

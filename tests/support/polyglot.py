@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,3 +163,15 @@ def assert_chat_logprobs_output(stdout: str, reference: pb.InferResponse) -> Non
             assert abs(alternative.logprob - expected_alternative.logprob) <= LOGPROB_TOLERANCE, (
                 where
             )
+
+
+def grpcurl(
+    target: str, *args: str, flags: Sequence[str] = ("-plaintext",), data: object = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the real grpcurl against `target`: `flags` (transport, headers) and `-d data`
+    (JSON-encoded unless a string) go before the address, `args` (a verb or a method)
+    after it."""
+    command = [require_tool("grpcurl"), *flags]
+    if data is not None:
+        command += ["-d", data if isinstance(data, str) else json.dumps(data)]
+    return subprocess.run([*command, target, *args], capture_output=True, text=True, timeout=60)

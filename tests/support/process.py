@@ -129,3 +129,11 @@ def run_cli(
         input=stdin,
         env={**os.environ, **(env or {})},
     )
+
+
+def wait_cli_serving(target: str, *flags: str, attempts: int = 300) -> None:
+    """Block until `inferwire health` (with `flags`, e.g. TLS) reports the server SERVING."""
+    for _ in range(attempts):
+        if run_cli("health", "--address", target, *flags).returncode == 0:
+            return
+    raise AssertionError(f"server at {target} never became SERVING {' '.join(flags)}".rstrip())
