@@ -11,7 +11,7 @@ from inferwire.backends.triton.chat import MAX_REASON_CHARS, ChatTemplate
 from inferwire.core.errors import ConfigurationError, InvalidArgumentError
 from inferwire.core.types import ChatMessage
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "triton" / "chat_templates"
+TEMPLATES = Path(__file__).resolve().parents[4] / "tests" / "triton" / "chat_templates"
 CHAT = (ChatMessage("system", "Be brief."), ChatMessage("user", 'Hi <there> & "you"'))
 
 

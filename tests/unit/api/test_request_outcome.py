@@ -24,7 +24,7 @@ from inferwire.core.record import Outcome
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.fake_backend import FakeBackends, serving_fakes
-from tests.unit.test_metrics import metered_settings, scrape
+from tests.unit.api.test_metrics import metered_settings, scrape
 
 Observed = tuple[InferwireServer, FakeBackends, inference_pb2_grpc.InferenceServiceStub]
 
