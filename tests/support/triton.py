@@ -236,6 +236,29 @@ def fixed_repository(directory: Path) -> Path:
     return directory
 
 
+# The models of the Open Inference Protocol tests (tests/triton/test_kserve_tritonclient.py):
+# a vllm_echo that streams deltas, as current vLLM backend releases do, and trtllm_unary.
+OIP_VLLM_MODEL = "vllm_model"
+OIP_TRTLLM_MODEL = "trtllm_model"
+
+
+def oip_repository(directory: Path) -> Path:
+    """A repository with OIP_VLLM_MODEL and OIP_TRTLLM_MODEL (symlinks copied as files)."""
+    for source, name, extra in (
+        (
+            "vllm_echo",
+            OIP_VLLM_MODEL,
+            'parameters { key: "stream_deltas" value: { string_value: "true" } }\n',
+        ),
+        ("trtllm_unary", OIP_TRTLLM_MODEL, ""),
+    ):
+        shutil.copytree(REPOSITORY / source, directory / name)
+        config = directory / name / "config.pbtxt"
+        text = config.read_text().replace(f'name: "{source}"', f'name: "{name}"')
+        config.write_text(text + extra)
+    return directory
+
+
 def make_settings(servers: dict[str, TritonServer]):
     main = servers["main"].url
     return load_settings(

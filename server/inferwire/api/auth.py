@@ -50,6 +50,28 @@ SCOPE_BY_RPC: dict[str, Scope] = {
     "UnloadModel": Scope.ADMIN,
 }
 
+# The same for inference.GRPCInferenceService (KServe v2; api/kserve): live and ready are
+# open, like grpc.health.v1; what reads or runs a model needs infer (and the per-model rule,
+# in the servicer), the repository admin. Its shared-memory, trace and log RPCs, which are
+# not offered, fall to admin too.
+KSERVE_SERVICE = "inference.GRPCInferenceService"
+KSERVE_OPEN_RPCS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
+KSERVE_SCOPE_BY_RPC: dict[str, Scope] = {
+    "ServerMetadata": Scope.INFER,
+    "ModelMetadata": Scope.INFER,
+    "ModelConfig": Scope.INFER,
+    "ModelStatistics": Scope.INFER,
+    "ModelInfer": Scope.INFER,
+    "ModelStreamInfer": Scope.INFER,
+    "RepositoryIndex": Scope.ADMIN,
+    "RepositoryModelLoad": Scope.ADMIN,
+    "RepositoryModelUnload": Scope.ADMIN,
+}
+_SCOPES_BY_SERVICE = {
+    INFERENCE_SERVICE.full_name: SCOPE_BY_RPC,
+    KSERVE_SERVICE: KSERVE_SCOPE_BY_RPC,
+}
+
 _PRINCIPAL: contextvars.ContextVar[Principal] = contextvars.ContextVar(
     "inferwire_principal", default=UNRESTRICTED
 )
@@ -108,11 +130,9 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         service, method = split_method(handler_call_details.method)
         if handler is None or service in self._open_services:
             return handler
-        scope = (
-            SCOPE_BY_RPC.get(method, Scope.ADMIN)
-            if service == INFERENCE_SERVICE.full_name
-            else Scope.ADMIN
-        )
+        if service == KSERVE_SERVICE and method in KSERVE_OPEN_RPCS:
+            return handler
+        scope = _SCOPES_BY_SERVICE.get(service, {}).get(method, Scope.ADMIN)
         try:
             token = bearer_token(handler_call_details.invocation_metadata)
             principal = identify(self._store, self._anonymous, token)

@@ -74,6 +74,13 @@ def _guard_request_stream(handler: Callable[..., Any], method: str) -> Callable[
                 await _refuse(context, method, request.reason)
             yield request
 
+    if not inspect.isasyncgenfunction(handler):  # it writes with context.write
+
+        async def call_guard(requests: AsyncIterable[Any], context: Any) -> Any:
+            return await handler(checked(requests, context), context)
+
+        return call_guard
+
     async def stream_guard(requests: AsyncIterable[Any], context: Any) -> AsyncIterator[Any]:
         async for response in handler(checked(requests, context), context):
             yield response

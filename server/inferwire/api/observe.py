@@ -43,7 +43,7 @@ access_log = logging.getLogger("inferwire.access")
 # every other RPC's says `rpc finished`.
 INFERENCE_METHODS = frozenset(
     f"/inferwire.v1.InferenceService/{name}" for name in ("Infer", "InferStream")
-)
+) | frozenset(f"/inference.GRPCInferenceService/{n}" for n in ("ModelInfer", "ModelStreamInfer"))
 
 
 class _CountingContext:

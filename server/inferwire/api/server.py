@@ -1,4 +1,4 @@
-"""Assembles and runs the gRPC server: InferenceService, grpc.health.v1 and reflection."""
+"""Assembles and runs the gRPC server: InferenceService, KServe v2, grpc.health.v1, reflection."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from inferwire.api.auth import auth_interceptors
 from inferwire.api.decoding import DecodeErrorInterceptor
 from inferwire.api.health import SERVICE_NAME, HealthServicer
+from inferwire.api.kserve import add_kserve
 from inferwire.api.metrics import MetricsEndpoint, PrometheusMetrics
 from inferwire.api.observe import ObservingInterceptor, method_labels
 from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
@@ -187,6 +188,7 @@ class InferwireServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         services = [
             SERVICE_NAME,
+            *add_kserve(self._server, self.manager),
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             *REFLECTION_SERVICE_NAMES,
         ]

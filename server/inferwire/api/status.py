@@ -48,6 +48,8 @@ STATUS_CODE_BY_ERROR: dict[type[errors.InferwireError], grpc.StatusCode] = {
     errors.UnauthenticatedError: grpc.StatusCode.UNAUTHENTICATED,
     # Credentials lack the needed scope.
     errors.PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
+    # An RPC (or a feature of one) this server does not offer.
+    errors.NotSupportedError: grpc.StatusCode.UNIMPLEMENTED,
 }
 
 

@@ -73,6 +73,10 @@ class PermissionDeniedError(InferwireError):
     """The credentials lack the scope the RPC needs."""
 
 
+class NotSupportedError(InferwireError):
+    """The server does not offer what the call asks for: an RPC, or a feature of one."""
+
+
 class ConfigurationError(InferwireError):
     """The server's configuration is invalid; raised at start-up."""
 

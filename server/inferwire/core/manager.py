@@ -43,6 +43,7 @@ from inferwire.core.types import (
     HealthReport,
     InferenceRequest,
     InferenceResult,
+    InferenceStatistics,
     ModelState,
     ModelStatus,
     StreamChunk,
@@ -155,6 +156,9 @@ class ModelManager:
     def model_status(self, name: str) -> ModelStatus:
         return self._get(name).status()
 
+    def statistics(self, name: str = "") -> list[InferenceStatistics]:
+        return [m.statistics() for m in ([self._get(name)] if name else self._models.values())]
+
     async def load(self, name: str) -> ModelStatus:
         """Load a configured model. Idempotent; serialised with unloads of the same model."""
         model = self._get(name)
@@ -260,7 +264,9 @@ class ModelManager:
                             record.completion_tokens = event.completion_tokens
                         if kept is not None:
                             kept.append(event.text)
-                        yield StreamChunk(event.text, logprobs=event.logprobs)
+                        yield StreamChunk(
+                            event.text, logprobs=event.logprobs, tokens=event.completion_tokens
+                        )
                     else:
                         record.counted(event.usage.prompt_tokens, event.usage.completion_tokens)
                         record.end(Outcome.finished(event.finish_reason))
@@ -345,7 +351,7 @@ class ModelManager:
         finally:
             record.end(Outcome.ERROR)  # a generation that ended without a result
             if model is not None:
-                model.generated_tokens_total += record.completion_tokens
+                model.request_ended(record)
             self._metrics.request_finished(record)
             self._tracer.request_finished(record)
 

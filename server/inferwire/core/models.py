@@ -22,9 +22,12 @@ from inferwire.core.errors import (
     ModelNotReadyError,
     QueueFullError,
 )
+from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.tracing import QUEUE, Tracer
 from inferwire.core.types import (
     BackendHealthReport,
+    Durations,
+    InferenceStatistics,
     ModelHealthReport,
     ModelState,
     ModelStatus,
@@ -82,6 +85,9 @@ def duplicate_name(specs: Iterable[ModelSpec]) -> str | None:
 # Reports a model's queued and running requests (the manager's metrics listener).
 LoadReporter = Callable[[str, int, int], None]
 
+_STATISTICS = ("succeeded", "failed", "queued", "computed")
+_FINISHED = (Outcome.STOP, Outcome.STOP_SEQUENCE, Outcome.LENGTH)
+
 _NOT_READY_HINT = {
     ModelState.UNLOADED: "call LoadModel first",
     ModelState.LOADING: "it is still loading",
@@ -108,6 +114,9 @@ class ManagedModel:
         self.backend_failures = 0  # consecutive requests that failed in the backend
         self.failing_since: float | None = None  # when those failures took readiness away
         self._report_load = report_load
+        # Ended requests by kind (see `request_ended`): [count, total seconds].
+        self._durations = {kind: [0, 0.0] for kind in _STATISTICS}
+        self._last_ended_unix_ms = 0
 
     @property
     def name(self) -> str:
@@ -138,6 +147,26 @@ class ManagedModel:
             queued=self.queued,
             requests_total=self.requests_total,
             generated_tokens_total=self.generated_tokens_total,
+        )
+
+    def request_ended(self, record: RequestRecord) -> None:
+        """Count an ended request of this model in its statistics and token total."""
+        self.generated_tokens_total += record.completion_tokens
+        elapsed = (record.ended or time.perf_counter()) - record.arrived
+        finished = record.outcome in _FINISHED
+        kinds = [("succeeded" if finished else "failed", elapsed)]
+        if record.admitted is not None:
+            kinds += [("queued", record.queue_s), ("computed", elapsed - record.queue_s)]
+        for kind, seconds in kinds:
+            entry = self._durations[kind]
+            entry[0] += 1
+            entry[1] += seconds
+        self._last_ended_unix_ms = int(time.time() * 1e3)
+
+    def statistics(self) -> InferenceStatistics:
+        durations = {kind: Durations(int(c), float(s)) for kind, (c, s) in self._durations.items()}
+        return InferenceStatistics(
+            name=self.spec.name, **durations, last_inference_unix_ms=self._last_ended_unix_ms
         )
 
     def require_ready(self) -> None:

@@ -177,6 +177,7 @@ class StreamChunk:
     usage: Usage | None = None
     timing: Timing | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
+    tokens: int | None = None  # generated so far, when the backend reports a running count
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,26 @@ class ModelHealthReport:
     queued: int
     requests_total: int
     generated_tokens_total: int
+
+
+@dataclass(frozen=True)
+class Durations:
+    """How many requests of a kind, and the seconds they took together."""
+
+    count: int = 0
+    total_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class InferenceStatistics:
+    """A model's inference requests since the server started, by how they ended."""
+
+    name: str
+    succeeded: Durations  # arrival to end, requests that finished generating
+    failed: Durations  # arrival to end, every other request for the model
+    queued: Durations  # arrival to admission, admitted requests
+    computed: Durations  # admission to end, admitted requests
+    last_inference_unix_ms: int = 0  # when the last request ended; 0: none yet
 
 
 @dataclass(frozen=True)

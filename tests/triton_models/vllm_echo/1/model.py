@@ -34,6 +34,10 @@ def _flag(request, name):
 class TritonPythonModel(ThreadPerRequest):
     def initialize(self, args):
         self.delay_s = token_delay_s()
+        # The config parameter `stream_deltas: "true"` streams deltas, as current vLLM
+        # backend releases do; without it, cumulative text.
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        self.deltas = parameters.get("stream_deltas", {}).get("string_value") == "true"
 
     def _fail(self, sender, message, code):
         error = pb_utils.TritonError(message, getattr(pb_utils.TritonError, code or "INTERNAL"))
@@ -96,11 +100,16 @@ class TritonPythonModel(ThreadPerRequest):
                 )
             return pb_utils.InferenceResponse(output_tensors=tensors)
 
-        sent_tokens = 0
+        sent_tokens = sent_chars = 0
+
+        def streamed(text):  # what a stream response carries of the text so far
+            return text[sent_chars:] if self.deltas else text
+
         for _ in generation.run(request.is_cancelled, self.delay_s):
             if stream and generation.finish is None:
-                sender.send(response(generation.text, generation.tokens - sent_tokens, None))
-                sent_tokens = generation.tokens
+                text = generation.text
+                sender.send(response(streamed(text), generation.tokens - sent_tokens, None))
+                sent_tokens, sent_chars = generation.tokens, len(text)
         forwarded = json.loads(request.parameters() or "{}")
         generation.record("vllm_echo", request.request_id(), stream, params, forwarded)
         text, tokens, finish = generation.text, generation.tokens, generation.finish
@@ -109,6 +118,6 @@ class TritonPythonModel(ThreadPerRequest):
             sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
         elif stream:
             # The last response carries the final flag, as the vLLM backend does.
-            sender.send(response(text, tokens - sent_tokens, finish), FINAL)
+            sender.send(response(streamed(text), tokens - sent_tokens, finish), FINAL)
         else:
             sender.send(response((prompt + text) if prepend else text, tokens, finish), FINAL)

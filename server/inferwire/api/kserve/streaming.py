@@ -1,0 +1,112 @@
+"""ModelStreamInfer: many requests on one bidirectional stream, as Triton's decoupled models.
+
+Every request read from the stream runs in a task of its own, so requests overlap; their
+responses go through one bounded outbox to the one writer (grpc allows one write at a
+time, and a full outbox holds generation back while the client reads slowly, as
+InferStream's writes do). A request with `stream: true` gets one response per text delta;
+every request's last response carries `triton_final_response: true`. A request that
+fails answers with the stream response's `error_message`, and the stream stays open for
+the others. When the client cancels the stream, its requests are cancelled in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterable
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as oip
+
+from inferwire.api.auth import current_principal
+from inferwire.api.kserve.conventions import ParsedRequest, parse_request, renamed
+from inferwire.api.kserve.responses import ChunkResponses, result_response
+from inferwire.api.kserve.tensors import infer_response
+from inferwire.api.peer_gone import write_or_await_cancellation
+from inferwire.api.status import status_code_for, to_rpc_status
+from inferwire.core.errors import InferwireError, InvalidArgumentError
+from inferwire.core.manager import ModelManager
+
+log = logging.getLogger(__name__)
+
+# Responses waiting for the writer; beyond this, the requests' generation waits.
+OUTBOX_SIZE = 16
+INTERNAL_MESSAGE = "internal error; see the server log"
+_END = object()  # the reader is done: no request will add a response after its tasks
+
+
+def error_message(error: Exception) -> str:
+    """What a failed request's stream response says: the bounded status message."""
+    if isinstance(error, InferwireError) and status_code_for(error) != grpc.StatusCode.INTERNAL:
+        return to_rpc_status(error).details or ""
+    log.error("unhandled error in a ModelStreamInfer request", exc_info=error)
+    return INTERNAL_MESSAGE
+
+
+class StreamSession:
+    """One ModelStreamInfer call: reads requests, runs them, writes their responses."""
+
+    def __init__(self, manager: ModelManager, context: grpc.aio.ServicerContext) -> None:
+        self._manager = manager
+        self._context = context
+        self._outbox: asyncio.Queue[Any] = asyncio.Queue(OUTBOX_SIZE)
+        self._requests: set[asyncio.Task[None]] = set()
+
+    async def run(self, requests: AsyncIterable[oip.ModelInferRequest]) -> None:
+        reader = asyncio.create_task(self._read(requests), name="model-stream-reader")
+        try:
+            while (message := await self._outbox.get()) is not _END:
+                await write_or_await_cancellation(self._context, message)
+            reader.result()  # a request that could not be read ends the call (decoding)
+        finally:
+            reader.cancel()
+            for task in self._requests:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(reader, *self._requests, return_exceptions=True)
+
+    async def _read(self, requests: AsyncIterable[oip.ModelInferRequest]) -> None:
+        try:
+            async for request in requests:
+                task = asyncio.create_task(self._serve(request), name="model-stream-request")
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
+            await asyncio.gather(*self._requests)
+        finally:
+            # Never blocks for long: the writer keeps taking until it sees the end.
+            await self._outbox.put(_END)
+
+    async def _serve(self, request: oip.ModelInferRequest) -> None:
+        parsed: ParsedRequest | None = None
+        try:
+            current_principal().require_model(request.model_name)
+            parsed = parse_request(request, self._context.time_remaining())
+            if parsed.stream:
+                await self._stream(parsed)
+            else:
+                result = await self._manager.infer(parsed.inference)
+                await self._send(result_response(parsed, result, final=True))
+        except InvalidArgumentError as error:
+            await self._fail(request, renamed(error, parsed.sources) if parsed else error)
+        except Exception as error:
+            await self._fail(request, error)
+
+    async def _stream(self, parsed: ParsedRequest) -> None:
+        _, chunks = self._manager.infer_stream(parsed.inference)
+        responses = ChunkResponses(parsed)
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                await self._send(responses.response(chunk))
+
+    async def _send(self, response: oip.ModelInferResponse) -> None:
+        await self._outbox.put(oip.ModelStreamInferResponse(infer_response=response))
+
+    async def _fail(self, request: oip.ModelInferRequest, error: Exception) -> None:
+        await self._outbox.put(
+            oip.ModelStreamInferResponse(
+                error_message=error_message(error),
+                infer_response=infer_response(request.model_name, request.id, ()),
+            )
+        )
