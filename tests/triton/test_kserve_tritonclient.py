@@ -10,14 +10,13 @@ the non-decoupled trtllm_unary, which is what tritonclient's `infer` can call on
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from inferwire.backends.ort_genai import builtin_model_path
+from tests.support.oip import run_tritonclient_program
 from tests.support.process import start_serving_server, stop_server_process
 from tests.support.triton import (
     OIP_TRTLLM_MODEL,
@@ -26,19 +25,9 @@ from tests.support.triton import (
     oip_repository,
 )
 
-SCRIPT = Path(__file__).resolve().parents[1] / "support" / "tritonclient_vllm.py"
-
 
 def run_script(target: str) -> dict:
-    """The program's report; it fails here with its own traceback when a call failed."""
-    result = subprocess.run(
-        [sys.executable, str(SCRIPT), target, OIP_VLLM_MODEL, OIP_TRTLLM_MODEL],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    return run_tritonclient_program(target, OIP_VLLM_MODEL, OIP_TRTLLM_MODEL)
 
 
 def texts(report: dict) -> dict:
