@@ -1,4 +1,5 @@
-"""Fuzzing every request message, and raw payloads to every method, against a real
+"""Fuzzing every request message, and raw payloads to every method (inferwire.v1, KServe
+v2's inference.GRPCInferenceService, grpc.health.v1), against a real
 `inferwire serve`: each reply is a success or a clean client-side code, never INTERNAL,
 UNKNOWN or a hang; afterwards the server is SERVING and answers as before.
 
@@ -65,7 +66,12 @@ class Fuzzed:
         """Send one request's bytes; fail unless it succeeds or ends with a clean code."""
         details = ""
         try:
-            if method in fuzz.STREAM_METHODS:
+            if method in fuzz.BIDI_METHODS:  # one stream carrying the payload twice
+                for _ in self.channel.stream_stream(method)(
+                    iter([payload] * 2), timeout=DEADLINE_S
+                ):
+                    pass
+            elif method in fuzz.STREAM_METHODS:
                 call = self.channel.unary_stream(method)(payload, timeout=DEADLINE_S)
                 for _ in call:
                     if method.endswith("/Watch"):  # never ends by itself; one status answers
@@ -103,7 +109,7 @@ def demo_loaded(fuzzed: Fuzzed) -> None:
     fuzzed.stub.LoadModel(pb.LoadModelRequest(model="demo"), timeout=DEADLINE_S)
 
 
-ALL_METHODS = sorted({**fuzz.UNARY_METHODS, **fuzz.STREAM_METHODS}.items())
+ALL_METHODS = sorted({**fuzz.UNARY_METHODS, **fuzz.STREAM_METHODS, **fuzz.BIDI_METHODS}.items())
 
 
 @pytest.mark.parametrize(("method", "requests"), ALL_METHODS, ids=[m for m, _ in ALL_METHODS])

@@ -8,6 +8,7 @@ Generated `max_tokens` stay small, apart from the extremes themselves.
 
 from __future__ import annotations
 
+import json
 import operator
 import os
 import struct
@@ -15,7 +16,9 @@ import struct
 from grpc_health.v1 import health_pb2
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from tritonclient.grpc import service_pb2 as oip
 
+from inferwire.api.kserve.conventions import TRTLLM_INPUTS, VLLM_INPUTS
 from inferwire.v1 import inference_pb2 as pb
 
 # ~150 examples per message type in CI; INFERWIRE_FUZZ_EXAMPLES=5000 for a long local run.
@@ -173,6 +176,132 @@ health_check_request = st.builds(
     ),
 )
 
+# ---- inference.GRPCInferenceService (KServe v2) ------------------------------------------
+
+# The inputs of the vLLM and TensorRT-LLM conventions, a few names no model takes, and
+# every datatype for each, mostly the right one.
+_TENSOR_NAMES = ["text_input", "stream", "sampling_parameters", "exclude_input_in_output"]
+_TENSOR_NAMES += ["return_finish_reason", "return_num_input_tokens", "return_num_output_tokens"]
+_TENSOR_NAMES += ["max_tokens", "temperature", "top_p", "top_k", "random_seed", "stop_words"]
+_DATATYPES = ["BYTES", "BOOL", "INT32", "INT64", "UINT32", "UINT64", "FP32", "FP64", "FP16", ""]
+_CONTENTS = {
+    "BYTES": ("bytes_contents", st.binary(max_size=24)),
+    "BOOL": ("bool_contents", st.booleans()),
+    "INT32": ("int_contents", int32),
+    "INT64": ("int64_contents", st.integers(-(2**63), 2**63 - 1)),
+    "UINT32": ("uint_contents", uint32),
+    "UINT64": ("uint64_contents", st.integers(0, 2**64 - 1)),
+    "FP32": ("fp32_contents", float32),
+    "FP64": ("fp64_contents", st.floats()),
+}
+_JSON_VALUE = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.floats(),
+    st.booleans(),
+    st.none(),
+    short_text,
+    st.lists(short_text, max_size=20),
+)
+_SAMPLING_KEYS = ["max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", ""]
+sampling_json = mostly(
+    st.builds(
+        json.dumps,
+        st.fixed_dictionaries(
+            {}, optional={"max_tokens": st.integers(1, 8), "temperature": st.floats(0, 2)}
+        ),
+    ),
+    st.one_of(
+        st.builds(json.dumps, st.dictionaries(st.sampled_from(_SAMPLING_KEYS), _JSON_VALUE)),
+        text_value,
+    ),
+)
+
+
+@st.composite
+def _input_tensor(draw: st.DrawFn, name: str) -> oip.ModelInferRequest.InferInputTensor:
+    expected = {**VLLM_INPUTS, **TRTLLM_INPUTS}.get(name, "BYTES")
+    datatype = draw(mostly(st.just(expected), st.sampled_from(_DATATYPES)))
+    tensor = oip.ModelInferRequest.InferInputTensor(name=name, datatype=datatype)
+    field, values = _CONTENTS.get(datatype, ("bytes_contents", st.binary(max_size=8)))
+    if name == "text_input" and datatype == "BYTES":
+        values = st.builds(str.encode, mostly(plausible_text, text_value))
+    elif name == "sampling_parameters" and datatype == "BYTES":
+        values = st.builds(str.encode, sampling_json)
+    elif datatype in ("INT32", "FP32"):  # mostly plausible, so that many reach the engine
+        values = (
+            mostly(st.integers(1, 8), values)
+            if datatype == "INT32"
+            else mostly(st.floats(0.25, 1, width=32), values)
+        )
+    contents = draw(mostly(st.lists(values, min_size=1, max_size=1), st.lists(values, max_size=70)))
+    getattr(tensor.contents, field).extend(contents)
+    shape = draw(mostly(st.just([len(contents)]), st.lists(st.integers(-2, 80), max_size=3)))
+    tensor.shape.extend(shape)
+    return tensor
+
+
+@st.composite
+def model_infer_request(draw: st.DrawFn) -> oip.ModelInferRequest:
+    names = draw(st.lists(st.sampled_from(_TENSOR_NAMES), max_size=4, unique=True))
+    names = ["text_input", *names] if draw(mostly(st.just(True), st.just(False))) else names
+    if draw(st.integers(0, 5)) == 0:
+        names.append(draw(text_value))  # a name no model takes
+    inputs = [draw(_input_tensor(name)) for name in dict.fromkeys(names)]
+    message = oip.ModelInferRequest(
+        model_name=draw(mostly(st.just("demo"), model_name)),
+        model_version=draw(mostly(st.just(""), short_text)),
+        id=draw(mostly(st.just(""), text_value)),
+        inputs=inputs,
+    )
+    if draw(st.integers(0, 4)) == 0:  # the raw form tritonclient sends (or garbage)
+        for tensor in message.inputs:
+            message.raw_input_contents.append(draw(st.binary(max_size=64)))
+            tensor.ClearField("contents")
+    for key in draw(st.lists(st.sampled_from(_SAMPLING_KEYS), max_size=3, unique=True)):
+        parameter = message.parameters[key]
+        choice = draw(
+            st.sampled_from(["int64_param", "double_param", "string_param", "bool_param"])
+        )
+        value = {
+            "int64_param": st.integers(-(2**63), 2**63 - 1),
+            "double_param": st.floats(),
+            "string_param": short_text,
+            "bool_param": st.booleans(),
+        }[choice]
+        setattr(parameter, choice, draw(value))
+    for name in draw(st.lists(st.sampled_from(["text_output", "finish_reason", "x"]), max_size=2)):
+        message.outputs.add(name=name)
+    return message
+
+
+_NAME = {"name": model_name, "version": mostly(st.just(""), short_text)}
+KSERVE = "/inference.GRPCInferenceService"
+KSERVE_UNARY_METHODS = {
+    f"{KSERVE}/ServerLive": st.just(oip.ServerLiveRequest()),
+    f"{KSERVE}/ServerReady": st.just(oip.ServerReadyRequest()),
+    f"{KSERVE}/ServerMetadata": st.just(oip.ServerMetadataRequest()),
+    f"{KSERVE}/ModelReady": st.builds(oip.ModelReadyRequest, **_NAME),
+    f"{KSERVE}/ModelMetadata": st.builds(oip.ModelMetadataRequest, **_NAME),
+    f"{KSERVE}/ModelConfig": st.builds(oip.ModelConfigRequest, **_NAME),
+    f"{KSERVE}/ModelStatistics": st.builds(
+        oip.ModelStatisticsRequest, name=st.one_of(st.just(""), model_name)
+    ),
+    f"{KSERVE}/ModelInfer": model_infer_request(),
+    f"{KSERVE}/RepositoryIndex": st.builds(
+        oip.RepositoryIndexRequest,
+        repository_name=mostly(st.just(""), short_text),
+        ready=st.booleans(),
+    ),
+    f"{KSERVE}/RepositoryModelLoad": st.builds(
+        oip.RepositoryModelLoadRequest, model_name=model_name
+    ),
+    f"{KSERVE}/RepositoryModelUnload": st.builds(
+        oip.RepositoryModelUnloadRequest, model_name=model_name
+    ),
+}
+# Bidirectional: each example is one stream of a few requests.
+BIDI_METHODS = {f"{KSERVE}/ModelStreamInfer": model_infer_request()}
+
 # Every method and one strategy for its request; the raw-bytes test reuses the keys.
 UNARY_METHODS = {
     "/inferwire.v1.InferenceService/LoadModel": load_model_request,
@@ -182,6 +311,7 @@ UNARY_METHODS = {
     "/inferwire.v1.InferenceService/ListModels": list_models_request,
     "/inferwire.v1.InferenceService/Tokenize": tokenize_request,
     "/grpc.health.v1.Health/Check": health_check_request,
+    **KSERVE_UNARY_METHODS,
 }
 STREAM_METHODS = {
     "/inferwire.v1.InferenceService/InferStream": infer_stream_request,
