@@ -23,6 +23,7 @@ SCENARIOS = {
     "engine_overhead": "bench.engine_overhead",
     "concurrency_scaling": "bench.concurrency_scaling",
     "triton_overhead": "bench.triton_overhead",
+    "kserve_overhead": "bench.kserve_overhead",
     "grpc_floor": "bench.grpc_floor",
     "ghz_infer": "bench.ghz_infer",
     "memory": "bench.memory",

@@ -5,6 +5,7 @@ orchestrators' probe). All are installed, pinned, by scripts/install_tools.sh.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from collections.abc import Iterator
@@ -172,3 +173,43 @@ def test_grpc_health_probe_follows_model_lifecycle(own_server: ServerProcess) ->
     assert loaded.returncode == 0, loaded.stderr
     assert probe(target, "-service", "model/demo") == PROBE_SERVING
     assert probe(target) == PROBE_SERVING
+
+
+KSERVE = "inference.GRPCInferenceService"
+
+
+def test_grpcurl_describes_the_kserve_service_and_model_infer(live_server: ServerProcess) -> None:
+    listed = grpcurl(live_server.target, "list")
+    assert KSERVE in listed.stdout.split(), listed.stderr
+    result = grpcurl(live_server.target, "describe", f"{KSERVE}.ModelInfer")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{KSERVE}.ModelInfer is a method:\n")
+    assert "rpc ModelInfer ( .inference.ModelInferRequest ) returns" in result.stdout
+    message = grpcurl(live_server.target, "describe", "inference.ModelInferRequest")
+    assert message.returncode == 0, message.stderr
+    assert "raw_input_contents" in message.stdout
+
+
+def test_grpcurl_calls_model_infer_through_reflection(live_server: ServerProcess) -> None:
+    sampling = json.dumps({"max_tokens": 6, "temperature": 0})
+    request = {
+        "model_name": "demo",
+        "id": "grpcurl-1",
+        "inputs": [
+            {"name": "text_input", "datatype": "BYTES", "shape": [1],
+             "contents": {"bytes_contents": [base64.b64encode(b"Hello").decode()]}},
+            {"name": "sampling_parameters", "datatype": "BYTES", "shape": [1],
+             "contents": {"bytes_contents": [base64.b64encode(sampling.encode()).decode()]}},
+            {"name": "return_num_output_tokens", "datatype": "BOOL", "shape": [1],
+             "contents": {"bool_contents": [True]}},
+        ],
+    }  # fmt: skip
+    result = grpcurl(live_server.target, f"{KSERVE}/ModelInfer", data=request)
+    assert result.returncode == 0, result.stderr
+    (response,) = json_messages(result.stdout)  # field names as in the proto: no json_name
+    assert (response["model_name"], response["id"]) == ("demo", "grpcurl-1")
+    outputs = [o["name"] for o in response["outputs"]]
+    assert outputs == ["text_output", "num_output_tokens"]
+    text, count = (base64.b64decode(raw) for raw in response["raw_output_contents"])
+    assert text[4:].decode().startswith("Hello") and len(text) > 4 + len("Hello")
+    assert int.from_bytes(count, "little") == 6

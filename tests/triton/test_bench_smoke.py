@@ -62,6 +62,8 @@ def test_scenarios_measure_their_own_work(results: Path) -> None:
     """Greedy prompts give the same text on both paths; the mixed load saw each code."""
     overhead = json.loads((results / "engine_overhead.json").read_text())["data"]
     assert overhead["same_text_share"] == 1.0
+    kserve = json.loads((results / "kserve_overhead.json").read_text())["data"]
+    assert kserve["same_text_share"] == 1.0
     scaling = json.loads((results / "concurrency_scaling.json").read_text())["data"]
     assert set(scaling["points"]) == {"1", "4", "16", "32"}
     assert all(p["same_text_share"] == 1.0 for p in scaling["points"].values())
