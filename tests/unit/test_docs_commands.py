@@ -31,6 +31,7 @@ import typer
 from google.protobuf import descriptor_pool, json_format, message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2
+from tritonclient.grpc import service_pb2 as kserve_pb2
 
 from inferwire.v1 import inference_pb2
 
@@ -311,8 +312,9 @@ def go_flags(
     return values, args[index:]
 
 
-# Importing the generated modules registered these files in the default pool.
-SERVED_FILES = (inference_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR)
+# Importing the generated modules registered these files in the default pool; the KServe
+# v2 service's come from tritonclient (api/kserve).
+SERVED_FILES = (inference_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, kserve_pb2.DESCRIPTOR)
 
 
 def _pool() -> descriptor_pool.DescriptorPool:
