@@ -43,6 +43,17 @@ def _not_supported(rpc: str, why: str) -> Callable[..., Awaitable[Any]]:
 class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """inference.GRPCInferenceService over a ModelManager."""
 
+    # ---- not offered: UNIMPLEMENTED, saying why ---------------------------------
+
+    SystemSharedMemoryStatus = _not_supported("SystemSharedMemoryStatus", _SHARED_MEMORY)
+    SystemSharedMemoryRegister = _not_supported("SystemSharedMemoryRegister", _SHARED_MEMORY)
+    SystemSharedMemoryUnregister = _not_supported("SystemSharedMemoryUnregister", _SHARED_MEMORY)
+    CudaSharedMemoryStatus = _not_supported("CudaSharedMemoryStatus", _SHARED_MEMORY)
+    CudaSharedMemoryRegister = _not_supported("CudaSharedMemoryRegister", _SHARED_MEMORY)
+    CudaSharedMemoryUnregister = _not_supported("CudaSharedMemoryUnregister", _SHARED_MEMORY)
+    TraceSetting = _not_supported("TraceSetting", _SETTINGS + "; tracing is OpenTelemetry's")
+    LogSettings = _not_supported("LogSettings", _SETTINGS)
+
     def __init__(self, manager: ModelManager) -> None:
         self._manager = manager
 
@@ -85,8 +96,7 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def _loaded(self, name: str, version: str) -> tuple[ModelStatus, Capabilities]:
         """A model the caller may use, loaded (as Triton describes loaded models only)."""
-        current_principal().require_model(name)
-        require_version(name, version)
+        _require_access(name, version)
         status = self._manager.model_status(name)
         if status.state is not ModelState.READY or status.capabilities is None:
             raise ModelNotReadyError(
@@ -97,15 +107,12 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(
         self, request: oip.ModelStatisticsRequest, context: grpc.aio.ServicerContext
     ) -> oip.ModelStatisticsResponse:
-        principal = current_principal()
         if request.name:
-            principal.require_model(request.name)
-            require_version(request.name, request.version)
+            _require_access(request.name, request.version)
+        may_use = current_principal().may_use
         statistics = self._manager.statistics(request.name)
         return oip.ModelStatisticsResponse(
-            model_stats=[
-                metadata.model_statistics(s) for s in statistics if principal.may_use(s.name)
-            ]
+            model_stats=[metadata.model_statistics(s) for s in statistics if may_use(s.name)]
         )
 
     # ---- inference -----------------------------------------------------------
@@ -170,16 +177,11 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         await self._manager.unload(request.model_name)
         return oip.RepositoryModelUnloadResponse()
 
-    # ---- not offered -----------------------------------------------------------
 
-    SystemSharedMemoryStatus = _not_supported("SystemSharedMemoryStatus", _SHARED_MEMORY)
-    SystemSharedMemoryRegister = _not_supported("SystemSharedMemoryRegister", _SHARED_MEMORY)
-    SystemSharedMemoryUnregister = _not_supported("SystemSharedMemoryUnregister", _SHARED_MEMORY)
-    CudaSharedMemoryStatus = _not_supported("CudaSharedMemoryStatus", _SHARED_MEMORY)
-    CudaSharedMemoryRegister = _not_supported("CudaSharedMemoryRegister", _SHARED_MEMORY)
-    CudaSharedMemoryUnregister = _not_supported("CudaSharedMemoryUnregister", _SHARED_MEMORY)
-    TraceSetting = _not_supported("TraceSetting", _SETTINGS + "; tracing is OpenTelemetry's")
-    LogSettings = _not_supported("LogSettings", _SETTINGS)
+def _require_access(model: str, version: str) -> None:
+    """The caller may use `model`, and `version` is one it has."""
+    current_principal().require_model(model)
+    require_version(model, version)
 
 
 def _require_our_repository(name: str) -> None:
