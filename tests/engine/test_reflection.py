@@ -39,6 +39,7 @@ async def test_reflection_lists_services(channel, version):
     names = {s.name for s in response.list_services_response.service}
     assert names == {
         "inferwire.v1.InferenceService",
+        "inference.GRPCInferenceService",  # KServe v2 (api/kserve)
         "grpc.health.v1.Health",
         "grpc.reflection.v1.ServerReflection",
         "grpc.reflection.v1alpha.ServerReflection",
@@ -56,6 +57,9 @@ async def test_reflection_lists_services(channel, version):
         ("inferwire.v1.InferRequest.parameters", INFERENCE_FILE),
         ("inferwire.v1.FinishReason", INFERENCE_FILE),
         ("inferwire.v1.FINISH_REASON_LENGTH", INFERENCE_FILE),
+        ("inference.GRPCInferenceService.ModelInfer", "grpc_service.proto"),
+        ("inference.ModelInferRequest.InferInputTensor", "grpc_service.proto"),
+        ("inference.ModelConfig", "model_config.proto"),
         ("grpc.health.v1.Health", HEALTH_FILE),
         ("grpc.health.v1.Health.Check", HEALTH_FILE),
         ("grpc.health.v1.Health.Watch", HEALTH_FILE),
