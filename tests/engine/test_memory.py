@@ -350,7 +350,8 @@ async def test_the_footprint_estimate_and_the_resident_set_agree_within_a_factor
         # The KV cache is allocated per request, not at load: the estimate is compared
         # with the model serving its max_concurrency at full context.
         assert estimated / 2 <= serving <= estimated * 2, line
-        assert "charged (estimated: files " in status.detail and "RSS at load" in status.detail
+        assert f"memory: {format_size(estimated)} estimated from files " in status.detail
+        assert "RSS at load" in status.detail
     finally:
         await manager.close()
         await warm.unload()

@@ -80,7 +80,7 @@ class Residency:
         declared = model.spec.memory_bytes
         if estimate is None or declared is None or estimate.unit != "bytes":
             return estimate
-        return replace(estimate, amount=declared, detail="declared memory_bytes")
+        return replace(estimate, amount=declared, detail="declared as memory_bytes")
 
     def used(self, device: str, besides: ManagedModel | None = None) -> int:
         return sum(
@@ -236,14 +236,14 @@ class Residency:
         finally:
             loading.discard(model.name)
         kind = "RSS" if charged.device == "cpu" else "device memory"
-        estimate = f"memory: {charged.describe()} charged ({charged.detail or 'estimated'})"
+        estimate = f"memory: {charged.describe()} {charged.detail or 'estimated'}"
         if model.name in self._overlapped:
             measured = "not measured (another load on the device overlapped)"
         elif before is None or after is None:
             measured = f"{kind} not readable"
         else:
             delta = after - before
-            measured = f"measured {'+' if delta >= 0 else '-'}{format_size(abs(delta))} {kind}"
+            measured = f"{'+' if delta >= 0 else '-'}{format_size(abs(delta))} {kind}"
             log.info(
                 "model footprint",
                 extra={
@@ -253,4 +253,4 @@ class Residency:
                 },
             )
         self._overlapped.discard(model.name)
-        model.memory_detail = f"{estimate}, {measured} at load"
+        model.memory_detail = f"{estimate}; {measured} at load"

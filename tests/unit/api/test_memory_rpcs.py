@@ -15,8 +15,10 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
 from inferwire.api.server import InferwireServer
+from inferwire.cli import app
 from inferwire.config import load_settings
 from inferwire.core.manager import ModelSpec
 from inferwire.core.memory import Footprint
@@ -33,7 +35,7 @@ class SizedFakes(FakeBackends):
     def __call__(self, spec: ModelSpec) -> Any:
         backend = super().__call__(spec)
         assert isinstance(backend, FakeBackend)
-        backend.footprint_ = Footprint("cpu", 100 * MIB, detail="fake estimate")
+        backend.footprint_ = Footprint("cpu", 100 * MIB, detail="as faked")
         return backend
 
 
@@ -87,7 +89,7 @@ async def test_load_model_lists_evictions_and_list_models_reports_residency(serv
     assert statuses["pin"].pinned and not statuses["pin"].on_demand
     assert statuses["od"].on_demand and statuses["od"].resident_bytes == 100 * MIB
     assert statuses["od"].last_used.seconds > 0
-    assert "memory: 100.0 MiB charged (fake estimate), measured " in statuses["od"].detail
+    assert "memory: 100.0 MiB as faked; " in statuses["od"].detail
     assert statuses["a"].state == pb.MODEL_STATE_UNLOADED
     assert statuses["a"].resident_bytes == 0
     assert "evicted to load 'od'" in statuses["a"].detail
@@ -136,3 +138,17 @@ async def test_memory_held_by_a_busy_model_is_resource_exhausted_with_retry_info
     finally:
         backends["a"].generation_gate.open()
         await busy
+
+
+async def test_models_list_shows_residency_footprint_and_pinning(served):
+    server, _, channel = served
+    stub = inference_pb2_grpc.InferenceServiceStub(channel)
+    await stub.Infer(pb.InferRequest(model="od", prompt="hi"))
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["models", "list", "--address", f"127.0.0.1:{server.port}"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert "MODEL_STATE_READY  [resident 100.0 MiB, pinned]  (" in lines["pin"]
+    assert "MODEL_STATE_UNLOADED  (" not in lines["a"] and "[" not in lines["a"]
+    assert "MODEL_STATE_READY  [resident 100.0 MiB, on-demand]  (" in lines["od"]

@@ -94,7 +94,7 @@ class Memory:
     def _factory(self, model_spec: ModelSpec) -> Any:
         backend = self.backends(model_spec)
         if self.unit == "bytes":
-            backend.footprint_ = Footprint("cpu", MODEL_BYTES, detail="fake")  # type: ignore[attr-defined]
+            backend.footprint_ = Footprint("cpu", MODEL_BYTES, detail="as faked")  # type: ignore[attr-defined]
         else:
             backend.footprint_ = Footprint("triton:pool", 1, "models", budget=self.budget)  # type: ignore[attr-defined]
         return backend
@@ -331,7 +331,7 @@ async def test_start_up_loads_are_counted_and_last_used_is_reported():
         assert m.metrics.loads == [("a", Trigger.STARTUP.value)]
         status = m.manager.model_status("a")
         assert status.last_used is not None and status.resident_bytes == MODEL_BYTES
-        assert "memory: 100 B charged (fake), measured " in status.detail
+        assert "memory: 100 B as faked; " in status.detail
 
 
 def test_declared_memory_bytes_on_a_count_budget_is_a_configuration_error():

@@ -90,8 +90,8 @@ def estimate_footprint(
     kv_cache = layers * kv_heads * head_size * 2 * dtype_bytes * context_length * max_concurrency
     files = sum(entry.stat().st_size for entry in path.iterdir() if entry.is_file())
     detail = (
-        f"estimated: files {format_size(files)} + KV cache {format_size(kv_cache)} "
-        f"for {max_concurrency} x {context_length} tokens"
+        f"estimated from files {format_size(files)} + KV cache {format_size(kv_cache)} "
+        f"({max_concurrency} x {context_length} tokens)"
     )
     return Footprint("cuda:0" if device == "cuda" else "cpu", files + kv_cache, detail=detail)
 
