@@ -28,6 +28,7 @@ SCENARIOS = {
     "ghz_infer": "bench.ghz_infer",
     "memory": "bench.memory",
     "startup_time": "bench.startup_time",
+    "model_swap": "bench.model_swap",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")

@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from inferwire.backends import backend_class
 from inferwire.core.errors import ConfigurationError
+from inferwire.core.memory import MemorySettings
 from inferwire.core.models import ModelSpec, duplicate_name
 
 DEFAULT_MODEL_NAME = "demo"
@@ -162,6 +163,9 @@ class ServerSettings(BaseModel):
     """Bearer tokens and scopes; by default none (every RPC open)."""
     transport: TransportSettings = Field(default_factory=TransportSettings)
     """HTTP/2 limits: metadata size, streams per connection, keepalive, connection age."""
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    """Memory budgets per device (`budgets`), `load_wait_s` and `min_resident_s`: models
+    load within them, evicting idle ones least recently used first."""
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from inferwire.api.server import InferwireServer
 from inferwire.config import Settings
 from inferwire.core.backend import Backend, GenerationEvents, GenerationProgress
 from inferwire.core.manager import ModelSpec
+from inferwire.core.memory import Footprint
 from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
@@ -91,7 +92,11 @@ class FakeBackend(Backend):
         self.chat_template = False
         self.supports_logprobs = False
         self.supports_constraints = False
+        self.footprint_: Footprint | None = None  # what footprint() estimates
         self.calls = Calls()
+
+    def footprint(self) -> Footprint | None:
+        return self.footprint_
 
     async def load(self) -> None:
         self.calls.loads += 1

@@ -1,5 +1,6 @@
 """Configuration sources and start-up errors."""
 
+import re
 import sys
 import textwrap
 from importlib.metadata import EntryPoint
@@ -237,3 +238,39 @@ def test_a_model_name_that_is_refused_names_the_character_at_fault(name, problem
     with pytest.raises(ConfigurationError) as error:
         load_settings(models=[{"name": name}])
     assert str(error.value).startswith(f"models[0].name: {problem}")
+
+
+def test_memory_sizes_take_binary_units_and_plain_bytes(tmp_path):
+    config = tmp_path / "memory.yaml"
+    config.write_text(
+        "server:\n"
+        "  memory:\n"
+        "    budgets: {cpu: 2GiB, 'cuda:0': 70GiB}\n"
+        "    load_wait_s: 5\n"
+        "    min_resident_s: 0\n"
+        "models:\n"
+        "  - {name: demo, pinned: true}\n"
+        "  - {name: poet, on_demand: true, idle_unload_s: 600, memory_bytes: 300MiB}\n"
+        "  - {name: tiny, memory_bytes: 4096}\n"
+    )
+    settings = load_settings(config)
+    memory = settings.server.memory
+    assert memory.budgets == {"cpu": 2 << 30, "cuda:0": 70 << 30}
+    assert (memory.load_wait_s, memory.min_resident_s) == (5, 0)
+    demo, poet, tiny = settings.models
+    assert demo.pinned and not demo.on_demand
+    assert poet.on_demand and poet.idle_unload_s == 600 and poet.memory_bytes == 300 << 20
+    assert tiny.memory_bytes == 4096
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"server": {"memory": {"budgets": {"cpu": "2 gigs"}}}}, "server.memory.budgets.cpu"),
+        ({"models": [{"name": "m", "memory_bytes": "-5MiB"}]}, "models[0].memory_bytes"),
+        ({"models": [{"name": "m", "memory_bytes": -1}]}, "models[0].memory_bytes"),
+    ],
+)
+def test_a_bad_size_is_a_start_up_error_naming_the_key(overrides, key):
+    with pytest.raises(ConfigurationError, match=re.escape(key) + ": .*size"):
+        load_settings(**overrides)

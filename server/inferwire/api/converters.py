@@ -85,6 +85,7 @@ def timing_to_proto(timing: types.Timing) -> pb.Timing:
         queue_ms=timing.queue_ms,
         time_to_first_token_ms=timing.time_to_first_token_ms,
         total_ms=timing.total_ms,
+        load_ms=timing.load_ms,
     )
 
 
@@ -94,7 +95,12 @@ def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
         backend=status.backend,
         state=_MODEL_STATE[status.state],
         detail=status.detail,
+        pinned=status.pinned,
+        on_demand=status.on_demand,
+        resident_bytes=status.resident_bytes,
     )
+    if status.last_used is not None:
+        message.last_used.FromNanoseconds(round(status.last_used * 1e9))
     if (caps := status.capabilities) is not None:
         message.capabilities.CopyFrom(
             pb.ModelCapabilities(

@@ -31,6 +31,8 @@ GRPC_TYPE = {
 }
 FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+LOAD_TRIGGERS = ("startup", "explicit", "on_demand")
 
 
 class PrometheusMetrics:
@@ -84,6 +86,34 @@ class PrometheusMetrics:
         self.queue_depth = gauge("inferwire_queue_depth", "Requests waiting for a slot.")
         self.inflight = gauge("inferwire_inflight_requests", "Requests running on the backend.")
         self.ready = gauge("inferwire_model_ready", "1 when the model serves, else 0.")
+        self.loads = Counter(
+            "inferwire_model_loads_total",
+            "Model loads that succeeded, by what triggered them.",
+            ("model", "trigger"),
+            registry=r,
+        )
+        self.evictions = per_model(
+            "inferwire_model_evictions_total", "Times the model was evicted to make room."
+        )
+        self.load_seconds = histogram(
+            "inferwire_model_load_seconds", "How long a model's load took.", LOAD_BUCKETS
+        )
+        self.resident_bytes = gauge(
+            "inferwire_model_resident_bytes",
+            "Bytes the model holds against its device's budget while loaded (else 0).",
+        )
+        self.budget_bytes = Gauge(
+            "inferwire_memory_budget_bytes",
+            "The device's memory budget (server.memory.budgets).",
+            ("device",),
+            registry=r,
+        )
+        self.used_bytes = Gauge(
+            "inferwire_memory_used_bytes",
+            "The sum of the footprints of the models resident on the device.",
+            ("device",),
+            registry=r,
+        )
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
@@ -110,9 +140,14 @@ class PrometheusMetrics:
             self.queue_depth,
             self.inflight,
             self.ready,
+            self.evictions,
+            self.load_seconds,
+            self.resident_bytes,
         )
         for metric in per_model:
             self.child(metric, model)
+        for trigger in LOAD_TRIGGERS:
+            self.child(self.loads, model, trigger)
 
     def methods_served(self, methods: Iterable[tuple[str, str, str]]) -> None:
         """The grpc-ecosystem series of each served method (grpc_type, grpc_service,
@@ -144,6 +179,23 @@ class PrometheusMetrics:
 
     def readiness_changed(self, model: str, ready: bool) -> None:
         self.child(self.ready, model).set(int(ready))
+
+    # ---- residency (the core's MemoryMetrics) ---------------------------
+
+    def model_loaded(self, model: str, trigger: str, seconds: float) -> None:
+        self.child(self.loads, model, trigger).inc()
+        self.child(self.load_seconds, model).observe(seconds)
+
+    def model_evicted(self, model: str) -> None:
+        self.child(self.evictions, model).inc()
+
+    def memory_changed(self, device: str, budget: int | None, used: int) -> None:
+        if budget is not None:
+            self.child(self.budget_bytes, device).set(budget)
+        self.child(self.used_bytes, device).set(used)
+
+    def resident_changed(self, model: str, resident_bytes: int) -> None:
+        self.child(self.resident_bytes, model).set(resident_bytes)
 
 
 def _host_and_port(address: str) -> tuple[str, int]:

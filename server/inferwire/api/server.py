@@ -33,7 +33,7 @@ from inferwire.api.tracing import server_tracing
 from inferwire.backends import create_backend
 from inferwire.config import Settings, TransportSettings
 from inferwire.core.manager import BackendFactory, ModelManager
-from inferwire.core.metrics import MetricsListener
+from inferwire.core.metrics import MemoryMetrics, MetricsListener
 from inferwire.core.tracing import Tracer
 from inferwire.core.validation import RequestLimits
 from inferwire.v1 import inference_pb2_grpc
@@ -72,6 +72,7 @@ def build_manager(
     backend_factory: BackendFactory = create_backend,
     metrics: MetricsListener | None = None,
     tracer: Tracer | None = None,
+    memory_metrics: MemoryMetrics | None = None,
 ) -> ModelManager:
     """Create the model manager; raises ConfigurationError for a bad model entry."""
     return ModelManager(
@@ -82,6 +83,8 @@ def build_manager(
         metrics=metrics,
         tracer=tracer,
         keep_text=settings.server.log_prompts,
+        memory=settings.server.memory,
+        memory_metrics=memory_metrics,
     )
 
 
@@ -155,7 +158,11 @@ class InferwireServer:
         # Raises ConfigurationError when tracing is asked for but cannot be had.
         self.tracing = server_tracing(settings.server.tracing, tracer_provider)
         self.manager = build_manager(
-            settings, backend_factory, self.observer, self.tracing.tracer if self.tracing else None
+            settings,
+            backend_factory,
+            self.observer,
+            self.tracing.tracer if self.tracing else None,
+            memory_metrics=self.metrics,
         )
         self._metrics_endpoint = (
             MetricsEndpoint(settings.server.metrics_address, self.metrics.registry)

@@ -7,7 +7,6 @@ error mapping wraps every RPC of the service (see `maps_errors_on_every_rpc`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -25,7 +24,6 @@ from inferwire.api.converters import (
 from inferwire.api.peer_gone import write_or_await_cancellation
 from inferwire.api.status import maps_errors_on_every_rpc
 from inferwire.core.manager import ModelManager
-from inferwire.core.types import ModelStatus
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
@@ -40,20 +38,16 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def LoadModel(
         self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoadModelResponse:
-        return pb.LoadModelResponse(model=await self._change(self._manager.load, request.model))
+        current_principal().require_model(request.model)
+        status, evicted = await self._manager.load_evicting(request.model)
+        return pb.LoadModelResponse(model=model_status_to_proto(status), evicted=evicted)
 
     async def UnloadModel(
         self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.UnloadModelResponse:
-        return pb.UnloadModelResponse(model=await self._change(self._manager.unload, request.model))
-
-    @staticmethod
-    async def _change(
-        change: Callable[[str], Awaitable[ModelStatus]], model: str
-    ) -> pb.ModelStatus:
-        """Load or unload `model` for a caller allowed to use it; its new status."""
-        current_principal().require_model(model)
-        return model_status_to_proto(await change(model))
+        current_principal().require_model(request.model)
+        status = await self._manager.unload(request.model)
+        return pb.UnloadModelResponse(model=model_status_to_proto(status))
 
     async def Infer(
         self, request: pb.InferRequest, context: grpc.aio.ServicerContext

@@ -42,6 +42,8 @@ STATUS_CODE_BY_ERROR: dict[type[errors.InferwireError], grpc.StatusCode] = {
     errors.BackendCancelledError: grpc.StatusCode.CANCELLED,
     # Concurrency slots and the wait queue are full.
     errors.QueueFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    # A model does not fit its memory budget; for a request, details carry RetryInfo.
+    errors.MemoryExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     # The request's deadline passed.
     errors.DeadlineExceededError: grpc.StatusCode.DEADLINE_EXCEEDED,
     # No valid credentials.
@@ -107,6 +109,12 @@ def to_rpc_status(error: errors.InferwireError) -> grpc.Status:
     if isinstance(error, errors.InvalidArgumentError) and error.violations:
         detail = any_pb2.Any()
         detail.Pack(bad_request(error.violations))
+        status.details.append(detail)
+    if error.retry_delay_s is not None:
+        retry = error_details_pb2.RetryInfo()
+        retry.retry_delay.FromNanoseconds(round(error.retry_delay_s * 1e9))
+        detail = any_pb2.Any()
+        detail.Pack(retry)
         status.details.append(detail)
     return rpc_status.to_status(status)
 

@@ -8,6 +8,7 @@ import typer
 
 from inferwire.cli.app import Command, ModelArgument, models_app
 from inferwire.cli.connection import Target, client_command
+from inferwire.core.memory import format_size
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
@@ -21,15 +22,31 @@ def _call(target: Target, timeout: float, method: str, request: Any) -> Any:
 
 def _print_status(status: pb.ModelStatus) -> None:
     line = f"{status.name:24} {status.backend:20} {pb.ModelState.Name(status.state)}"
+    if residency := _residency(status):
+        line += f"  [{residency}]"
     if status.detail:
         line += f"  ({status.detail})"
     typer.echo(line)
 
 
+def _residency(status: pb.ModelStatus) -> str:
+    """`resident 40.7 MiB, pinned, on-demand`: what the model holds, and how it may go."""
+    tags = []
+    if status.resident_bytes:
+        # A Triton pool's budget counts models: its footprint is 1, not a size.
+        size = "" if status.backend == "triton" else f" {format_size(status.resident_bytes)}"
+        tags.append(f"resident{size}")
+    if status.pinned:
+        tags.append("pinned")
+    if status.on_demand:
+        tags.append("on-demand")
+    return ", ".join(tags)
+
+
 @models_app.command("list", cls=Command)
 @client_command(timeout=10.0)
 def models_list(*, target: Target, timeout: float) -> None:
-    """List configured models and their states."""
+    """List configured models: state, memory held while resident, pinned, on-demand."""
     response = _call(target, timeout, "ListModels", pb.ListModelsRequest())
     for status in response.models:
         _print_status(status)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
+from inferwire.core.memory import Footprint
 from inferwire.core.tracing import Tracer
 from inferwire.core.types import (
     BackendHealth,
@@ -105,6 +106,11 @@ class Backend(abc.ABC):
         The manager reports a failure as `model 'x' failed to load: <message>`, so the
         message says why without naming the model again.
         """
+
+    def footprint(self) -> Footprint | None:
+        """What the model will hold once loaded, estimated before loading, and on which
+        device's budget; None: not accounted (no budget applies). Reads files at most."""
+        return None
 
     @abc.abstractmethod
     async def unload(self) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 class InferwireError(Exception):
     """Base class for every error inferwire reports to a caller."""
 
+    retry_delay_s: float | None = None  # set: the caller may retry after this long (RetryInfo)
+
 
 @dataclass(frozen=True)
 class FieldViolation:
@@ -59,6 +61,14 @@ class BackendCancelledError(InferwireError):
 
 class QueueFullError(InferwireError):
     """The model's concurrency slots and its wait queue are all taken."""
+
+
+class MemoryExhaustedError(InferwireError):
+    """A model does not fit its device's memory budget, and no idle model can make room."""
+
+    def __init__(self, message: str, retry_delay_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_delay_s = retry_delay_s
 
 
 class DeadlineExceededError(InferwireError):

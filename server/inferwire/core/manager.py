@@ -18,16 +18,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import replace
 
 from inferwire.core.backend import Backend, GenerationEvents
-from inferwire.core.errors import (
-    BackendUnavailableError,
-    ConfigurationError,
-    DeadlineExceededError,
-    InferwireError,
-    ModelNotFoundError,
-    ModelNotReadyError,
-)
+from inferwire.core.errors import ConfigurationError, DeadlineExceededError, ModelNotFoundError
 from inferwire.core.generation import generation_request, join, stop_at_sequences
-from inferwire.core.metrics import MetricsListener, NoMetrics
+from inferwire.core.lifecycle import HealthHooks, Lifecycle, Trigger
+from inferwire.core.memory import MemorySettings
+from inferwire.core.metrics import MemoryMetrics, MetricsListener, NoMemoryMetrics, NoMetrics
 from inferwire.core.models import (
     FAILURE_COOLDOWN_S,
     ManagedModel,
@@ -36,6 +31,7 @@ from inferwire.core.models import (
     duplicate_name,
 )
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.residency import Residency
 from inferwire.core.tracing import GENERATE, NO_TRACER, Tracer
 from inferwire.core.types import (
     ChatMessage,
@@ -80,9 +76,11 @@ class ModelManager:
         metrics: MetricsListener | None = None,
         tracer: Tracer | None = None,
         keep_text: bool = False,
+        memory: MemorySettings | None = None,
+        memory_metrics: MemoryMetrics | None = None,
     ) -> None:
         """`keep_text`: keep each request's prompt and output text in its record (for
-        `server.log_prompts`)."""
+        `server.log_prompts`); `memory`: the budgets models load within (default: none)."""
         self._limits = limits
         self._metrics: MetricsListener = metrics or NoMetrics()
         self._tracer: Tracer = tracer or NO_TRACER
@@ -104,7 +102,14 @@ class ModelManager:
             self._metrics.load_changed(spec.name, 0, 0)
         self._listeners: list[HealthListener] = []
         self._accepting = False
-        self._watcher: asyncio.Task[None] | None = None
+        self._watchers: list[asyncio.Task[None]] = []
+        residency = Residency(
+            memory or MemorySettings(),
+            list(self._models.values()),
+            memory_metrics or NoMemoryMetrics(),
+        )
+        health = HealthHooks(self._publish_health, self._refresh_health)
+        self._lifecycle = Lifecycle(residency, health, self._failure_cooldown_s)
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -121,14 +126,19 @@ class ModelManager:
         await self._publish_health()
         startup = [m.spec.name for m in self._models.values() if m.spec.load_on_startup]
         results = await asyncio.gather(
-            *(self.load(name) for name in startup), return_exceptions=True
+            *(self.load(name, Trigger.STARTUP) for name in startup), return_exceptions=True
         )
         failures: dict[str, str] = {}
         for name, result in zip(startup, results, strict=True):
             if isinstance(result, BaseException):
                 failures[name] = self._models[name].load_error or str(result)
                 log.error("start-up load failed", extra={"model": name, "error": failures[name]})
-        self._watcher = asyncio.create_task(self._watch_backend_health(), name="health-watcher")
+        self._watchers = [
+            asyncio.create_task(self._watch_backend_health(), name="health-watcher"),
+            asyncio.create_task(
+                self._lifecycle.unload_idle_models(self._models.values()), name="idle-unloads"
+            ),
+        ]
         return failures
 
     async def begin_shutdown(self) -> None:
@@ -138,10 +148,10 @@ class ModelManager:
 
     async def close(self) -> None:
         """Stop the health watcher and release every model (see Backend.release)."""
-        if self._watcher is not None:
-            self._watcher.cancel()
+        for watcher in self._watchers:
+            watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+                await watcher
         for name in self._models:
             try:
                 await self.unload(name, shutting_down=True)
@@ -159,68 +169,26 @@ class ModelManager:
     def statistics(self, name: str = "") -> list[InferenceStatistics]:
         return [m.statistics() for m in ([self._get(name)] if name else self._models.values())]
 
-    async def load(self, name: str) -> ModelStatus:
+    async def load(self, name: str, trigger: Trigger = Trigger.EXPLICIT) -> ModelStatus:
         """Load a configured model. Idempotent; serialised with unloads of the same model."""
+        return (await self.load_evicting(name, trigger))[0]
+
+    async def load_evicting(
+        self, name: str, trigger: Trigger = Trigger.EXPLICIT
+    ) -> tuple[ModelStatus, list[str]]:
+        """Load a model; its status, and the models evicted to make room for it."""
         model = self._get(name)
-        async with model.lifecycle_lock:
-            if model.state is ModelState.READY:
-                # The backend may have lost the model (a Triton restart): have it checked.
-                try:
-                    await model.backend.reconcile()
-                finally:
-                    await self._refresh_health([model])
-                return model.status()
-            model.state, model.detail, model.load_error = ModelState.LOADING, "", ""
-            await self._publish_health()
-            started = time.perf_counter()
-            try:
-                await model.backend.load()
-                health = await model.backend.health()
-            except Exception as exc:
-                model.load_error = str(exc)
-                model.state, model.detail = ModelState.FAILED, f"load failed: {exc}"
-                model.backend_healthy = False
-                await self._publish_health()
-                # Engine errors (a corrupt file, out of memory) are the operator's to fix,
-                # like configuration errors: report them all as a failed precondition.
-                log.error(
-                    "model load failed",
-                    extra={"model": name, "error": str(exc)},
-                    exc_info=not isinstance(exc, InferwireError),
-                )
-                if isinstance(exc, ModelNotFoundError | BackendUnavailableError):
-                    raise  # absent from the backend, or the backend is down: say so
-                raise ModelNotReadyError(f"model {name!r} failed to load: {exc}") from exc
-            model.state, model.detail = ModelState.READY, health.detail
-            model.backend_healthy = health.healthy
-            await self._publish_health()
-            log.info(
-                "model ready",
-                extra={"model": name, "load_ms": round((time.perf_counter() - started) * 1e3, 1)},
-            )
-            return model.status()
+        evicted = await self._lifecycle.load(model, trigger)
+        return model.status(), evicted
 
     async def unload(self, name: str, shutting_down: bool = False) -> ModelStatus:
         """Unload a model: refuse new requests at once, let in-flight ones finish. Idempotent.
 
-        At server shutdown the backend only releases the model: a model on a shared
-        server (Triton) stays loaded for the other gateways that use it.
+        At server shutdown the backend only releases the model (see Backend.release).
         """
         model = self._get(name)
-        async with model.lifecycle_lock:
-            if model.state in (ModelState.UNLOADED, ModelState.FAILED):
-                model.state = ModelState.UNLOADED
-                return model.status()
-            model.state, model.detail = ModelState.UNLOADING, ""
-            await self._publish_health()
-            await model.idle.wait()
-            try:
-                await (model.backend.release() if shutting_down else model.backend.unload())
-            finally:
-                model.state, model.backend_healthy = ModelState.UNLOADED, False
-                await self._publish_health()
-            log.info("model unloaded", extra={"model": name})
-            return model.status()
+        await self._lifecycle.unload(model, shutting_down)
+        return model.status()
 
     # ---- inference -------------------------------------------------------
 
@@ -286,6 +254,8 @@ class ModelManager:
         """
         validate_text_input(model_name, prompt, messages, self._limits)
         model = self._get(model_name)
+        model.used(time.monotonic(), time.time())
+        await self._lifecycle.ensure_loaded(model, deadline=None)
         model.require_ready()
         rendered = model.backend.render_chat(messages) if messages else ""
         token_ids = await model.backend.tokenize(rendered if messages else prompt)
@@ -323,6 +293,8 @@ class ModelManager:
         try:
             validate_inference_request(request, self._limits)
             model = self._get(request.model)
+            model.used(time.monotonic(), time.time())
+            record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
             model.require_ready()
             job = generation_request(model.spec.name, model.backend, replace_id(request, record))
             async with model.slot(self._tracer):
@@ -352,6 +324,9 @@ class ModelManager:
             record.end(Outcome.ERROR)  # a generation that ended without a result
             if model is not None:
                 model.request_ended(record)
+                model.used(time.monotonic(), time.time())
+                if not model.busy:
+                    self._lifecycle.residency.memory_may_have_freed()
             self._metrics.request_finished(record)
             self._tracer.request_finished(record)
 
@@ -374,7 +349,7 @@ class ModelManager:
     def health_statuses(self) -> dict[str, bool]:
         """Readiness keyed by model name, plus '' for the whole server."""
         statuses = {"": self.serving}
-        statuses.update({name: self._accepting and m.ready for name, m in self._models.items()})
+        statuses.update({name: self._accepting and m.serves for name, m in self._models.items()})
         return statuses
 
     async def health_report(

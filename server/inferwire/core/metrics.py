@@ -26,6 +26,35 @@ class MetricsListener(Protocol):
     def readiness_changed(self, model: str, ready: bool) -> None: ...
 
 
+class MemoryMetrics(Protocol):
+    """Receives what residency does (core/residency.py): loads, evictions, memory held."""
+
+    def model_loaded(self, model: str, trigger: str, seconds: float) -> None: ...
+
+    def model_evicted(self, model: str) -> None: ...
+
+    def memory_changed(self, device: str, budget: int | None, used: int) -> None:
+        """Bytes a device's budget allows (None: unlimited) and its models hold."""
+
+    def resident_changed(self, model: str, resident_bytes: int) -> None: ...
+
+
+class NoMemoryMetrics:
+    """Drops what residency reports: the manager's default."""
+
+    def model_loaded(self, model: str, trigger: str, seconds: float) -> None:
+        pass
+
+    def model_evicted(self, model: str) -> None:
+        pass
+
+    def memory_changed(self, device: str, budget: int | None, used: int) -> None:
+        pass
+
+    def resident_changed(self, model: str, resident_bytes: int) -> None:
+        pass
+
+
 class NoMetrics:
     """A listener that drops everything: the manager's default."""
 

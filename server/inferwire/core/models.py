@@ -22,6 +22,7 @@ from inferwire.core.errors import (
     ModelNotReadyError,
     QueueFullError,
 )
+from inferwire.core.memory import ByteSize, Footprint
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.tracing import QUEUE, Tracer
 from inferwire.core.types import (
@@ -63,6 +64,15 @@ class ModelSpec(BaseModel):
     """Requests that may wait for a slot; beyond that, RESOURCE_EXHAUSTED."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Backend-specific settings, validated by the backend; unknown keys are an error."""
+    pinned: bool = False
+    """Never evicted to make room for another model (explicit unloads still work)."""
+    on_demand: bool = False
+    """Infer, InferStream and Tokenize load the model when it is not resident."""
+    idle_unload_s: float | None = Field(default=None, gt=0)
+    """Unload the model after this long without a request (scale it to zero)."""
+    memory_bytes: ByteSize | None = None
+    """The model's declared footprint on its device (KiB/MiB/GiB or bytes); unset: the
+    backend's estimate."""
 
     @field_validator("name")
     @classmethod
@@ -113,6 +123,15 @@ class ManagedModel:
         self.generated_tokens_total = 0
         self.backend_failures = 0  # consecutive requests that failed in the backend
         self.failing_since: float | None = None  # when those failures took readiness away
+        # Residency (core/residency.py): what the model holds against its budget while it
+        # is LOADING, READY or UNLOADING, and when it was loaded and last used.
+        self.charged: Footprint | None = None
+        self.memory_detail = ""  # the footprint's estimate and measured delta, once loaded
+        self.loaded_at = 0.0  # time.monotonic()
+        self.last_used: float | None = None  # time.monotonic()
+        self.last_used_wall: float | None = None  # time.time(), for ListModels
+        self.failed_at: float | None = None  # when its last load failed (time.monotonic())
+        self.load_waiters = 0  # requests waiting for it to load on demand
         self._report_load = report_load
         # Ended requests by kind (see `request_ended`): [count, total seconds].
         self._durations = {kind: [0, 0.0] for kind in _STATISTICS}
@@ -128,13 +147,41 @@ class ManagedModel:
             self.state is ModelState.READY and self.backend_healthy and self.failing_since is None
         )
 
+    @property
+    def serves(self) -> bool:
+        """A request for it would succeed: it is ready, or an on-demand model that is not
+        loaded and whose last load did not fail (model/<name> health)."""
+        if self.state is ModelState.READY or not self.spec.on_demand:
+            return self.ready
+        return self.state is not ModelState.FAILED
+
+    @property
+    def busy(self) -> bool:
+        """Requests run, queue or wait for it to load: it is not evicted."""
+        return self.running > 0 or self.queued > 0 or self.load_waiters > 0
+
+    def used(self, now: float, wall: float) -> None:
+        self.last_used, self.last_used_wall = now, wall
+
     def status(self) -> ModelStatus:
         capabilities = self.backend.capabilities() if self.state is ModelState.READY else None
         detail = self.detail
         if self.state is ModelState.READY and not self.ready:
             # READY is the lifecycle (loaded); the detail says it cannot serve right now.
             detail = f"not serving: {detail}"
-        return ModelStatus(self.spec.name, self.spec.backend, self.state, detail, capabilities)
+        if self.state is ModelState.READY and self.memory_detail:
+            detail = f"{detail}; {self.memory_detail}" if detail else self.memory_detail
+        return ModelStatus(
+            self.spec.name,
+            self.spec.backend,
+            self.state,
+            detail,
+            capabilities,
+            pinned=self.spec.pinned,
+            on_demand=self.spec.on_demand,
+            resident_bytes=self.charged.amount if self.charged is not None else 0,
+            last_used=self.last_used_wall,
+        )
 
     def health_report(self) -> ModelHealthReport:
         return ModelHealthReport(

@@ -50,6 +50,7 @@ class RequestRecord:
     configured: bool = False  # `model` names a configured model (only those become labels)
     arrived: float = field(default_factory=time.perf_counter)
     admitted: float | None = None  # took a concurrency slot
+    load_s: float = 0.0  # waited for its on-demand model to load, before queueing
     first_token_at: float | None = None
     ended: float | None = None
     prompt_tokens: int = 0
@@ -97,11 +98,12 @@ class RequestRecord:
             queue_ms=self.queue_s * 1e3,
             time_to_first_token_ms=((self.first_token_at or now) - self.arrived) * 1e3,
             total_ms=(now - self.arrived) * 1e3,
+            load_ms=self.load_s * 1e3,
         )
 
     @property
     def queue_s(self) -> float:
-        return 0.0 if self.admitted is None else self.admitted - self.arrived
+        return 0.0 if self.admitted is None else self.admitted - self.arrived - self.load_s
 
     @property
     def time_to_first_token_s(self) -> float | None:

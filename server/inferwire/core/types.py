@@ -124,6 +124,7 @@ class Timing:
     queue_ms: float
     time_to_first_token_ms: float
     total_ms: float
+    load_ms: float = 0.0  # waited for the model to load (on demand); not in queue_ms
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,10 @@ class ModelStatus:
     state: ModelState
     detail: str = ""
     capabilities: Capabilities | None = None
+    pinned: bool = False
+    on_demand: bool = False
+    resident_bytes: int = 0  # held against its device's budget (a Triton pool: 1)
+    last_used: float | None = None  # time.time() of its last request (or load)
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -120,14 +123,16 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ...) -> None: ...
 
 class Timing(_message.Message):
-    __slots__ = ("queue_ms", "time_to_first_token_ms", "total_ms")
+    __slots__ = ("queue_ms", "time_to_first_token_ms", "total_ms", "load_ms")
     QUEUE_MS_FIELD_NUMBER: _ClassVar[int]
     TIME_TO_FIRST_TOKEN_MS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_MS_FIELD_NUMBER: _ClassVar[int]
     queue_ms: float
     time_to_first_token_ms: float
     total_ms: float
-    def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
+    load_ms: float
+    def __init__(self, queue_ms: _Optional[float] = ..., time_to_first_token_ms: _Optional[float] = ..., total_ms: _Optional[float] = ..., load_ms: _Optional[float] = ...) -> None: ...
 
 class InferResponse(_message.Message):
     __slots__ = ("request_id", "model", "backend", "text", "finish_reason", "usage", "timing", "logprobs")
@@ -206,18 +211,26 @@ class ModelCapabilities(_message.Message):
     def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., constrained_output: _Optional[bool] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("name", "backend", "state", "detail", "capabilities")
+    __slots__ = ("name", "backend", "state", "detail", "capabilities", "pinned", "on_demand", "resident_bytes", "last_used")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    ON_DEMAND_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAST_USED_FIELD_NUMBER: _ClassVar[int]
     name: str
     backend: str
     state: ModelState
     detail: str
     capabilities: ModelCapabilities
-    def __init__(self, name: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[ModelState, str]] = ..., detail: _Optional[str] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ...) -> None: ...
+    pinned: bool
+    on_demand: bool
+    resident_bytes: int
+    last_used: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[ModelState, str]] = ..., detail: _Optional[str] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., pinned: _Optional[bool] = ..., on_demand: _Optional[bool] = ..., resident_bytes: _Optional[int] = ..., last_used: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LoadModelRequest(_message.Message):
     __slots__ = ("model",)
@@ -226,10 +239,12 @@ class LoadModelRequest(_message.Message):
     def __init__(self, model: _Optional[str] = ...) -> None: ...
 
 class LoadModelResponse(_message.Message):
-    __slots__ = ("model",)
+    __slots__ = ("model", "evicted")
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
     model: ModelStatus
-    def __init__(self, model: _Optional[_Union[ModelStatus, _Mapping]] = ...) -> None: ...
+    evicted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[_Union[ModelStatus, _Mapping]] = ..., evicted: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UnloadModelRequest(_message.Message):
     __slots__ = ("model",)

@@ -81,7 +81,10 @@ class InferenceServiceServicer:
         that is only in a Triton model repository is not loadable until it is
         configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
         makes sure the backend still has it (a Triton endpoint that lost it, after a
-        restart, loads it again). Admin RPC.
+        restart, loads it again). A model that does not fit its device's memory
+        budget evicts idle, unpinned models, least recently used first (listed in
+        the response); when that cannot free enough it gets RESOURCE_EXHAUSTED.
+        Admin RPC.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -97,7 +100,10 @@ class InferenceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Infer(self, request, context):
-        """Infer generates a completion and returns it in one response.
+        """Infer generates a completion and returns it in one response. For an
+        on-demand model that is not loaded, the request loads it first (one load
+        for every request waiting on it); memory held by busy models gets
+        RESOURCE_EXHAUSTED with google.rpc.RetryInfo after the server's load_wait_s.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -17,6 +17,7 @@ package inferwirev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -743,7 +744,10 @@ type Timing struct {
 	// Time from the request's arrival to the first generated token.
 	TimeToFirstTokenMs float64 `protobuf:"fixed64,2,opt,name=time_to_first_token_ms,json=timeToFirstTokenMs,proto3" json:"time_to_first_token_ms,omitempty"`
 	// Time from the request's arrival to its last token.
-	TotalMs       float64 `protobuf:"fixed64,3,opt,name=total_ms,json=totalMs,proto3" json:"total_ms,omitempty"`
+	TotalMs float64 `protobuf:"fixed64,3,opt,name=total_ms,json=totalMs,proto3" json:"total_ms,omitempty"`
+	// Time this request waited for its model to load (an on-demand model that was
+	// not resident); 0 when the model was resident.
+	LoadMs        float64 `protobuf:"fixed64,4,opt,name=load_ms,json=loadMs,proto3" json:"load_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -795,6 +799,13 @@ func (x *Timing) GetTimeToFirstTokenMs() float64 {
 func (x *Timing) GetTotalMs() float64 {
 	if x != nil {
 		return x.TotalMs
+	}
+	return 0
+}
+
+func (x *Timing) GetLoadMs() float64 {
+	if x != nil {
+		return x.LoadMs
 	}
 	return 0
 }
@@ -1235,7 +1246,17 @@ type ModelStatus struct {
 	// Human-readable detail, for example why a load failed.
 	Detail string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
 	// What the model can do. Filled once the model has been loaded.
-	Capabilities  *ModelCapabilities `protobuf:"bytes,5,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Capabilities *ModelCapabilities `protobuf:"bytes,5,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// Whether the model is never evicted to make room for another (configuration).
+	Pinned bool `protobuf:"varint,6,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	// Whether Infer, InferStream and Tokenize load the model when it is not
+	// resident (configuration).
+	OnDemand bool `protobuf:"varint,7,opt,name=on_demand,json=onDemand,proto3" json:"on_demand,omitempty"`
+	// The memory the model holds against its device's budget while it is loaded
+	// (declared or estimated; for a Triton pool, 1 per model); 0 when not loaded.
+	ResidentBytes uint64 `protobuf:"varint,8,opt,name=resident_bytes,json=residentBytes,proto3" json:"resident_bytes,omitempty"`
+	// When a request last used the model (or it was loaded); unset if never.
+	LastUsed      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1305,6 +1326,34 @@ func (x *ModelStatus) GetCapabilities() *ModelCapabilities {
 	return nil
 }
 
+func (x *ModelStatus) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+func (x *ModelStatus) GetOnDemand() bool {
+	if x != nil {
+		return x.OnDemand
+	}
+	return false
+}
+
+func (x *ModelStatus) GetResidentBytes() uint64 {
+	if x != nil {
+		return x.ResidentBytes
+	}
+	return 0
+}
+
+func (x *ModelStatus) GetLastUsed() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsed
+	}
+	return nil
+}
+
 // LoadModelRequest names the model to load.
 type LoadModelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1355,7 +1404,9 @@ func (x *LoadModelRequest) GetModel() string {
 type LoadModelResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The model's status, READY on success.
-	Model         *ModelStatus `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Model *ModelStatus `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Models unloaded to make room for this one, least recently used first.
+	Evicted       []string `protobuf:"bytes,2,rep,name=evicted,proto3" json:"evicted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1393,6 +1444,13 @@ func (*LoadModelResponse) Descriptor() ([]byte, []int) {
 func (x *LoadModelResponse) GetModel() *ModelStatus {
 	if x != nil {
 		return x.Model
+	}
+	return nil
+}
+
+func (x *LoadModelResponse) GetEvicted() []string {
+	if x != nil {
+		return x.Evicted
 	}
 	return nil
 }
@@ -1999,7 +2057,7 @@ var File_inferwire_v1_inference_proto protoreflect.FileDescriptor
 
 const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\"\xa5\x03\n" +
+	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x03\n" +
 	"\x14GenerationParameters\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
@@ -2051,11 +2109,12 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\"Y\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
-	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\"r\n" +
+	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\"\x8b\x01\n" +
 	"\x06Timing\x12\x19\n" +
 	"\bqueue_ms\x18\x01 \x01(\x01R\aqueueMs\x122\n" +
 	"\x16time_to_first_token_ms\x18\x02 \x01(\x01R\x12timeToFirstTokenMs\x12\x19\n" +
-	"\btotal_ms\x18\x03 \x01(\x01R\atotalMs\"\xc4\x02\n" +
+	"\btotal_ms\x18\x03 \x01(\x01R\atotalMs\x12\x17\n" +
+	"\aload_ms\x18\x04 \x01(\x01R\x06loadMs\"\xc4\x02\n" +
 	"\rInferResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -2097,17 +2156,22 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x11max_output_tokens\x18\x06 \x01(\rR\x0fmaxOutputTokens\x12\x12\n" +
 	"\x04chat\x18\a \x01(\bR\x04chat\x12\x1a\n" +
 	"\blogprobs\x18\b \x01(\bR\blogprobs\x12-\n" +
-	"\x12constrained_output\x18\t \x01(\bR\x11constrainedOutput\"\xc8\x01\n" +
+	"\x12constrained_output\x18\t \x01(\bR\x11constrainedOutput\"\xdd\x02\n" +
 	"\vModelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12.\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x18.inferwire.v1.ModelStateR\x05state\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12C\n" +
-	"\fcapabilities\x18\x05 \x01(\v2\x1f.inferwire.v1.ModelCapabilitiesR\fcapabilities\"(\n" +
+	"\fcapabilities\x18\x05 \x01(\v2\x1f.inferwire.v1.ModelCapabilitiesR\fcapabilities\x12\x16\n" +
+	"\x06pinned\x18\x06 \x01(\bR\x06pinned\x12\x1b\n" +
+	"\ton_demand\x18\a \x01(\bR\bonDemand\x12%\n" +
+	"\x0eresident_bytes\x18\b \x01(\x04R\rresidentBytes\x127\n" +
+	"\tlast_used\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\blastUsed\"(\n" +
 	"\x10LoadModelRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"D\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\"^\n" +
 	"\x11LoadModelResponse\x12/\n" +
-	"\x05model\x18\x01 \x01(\v2\x19.inferwire.v1.ModelStatusR\x05model\"*\n" +
+	"\x05model\x18\x01 \x01(\v2\x19.inferwire.v1.ModelStatusR\x05model\x12\x18\n" +
+	"\aevicted\x18\x02 \x03(\tR\aevicted\"*\n" +
 	"\x12UnloadModelRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\"F\n" +
 	"\x13UnloadModelResponse\x12/\n" +
@@ -2182,33 +2246,34 @@ func file_inferwire_v1_inference_proto_rawDescGZIP() []byte {
 var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_inferwire_v1_inference_proto_goTypes = []any{
-	(FinishReason)(0),            // 0: inferwire.v1.FinishReason
-	(ModelState)(0),              // 1: inferwire.v1.ModelState
-	(*GenerationParameters)(nil), // 2: inferwire.v1.GenerationParameters
-	(*OutputConstraint)(nil),     // 3: inferwire.v1.OutputConstraint
-	(*ChatMessage)(nil),          // 4: inferwire.v1.ChatMessage
-	(*TopLogprob)(nil),           // 5: inferwire.v1.TopLogprob
-	(*TokenLogprob)(nil),         // 6: inferwire.v1.TokenLogprob
-	(*InferRequest)(nil),         // 7: inferwire.v1.InferRequest
-	(*Usage)(nil),                // 8: inferwire.v1.Usage
-	(*Timing)(nil),               // 9: inferwire.v1.Timing
-	(*InferResponse)(nil),        // 10: inferwire.v1.InferResponse
-	(*InferStreamRequest)(nil),   // 11: inferwire.v1.InferStreamRequest
-	(*InferStreamResponse)(nil),  // 12: inferwire.v1.InferStreamResponse
-	(*ModelCapabilities)(nil),    // 13: inferwire.v1.ModelCapabilities
-	(*ModelStatus)(nil),          // 14: inferwire.v1.ModelStatus
-	(*LoadModelRequest)(nil),     // 15: inferwire.v1.LoadModelRequest
-	(*LoadModelResponse)(nil),    // 16: inferwire.v1.LoadModelResponse
-	(*UnloadModelRequest)(nil),   // 17: inferwire.v1.UnloadModelRequest
-	(*UnloadModelResponse)(nil),  // 18: inferwire.v1.UnloadModelResponse
-	(*ListModelsRequest)(nil),    // 19: inferwire.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),   // 20: inferwire.v1.ListModelsResponse
-	(*HealthRequest)(nil),        // 21: inferwire.v1.HealthRequest
-	(*ModelHealth)(nil),          // 22: inferwire.v1.ModelHealth
-	(*BackendHealth)(nil),        // 23: inferwire.v1.BackendHealth
-	(*HealthResponse)(nil),       // 24: inferwire.v1.HealthResponse
-	(*TokenizeRequest)(nil),      // 25: inferwire.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),     // 26: inferwire.v1.TokenizeResponse
+	(FinishReason)(0),             // 0: inferwire.v1.FinishReason
+	(ModelState)(0),               // 1: inferwire.v1.ModelState
+	(*GenerationParameters)(nil),  // 2: inferwire.v1.GenerationParameters
+	(*OutputConstraint)(nil),      // 3: inferwire.v1.OutputConstraint
+	(*ChatMessage)(nil),           // 4: inferwire.v1.ChatMessage
+	(*TopLogprob)(nil),            // 5: inferwire.v1.TopLogprob
+	(*TokenLogprob)(nil),          // 6: inferwire.v1.TokenLogprob
+	(*InferRequest)(nil),          // 7: inferwire.v1.InferRequest
+	(*Usage)(nil),                 // 8: inferwire.v1.Usage
+	(*Timing)(nil),                // 9: inferwire.v1.Timing
+	(*InferResponse)(nil),         // 10: inferwire.v1.InferResponse
+	(*InferStreamRequest)(nil),    // 11: inferwire.v1.InferStreamRequest
+	(*InferStreamResponse)(nil),   // 12: inferwire.v1.InferStreamResponse
+	(*ModelCapabilities)(nil),     // 13: inferwire.v1.ModelCapabilities
+	(*ModelStatus)(nil),           // 14: inferwire.v1.ModelStatus
+	(*LoadModelRequest)(nil),      // 15: inferwire.v1.LoadModelRequest
+	(*LoadModelResponse)(nil),     // 16: inferwire.v1.LoadModelResponse
+	(*UnloadModelRequest)(nil),    // 17: inferwire.v1.UnloadModelRequest
+	(*UnloadModelResponse)(nil),   // 18: inferwire.v1.UnloadModelResponse
+	(*ListModelsRequest)(nil),     // 19: inferwire.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 20: inferwire.v1.ListModelsResponse
+	(*HealthRequest)(nil),         // 21: inferwire.v1.HealthRequest
+	(*ModelHealth)(nil),           // 22: inferwire.v1.ModelHealth
+	(*BackendHealth)(nil),         // 23: inferwire.v1.BackendHealth
+	(*HealthResponse)(nil),        // 24: inferwire.v1.HealthResponse
+	(*TokenizeRequest)(nil),       // 25: inferwire.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 26: inferwire.v1.TokenizeResponse
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
 }
 var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	3,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
@@ -2227,32 +2292,33 @@ var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	6,  // 13: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
 	1,  // 14: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
 	13, // 15: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
-	14, // 16: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	14, // 17: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	14, // 18: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
-	1,  // 19: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
-	22, // 20: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
-	23, // 21: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
-	4,  // 22: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
-	15, // 23: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
-	17, // 24: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
-	7,  // 25: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
-	11, // 26: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
-	21, // 27: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
-	19, // 28: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
-	25, // 29: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
-	16, // 30: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
-	18, // 31: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
-	10, // 32: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
-	12, // 33: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
-	24, // 34: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
-	20, // 35: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
-	26, // 36: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
-	30, // [30:37] is the sub-list for method output_type
-	23, // [23:30] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	27, // 16: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
+	14, // 17: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	14, // 18: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	14, // 19: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
+	1,  // 20: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
+	22, // 21: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
+	23, // 22: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
+	4,  // 23: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
+	15, // 24: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
+	17, // 25: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
+	7,  // 26: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
+	11, // 27: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
+	21, // 28: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
+	19, // 29: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
+	25, // 30: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
+	16, // 31: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
+	18, // 32: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
+	10, // 33: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
+	12, // 34: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
+	24, // 35: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
+	20, // 36: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
+	26, // 37: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
+	31, // [31:38] is the sub-list for method output_type
+	24, // [24:31] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_inferwire_v1_inference_proto_init() }

@@ -46,13 +46,19 @@ type InferenceServiceClient interface {
 	// that is only in a Triton model repository is not loadable until it is
 	// configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
 	// makes sure the backend still has it (a Triton endpoint that lost it, after a
-	// restart, loads it again). Admin RPC.
+	// restart, loads it again). A model that does not fit its device's memory
+	// budget evicts idle, unpinned models, least recently used first (listed in
+	// the response); when that cannot free enough it gets RESOURCE_EXHAUSTED.
+	// Admin RPC.
 	LoadModel(ctx context.Context, in *LoadModelRequest, opts ...grpc.CallOption) (*LoadModelResponse, error)
 	// UnloadModel unloads a model. The model turns UNLOADING at once, so new
 	// requests get FAILED_PRECONDITION while in-flight requests finish; the call
 	// returns once the model is UNLOADED. Idempotent. Admin RPC.
 	UnloadModel(ctx context.Context, in *UnloadModelRequest, opts ...grpc.CallOption) (*UnloadModelResponse, error)
-	// Infer generates a completion and returns it in one response.
+	// Infer generates a completion and returns it in one response. For an
+	// on-demand model that is not loaded, the request loads it first (one load
+	// for every request waiting on it); memory held by busy models gets
+	// RESOURCE_EXHAUSTED with google.rpc.RetryInfo after the server's load_wait_s.
 	Infer(ctx context.Context, in *InferRequest, opts ...grpc.CallOption) (*InferResponse, error)
 	// InferStream generates a completion and streams it as text deltas. The
 	// concatenated deltas equal the text Infer returns for the same request,
@@ -168,13 +174,19 @@ type InferenceServiceServer interface {
 	// that is only in a Triton model repository is not loadable until it is
 	// configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
 	// makes sure the backend still has it (a Triton endpoint that lost it, after a
-	// restart, loads it again). Admin RPC.
+	// restart, loads it again). A model that does not fit its device's memory
+	// budget evicts idle, unpinned models, least recently used first (listed in
+	// the response); when that cannot free enough it gets RESOURCE_EXHAUSTED.
+	// Admin RPC.
 	LoadModel(context.Context, *LoadModelRequest) (*LoadModelResponse, error)
 	// UnloadModel unloads a model. The model turns UNLOADING at once, so new
 	// requests get FAILED_PRECONDITION while in-flight requests finish; the call
 	// returns once the model is UNLOADED. Idempotent. Admin RPC.
 	UnloadModel(context.Context, *UnloadModelRequest) (*UnloadModelResponse, error)
-	// Infer generates a completion and returns it in one response.
+	// Infer generates a completion and returns it in one response. For an
+	// on-demand model that is not loaded, the request loads it first (one load
+	// for every request waiting on it); memory held by busy models gets
+	// RESOURCE_EXHAUSTED with google.rpc.RetryInfo after the server's load_wait_s.
 	Infer(context.Context, *InferRequest) (*InferResponse, error)
 	// InferStream generates a completion and streams it as text deltas. The
 	// concatenated deltas equal the text Infer returns for the same request,

@@ -42,6 +42,7 @@ from inferwire.backends.ort_genai.engine import EngineScheduler, EngineSettings
 from inferwire.backends.ort_genai.generator import GeneratorPath
 from inferwire.backends.ort_genai.model import (
     LoadedModel,
+    estimate_footprint,
     is_dynamic_batching,
     load_model,
     read_config,
@@ -55,6 +56,7 @@ from inferwire.core.backend import (
 )
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
 from inferwire.core.generation import check_prompt_fits
+from inferwire.core.memory import Footprint
 from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
@@ -135,6 +137,16 @@ class OrtGenAIBackend(Backend):
         if self._loaded is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
         return self._loaded
+
+    def footprint(self) -> Footprint | None:
+        """Estimated from the folder (see estimate_footprint); None when it cannot be read,
+        for the load to report why."""
+        path = self.model_path
+        try:
+            config = json.loads((path / "genai_config.json").read_text())
+            return estimate_footprint(path, config, self.options.device, self.max_concurrency)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     async def load(self) -> None:
         path, device = self.model_path, self.options.device

@@ -14,6 +14,7 @@ import onnxruntime_genai as og
 from inferwire.backends.ort_genai.logprobs import TokenTexts
 from inferwire.backends.ort_genai.sampling import Sampling
 from inferwire.core.errors import ConfigurationError
+from inferwire.core.memory import Footprint, format_size
 from inferwire.core.types import GenerationParams
 
 # Prompts up to this many characters are tokenized on the event loop: that takes under
@@ -70,6 +71,29 @@ def read_config(path: Path, device: str) -> dict[str, Any]:
 
 def is_dynamic_batching(config: dict[str, Any]) -> bool:
     return "dynamic_batching" in config.get("engine", {})
+
+
+def estimate_footprint(
+    path: Path, config: dict[str, Any], device: str, max_concurrency: int
+) -> Footprint:
+    """Before loading: the model files' bytes plus the KV cache of `max_concurrency`
+    requests at the full context length (layers x KV heads x head size x 2 x dtype bytes
+    x context length x max_concurrency). The KV dtype is not in genai_config.json:
+    float32 on the CPU, float16 on CUDA, as the exports for each usually are."""
+    model = config["model"]
+    decoder = model["decoder"]
+    heads = int(decoder["num_attention_heads"])
+    kv_heads = int(decoder.get("num_key_value_heads") or heads)
+    head_size = int(decoder.get("head_size") or int(decoder["hidden_size"]) // heads)
+    layers, context_length = int(decoder["num_hidden_layers"]), int(model["context_length"])
+    dtype_bytes = 2 if device == "cuda" else 4
+    kv_cache = layers * kv_heads * head_size * 2 * dtype_bytes * context_length * max_concurrency
+    files = sum(entry.stat().st_size for entry in path.iterdir() if entry.is_file())
+    detail = (
+        f"estimated from files {format_size(files)} + KV cache {format_size(kv_cache)} "
+        f"({max_concurrency} x {context_length} tokens)"
+    )
+    return Footprint("cuda:0" if device == "cuda" else "cpu", files + kv_cache, detail=detail)
 
 
 def load_model(

@@ -40,6 +40,7 @@ from inferwire.core.errors import (
     DeadlineExceededError,
     ModelNotReadyError,
 )
+from inferwire.core.memory import Footprint
 from inferwire.core.types import (
     BackendHealth,
     Capabilities,
@@ -76,6 +77,17 @@ class TritonBackend(Backend):
         self._control = ModelControl(self._pool, self.options)
 
     # ---- lifecycle -------------------------------------------------------
+
+    def footprint(self) -> Footprint:
+        """One model of its endpoint pool: Triton reports no per-model memory, so a pool's
+        budget counts models (`max_loaded_models`)."""
+        return Footprint(
+            device=f"triton:{','.join(sorted(self.options.endpoints))}",
+            amount=1,
+            unit="models",
+            detail="one of the Triton pool's models",
+            budget=self.options.max_loaded_models,
+        )
 
     async def load(self) -> None:
         if self.options.tokenizer is not None and self._tokenizer is None:

@@ -73,6 +73,10 @@ class TritonOptions(BackendOptions):
     """Longest wait between reconnection attempts."""
     max_output_tokens: int = Field(default=4096, ge=1)
     """Largest max_tokens a request may ask for."""
+    max_loaded_models: int | None = Field(default=None, ge=1)
+    """The most models the gateway keeps loaded at once on this model's endpoints (its
+    pool, the same urls); a load beyond it evicts an idle one (server.memory). Triton does
+    not report per-model memory, so the budget counts models. Unset: no limit."""
 
     @model_validator(mode="after")
     def _one_way_to_name_endpoints(self) -> TritonOptions:

@@ -20,6 +20,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { Timestamp } from "../../google/protobuf/timestamp";
 
 export const protobufPackage = "inferwire.v1";
 
@@ -317,6 +318,11 @@ export interface Timing {
   timeToFirstTokenMs: number;
   /** Time from the request's arrival to its last token. */
   totalMs: number;
+  /**
+   * Time this request waited for its model to load (an on-demand model that was
+   * not resident); 0 when the model was resident.
+   */
+  loadMs: number;
 }
 
 /** InferResponse is a completed generation. */
@@ -434,7 +440,23 @@ export interface ModelStatus {
   /** Human-readable detail, for example why a load failed. */
   detail: string;
   /** What the model can do. Filled once the model has been loaded. */
-  capabilities: ModelCapabilities | undefined;
+  capabilities:
+    | ModelCapabilities
+    | undefined;
+  /** Whether the model is never evicted to make room for another (configuration). */
+  pinned: boolean;
+  /**
+   * Whether Infer, InferStream and Tokenize load the model when it is not
+   * resident (configuration).
+   */
+  onDemand: boolean;
+  /**
+   * The memory the model holds against its device's budget while it is loaded
+   * (declared or estimated; for a Triton pool, 1 per model); 0 when not loaded.
+   */
+  residentBytes: number;
+  /** When a request last used the model (or it was loaded); unset if never. */
+  lastUsed: Date | undefined;
 }
 
 /** LoadModelRequest names the model to load. */
@@ -446,7 +468,11 @@ export interface LoadModelRequest {
 /** LoadModelResponse reports the model after the load. */
 export interface LoadModelResponse {
   /** The model's status, READY on success. */
-  model: ModelStatus | undefined;
+  model:
+    | ModelStatus
+    | undefined;
+  /** Models unloaded to make room for this one, least recently used first. */
+  evicted: string[];
 }
 
 /** UnloadModelRequest names the model to unload. */
@@ -1444,7 +1470,7 @@ export const Usage: MessageFns<Usage> = {
 };
 
 function createBaseTiming(): Timing {
-  return { queueMs: 0, timeToFirstTokenMs: 0, totalMs: 0 };
+  return { queueMs: 0, timeToFirstTokenMs: 0, totalMs: 0, loadMs: 0 };
 }
 
 export const Timing: MessageFns<Timing> = {
@@ -1457,6 +1483,9 @@ export const Timing: MessageFns<Timing> = {
     }
     if (message.totalMs !== 0) {
       writer.uint32(25).double(message.totalMs);
+    }
+    if (message.loadMs !== 0) {
+      writer.uint32(33).double(message.loadMs);
     }
     return writer;
   },
@@ -1498,6 +1527,14 @@ export const Timing: MessageFns<Timing> = {
             message.totalMs = reader.double();
             continue;
           }
+          case 4: {
+            if (tag !== 33) {
+              break;
+            }
+
+            message.loadMs = reader.double();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1527,6 +1564,11 @@ export const Timing: MessageFns<Timing> = {
         : isSet(object.total_ms)
         ? globalThis.Number(object.total_ms)
         : 0,
+      loadMs: isSet(object.loadMs)
+        ? globalThis.Number(object.loadMs)
+        : isSet(object.load_ms)
+        ? globalThis.Number(object.load_ms)
+        : 0,
     };
   },
 
@@ -1541,6 +1583,9 @@ export const Timing: MessageFns<Timing> = {
     if (message.totalMs !== 0) {
       obj.totalMs = floatToJson(message.totalMs);
     }
+    if (message.loadMs !== 0) {
+      obj.loadMs = floatToJson(message.loadMs);
+    }
     return obj;
   },
 
@@ -1552,6 +1597,7 @@ export const Timing: MessageFns<Timing> = {
     message.queueMs = object.queueMs ?? 0;
     message.timeToFirstTokenMs = object.timeToFirstTokenMs ?? 0;
     message.totalMs = object.totalMs ?? 0;
+    message.loadMs = object.loadMs ?? 0;
     return message;
   },
 };
@@ -2322,7 +2368,17 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
 };
 
 function createBaseModelStatus(): ModelStatus {
-  return { name: "", backend: "", state: 0, detail: "", capabilities: undefined };
+  return {
+    name: "",
+    backend: "",
+    state: 0,
+    detail: "",
+    capabilities: undefined,
+    pinned: false,
+    onDemand: false,
+    residentBytes: 0,
+    lastUsed: undefined,
+  };
 }
 
 export const ModelStatus: MessageFns<ModelStatus> = {
@@ -2341,6 +2397,18 @@ export const ModelStatus: MessageFns<ModelStatus> = {
     }
     if (message.capabilities !== undefined) {
       ModelCapabilities.encode(message.capabilities, writer.uint32(42).fork()).join();
+    }
+    if (message.pinned !== false) {
+      writer.uint32(48).bool(message.pinned);
+    }
+    if (message.onDemand !== false) {
+      writer.uint32(56).bool(message.onDemand);
+    }
+    if (message.residentBytes !== 0) {
+      writer.uint32(64).uint64(message.residentBytes);
+    }
+    if (message.lastUsed !== undefined) {
+      Timestamp.encode(toTimestamp(message.lastUsed), writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -2398,6 +2466,38 @@ export const ModelStatus: MessageFns<ModelStatus> = {
             message.capabilities = ModelCapabilities.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.pinned = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.onDemand = reader.bool();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.residentBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.lastUsed = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2417,6 +2517,22 @@ export const ModelStatus: MessageFns<ModelStatus> = {
       state: isSet(object.state) ? modelStateFromJSON(object.state) : 0,
       detail: isSet(object.detail) ? globalThis.String(object.detail) : "",
       capabilities: isSet(object.capabilities) ? ModelCapabilities.fromJSON(object.capabilities) : undefined,
+      pinned: isSet(object.pinned) ? globalThis.Boolean(object.pinned) : false,
+      onDemand: isSet(object.onDemand)
+        ? globalThis.Boolean(object.onDemand)
+        : isSet(object.on_demand)
+        ? globalThis.Boolean(object.on_demand)
+        : false,
+      residentBytes: isSet(object.residentBytes)
+        ? globalThis.Number(object.residentBytes)
+        : isSet(object.resident_bytes)
+        ? globalThis.Number(object.resident_bytes)
+        : 0,
+      lastUsed: isSet(object.lastUsed)
+        ? fromJsonTimestamp(object.lastUsed)
+        : isSet(object.last_used)
+        ? fromJsonTimestamp(object.last_used)
+        : undefined,
     };
   },
 
@@ -2437,6 +2553,18 @@ export const ModelStatus: MessageFns<ModelStatus> = {
     if (message.capabilities !== undefined) {
       obj.capabilities = ModelCapabilities.toJSON(message.capabilities);
     }
+    if (message.pinned !== false) {
+      obj.pinned = message.pinned;
+    }
+    if (message.onDemand !== false) {
+      obj.onDemand = message.onDemand;
+    }
+    if (message.residentBytes !== 0) {
+      obj.residentBytes = Math.round(message.residentBytes);
+    }
+    if (message.lastUsed !== undefined) {
+      obj.lastUsed = message.lastUsed.toISOString();
+    }
     return obj;
   },
 
@@ -2452,6 +2580,10 @@ export const ModelStatus: MessageFns<ModelStatus> = {
     message.capabilities = (object.capabilities !== undefined && object.capabilities !== null)
       ? ModelCapabilities.fromPartial(object.capabilities)
       : undefined;
+    message.pinned = object.pinned ?? false;
+    message.onDemand = object.onDemand ?? false;
+    message.residentBytes = object.residentBytes ?? 0;
+    message.lastUsed = object.lastUsed ?? undefined;
     return message;
   },
 };
@@ -2524,13 +2656,16 @@ export const LoadModelRequest: MessageFns<LoadModelRequest> = {
 };
 
 function createBaseLoadModelResponse(): LoadModelResponse {
-  return { model: undefined };
+  return { model: undefined, evicted: [] };
 }
 
 export const LoadModelResponse: MessageFns<LoadModelResponse> = {
   encode(message: LoadModelResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.model !== undefined) {
       ModelStatus.encode(message.model, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.evicted) {
+      writer.uint32(18).string(v!);
     }
     return writer;
   },
@@ -2556,6 +2691,14 @@ export const LoadModelResponse: MessageFns<LoadModelResponse> = {
             message.model = ModelStatus.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.evicted.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2569,13 +2712,19 @@ export const LoadModelResponse: MessageFns<LoadModelResponse> = {
   },
 
   fromJSON(object: any): LoadModelResponse {
-    return { model: isSet(object.model) ? ModelStatus.fromJSON(object.model) : undefined };
+    return {
+      model: isSet(object.model) ? ModelStatus.fromJSON(object.model) : undefined,
+      evicted: globalThis.Array.isArray(object?.evicted) ? object.evicted.map((e: any) => globalThis.String(e)) : [],
+    };
   },
 
   toJSON(message: LoadModelResponse): unknown {
     const obj: any = {};
     if (message.model !== undefined) {
       obj.model = ModelStatus.toJSON(message.model);
+    }
+    if (message.evicted?.length) {
+      obj.evicted = message.evicted;
     }
     return obj;
   },
@@ -2588,6 +2737,7 @@ export const LoadModelResponse: MessageFns<LoadModelResponse> = {
     message.model = (object.model !== undefined && object.model !== null)
       ? ModelStatus.fromPartial(object.model)
       : undefined;
+    message.evicted = object.evicted?.map((e) => e) || [];
     return message;
   },
 };
@@ -3569,7 +3719,10 @@ export const InferenceServiceService = {
    * that is only in a Triton model repository is not loadable until it is
    * configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
    * makes sure the backend still has it (a Triton endpoint that lost it, after a
-   * restart, loads it again). Admin RPC.
+   * restart, loads it again). A model that does not fit its device's memory
+   * budget evicts idle, unpinned models, least recently used first (listed in
+   * the response); when that cannot free enough it gets RESOURCE_EXHAUSTED.
+   * Admin RPC.
    */
   loadModel: {
     path: "/inferwire.v1.InferenceService/LoadModel" as const,
@@ -3594,7 +3747,12 @@ export const InferenceServiceService = {
     responseSerialize: (value: UnloadModelResponse): Buffer => Buffer.from(UnloadModelResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): UnloadModelResponse => UnloadModelResponse.decode(value),
   },
-  /** Infer generates a completion and returns it in one response. */
+  /**
+   * Infer generates a completion and returns it in one response. For an
+   * on-demand model that is not loaded, the request loads it first (one load
+   * for every request waiting on it); memory held by busy models gets
+   * RESOURCE_EXHAUSTED with google.rpc.RetryInfo after the server's load_wait_s.
+   */
   infer: {
     path: "/inferwire.v1.InferenceService/Infer" as const,
     requestStream: false as const,
@@ -3665,7 +3823,10 @@ export interface InferenceServiceServer extends UntypedServiceImplementation {
    * that is only in a Triton model repository is not loadable until it is
    * configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
    * makes sure the backend still has it (a Triton endpoint that lost it, after a
-   * restart, loads it again). Admin RPC.
+   * restart, loads it again). A model that does not fit its device's memory
+   * budget evicts idle, unpinned models, least recently used first (listed in
+   * the response); when that cannot free enough it gets RESOURCE_EXHAUSTED.
+   * Admin RPC.
    */
   loadModel: handleUnaryCall<LoadModelRequest, LoadModelResponse>;
   /**
@@ -3674,7 +3835,12 @@ export interface InferenceServiceServer extends UntypedServiceImplementation {
    * returns once the model is UNLOADED. Idempotent. Admin RPC.
    */
   unloadModel: handleUnaryCall<UnloadModelRequest, UnloadModelResponse>;
-  /** Infer generates a completion and returns it in one response. */
+  /**
+   * Infer generates a completion and returns it in one response. For an
+   * on-demand model that is not loaded, the request loads it first (one load
+   * for every request waiting on it); memory held by busy models gets
+   * RESOURCE_EXHAUSTED with google.rpc.RetryInfo after the server's load_wait_s.
+   */
   infer: handleUnaryCall<InferRequest, InferResponse>;
   /**
    * InferStream generates a completion and streams it as text deltas. The
@@ -3705,7 +3871,10 @@ export interface InferenceServiceClient extends Client {
    * that is only in a Triton model repository is not loadable until it is
    * configured. Unknown models get NOT_FOUND. Idempotent: for a READY model it
    * makes sure the backend still has it (a Triton endpoint that lost it, after a
-   * restart, loads it again). Admin RPC.
+   * restart, loads it again). A model that does not fit its device's memory
+   * budget evicts idle, unpinned models, least recently used first (listed in
+   * the response); when that cannot free enough it gets RESOURCE_EXHAUSTED.
+   * Admin RPC.
    */
   loadModel(
     request: LoadModelRequest,
@@ -3742,7 +3911,12 @@ export interface InferenceServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: UnloadModelResponse) => void,
   ): ClientUnaryCall;
-  /** Infer generates a completion and returns it in one response. */
+  /**
+   * Infer generates a completion and returns it in one response. For an
+   * on-demand model that is not loaded, the request loads it first (one load
+   * for every request waiting on it); memory held by busy models gets
+   * RESOURCE_EXHAUSTED with google.rpc.RetryInfo after the server's load_wait_s.
+   */
   infer(
     request: InferRequest,
     callback: (error: ServiceError | null, response: InferResponse) => void,
@@ -3852,6 +4026,28 @@ export type DeepPartial<T> = T extends Builtin ? T
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = Math.trunc(date.getTime() / 1_000);
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (t.seconds || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
+
+function fromJsonTimestamp(o: any): Date {
+  if (o instanceof globalThis.Date) {
+    return o;
+  } else if (typeof o === "string") {
+    return new globalThis.Date(o);
+  } else {
+    return fromTimestamp(Timestamp.fromJSON(o));
+  }
+}
 
 function longToNumber(int64: { toString(): string }): number {
   const num = globalThis.Number(int64.toString());
