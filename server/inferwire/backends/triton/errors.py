@@ -118,6 +118,16 @@ _TABLE: tuple[_Row, ...] = (
         lambda a: BackendInvalidArgumentError(f"Triton: {a.details}"),
         codes=frozenset({grpc.StatusCode.INVALID_ARGUMENT}),
     ),
+    # Triton's UNSUPPORTED (gRPC UNIMPLEMENTED): the model or server lacks a feature the
+    # request needs, which Triton's message names; the request cannot succeed as sent.
+    _Row(
+        _ON_RPC,
+        lambda a: ModelNotReadyError(
+            f"Triton at {a.url} does not support this request for model {a.model!r}: "
+            f"{a.details or 'unsupported'}"
+        ),
+        codes=frozenset({grpc.StatusCode.UNIMPLEMENTED}),
+    ),
     # Triton (or the model) cancelled the request; ours are cancelled on our side first.
     _Row(
         _ON_RPC,
