@@ -129,6 +129,8 @@ class EndpointPool:
             # (a half-open connection) fails its requests at once, not at the TCP timeout.
             ("grpc.keepalive_time_ms", int(self.options.keepalive_time_s * 1000)),
             ("grpc.keepalive_timeout_ms", int(self.options.keepalive_timeout_s * 1000)),
+            # gRPC core waits this long for any ping's ack (60 s by default), keepalive's too.
+            ("grpc.http2.ping_timeout_ms", int(self.options.keepalive_timeout_s * 1000)),
         ]
         credentials = None
         if self.options.uses_tls:

@@ -135,6 +135,8 @@ async def test_channels_ping_to_find_half_open_connections():
         await pool.close()
     assert channel_options["grpc.keepalive_time_ms"] == 3000
     assert channel_options["grpc.keepalive_timeout_ms"] == 2000
+    # Without it gRPC core waits 60 s for the ping's ack (measured in tests/faults).
+    assert channel_options["grpc.http2.ping_timeout_ms"] == 2000
 
 
 def test_a_request_without_a_deadline_is_bounded_by_default():
