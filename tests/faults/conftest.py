@@ -97,6 +97,7 @@ def clean_links(request: pytest.FixtureRequest) -> Iterator[None]:
 async def client_link(rig: Rig) -> AsyncIterator[inference_pb2_grpc.InferenceServiceStub]:
     """A client connected to the gateway through the `client` proxy."""
     async with grpc.aio.insecure_channel(rig.proxies["client"].listen) as channel:
+        await channel.channel_ready()  # connected before the test takes its baseline
         yield inference_pb2_grpc.InferenceServiceStub(channel)
 
 
