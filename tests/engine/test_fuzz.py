@@ -65,7 +65,11 @@ class Fuzzed:
         """Send one request's bytes; fail unless it succeeds or ends with a clean code."""
         details = ""
         try:
-            if method in fuzz.STREAM_METHODS:
+            if method in fuzz.BIDI_METHODS:
+                call = self.channel.stream_stream(method)(iter([payload]), timeout=DEADLINE_S)
+                for _ in call:
+                    pass
+            elif method in fuzz.STREAM_METHODS:
                 call = self.channel.unary_stream(method)(payload, timeout=DEADLINE_S)
                 for _ in call:
                     if method.endswith("/Watch"):  # never ends by itself; one status answers
@@ -103,7 +107,7 @@ def demo_loaded(fuzzed: Fuzzed) -> None:
     fuzzed.stub.LoadModel(pb.LoadModelRequest(model="demo"), timeout=DEADLINE_S)
 
 
-ALL_METHODS = sorted({**fuzz.UNARY_METHODS, **fuzz.STREAM_METHODS}.items())
+ALL_METHODS = sorted({**fuzz.UNARY_METHODS, **fuzz.STREAM_METHODS, **fuzz.BIDI_METHODS}.items())
 
 
 @pytest.mark.parametrize(("method", "requests"), ALL_METHODS, ids=[m for m, _ in ALL_METHODS])
