@@ -3,10 +3,11 @@
 #   make check   the quick loop, Python only: ruff, mypy and the unit tests
 #   make test    set up, then lint, check the contract and generated code, and run
 #                every test tier (unit, engine, Triton, the Go/TypeScript/Java/Rust
-#                clients, grpcurl, grpc_health_probe, the soak, the container image);
+#                clients, grpcurl, grpc_health_probe, the soak, network faults through
+#                Toxiproxy, the container image);
 #                needs go, node, cargo, java and mvn on PATH, and root for the image
 # The tiers one at a time: make test-unit, test-engine, test-triton, test-polyglot,
-# test-reliability, test-image (as root: builds deploy/Dockerfile with a Docker engine it
+# test-reliability, test-faults, test-image (as root: builds deploy/Dockerfile with a Docker engine it
 # installs and starts when missing, runs it and probes it; skips, with the reason, when
 # Docker cannot be used, unless INFERWIRE_REQUIRE_IMAGE=1).
 PYTHON ?= python3
@@ -24,7 +25,7 @@ API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
 .PHONY: setup tools triton serve check py-lint typecheck test test-unit test-engine test-triton \
-	test-polyglot test-reliability test-image lint breaking update-api-baseline generate check-generated \
+	test-polyglot test-reliability test-faults test-image lint breaking update-api-baseline generate check-generated \
 	pytest bench clean
 
 setup: $(STAMP) $(BUF)
@@ -42,7 +43,7 @@ $(BUF): package.json package-lock.json
 
 tools: $(TOOLS_STAMP)
 
-# Pinned Go tools: protoc-gen-go(-grpc), grpcurl, grpc_health_probe, ghz, kustomize.
+# Pinned Go tools: protoc-gen-go(-grpc), grpcurl, grpc_health_probe, ghz, kustomize, toxiproxy.
 $(TOOLS_STAMP): scripts/install_tools.sh
 	scripts/install_tools.sh
 	touch $@
@@ -116,6 +117,11 @@ test-polyglot: $(STAMP) tools
 # The soak at N=2000 (about 30 s); `python -m tests.reliability.soak --requests N` for more.
 test-reliability: $(STAMP)
 	$(BIN)/python -m pytest tests/reliability $(PYTEST_ARGS)
+
+# Network faults (latency, bandwidth, resets, black holes, cut connections) injected by a
+# real Toxiproxy between clients, inferwire and real tritonservers (about 1-2 minutes).
+test-faults: $(STAMP) tools triton
+	$(BIN)/python -m pytest tests/faults $(PYTEST_ARGS)
 
 # deploy/Dockerfile: hadolint, then built on a local Debian base, run --read-only with
 # every capability dropped, and probed with grpc_health_probe, grpcurl and /metrics;

@@ -23,7 +23,7 @@ from inferwire.v1 import inference_pb2_grpc
 
 os.environ.setdefault("INFERWIRE_SERVER__METRICS_ADDRESS", "127.0.0.1:0")
 
-TIERS = ("unit", "engine", "triton", "polyglot", "reliability", "image")
+TIERS = ("unit", "engine", "triton", "polyglot", "reliability", "image", "faults")
 TESTS = Path(__file__).resolve().parent
 
 

@@ -337,6 +337,13 @@ def check_no_extra_ca() -> None:
     log(f"none of the {len(markers)} extra CA certificates is in the image")
 
 
+def check_quiet_grpc_core() -> None:
+    """The image sets GRPC_VERBOSITY=NONE (docs/deployment.md): gRPC core's own stderr
+    lines, such as a refused TLS handshake's, stay out of the JSON log."""
+    env = docker("image", "inspect", "--format", "{{json .Config.Env}}", IMAGE)
+    assert "GRPC_VERBOSITY=NONE" in json.loads(env), env
+
+
 # Every run of the image: read-only root, no capability, no privilege gain, its own user.
 LOCKED_DOWN = [
     *("--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL"),
@@ -405,6 +412,8 @@ def main() -> None:
         log(f"image size: {size / 1e6:.0f} MB ({size} bytes)")
         with step("no extra CA certificate in the image", timings):
             check_no_extra_ca()
+        with step("gRPC core quiet by default (GRPC_VERBOSITY=NONE)", timings):
+            check_quiet_grpc_core()
         run_and_probe(timings)
         # Needs the virtualenv (inferwire's test support, tritonserver): imported here only.
         from tests.image import triton_check

@@ -20,13 +20,12 @@ JSON goes to tests/reliability/results/soak-<N>.json.
 The pass rule (exit status 1 when it fails): no unexpected code, at the client or in the
 server's log, which has one `request finished` record per request sent (warm-up
 included); RSS at the end less than 10% above the mark; descriptors at the end equal to
-the start; threads at the end at most THREAD_TOLERANCE above the start. That tolerance
-is the headroom of the server's two bounded thread pools, which start workers lazily, up
-to their maximum, and keep them: the bundled model's generation executor (its
-max_concurrency, 8) and asyncio's default executor (min(32, cpu_count + 4) workers; the
-tokenizer runs there). How full they are after the warm-up varies from run to run, so a
-few threads more at the end is no leak; a leak grows with the requests, past the bound.
-The samples name the threads (/proc/PID/task/*/comm) to show which grew.
+the start; threads at the end equal to the start. The server runs through
+tests/reliability/full_pools.py, which starts every worker of its thread pools when the
+pool is made (the bundled model's generation executor, asyncio's default executor, where
+the tokenizer runs): pools that grew lazily would otherwise hold more threads at the end
+than at the start without any leak. The samples name the threads
+(/proc/PID/task/*/comm) to show which grew.
 """
 
 from __future__ import annotations
@@ -63,8 +62,9 @@ EXPECTED = {
     "not_found": "NOT_FOUND",
 }
 MAX_RSS_GROWTH = 0.10
-DEMO_MAX_CONCURRENCY = 8  # the bundled model's default (config.py)
-THREAD_TOLERANCE = DEMO_MAX_CONCURRENCY + min(32, (os.cpu_count() or 1) + 4)
+# The server's CLI, with every thread pool started full (see full_pools.py).
+FULL_POOLS = (sys.executable, "-m", "tests.reliability.full_pools")
+REPOSITORY = Path(__file__).resolve().parents[2]
 SETTLE_S = 10.0
 WARM_UP_PER_SLOT = 2
 REQUEST_TIMEOUT_S = 60.0
@@ -197,7 +197,7 @@ def settle(pid: int, start: Sample, done: int) -> Sample:
     deadline = time.monotonic() + SETTLE_S
     while True:
         end = sample(pid, done)
-        back = end.fds <= start.fds and end.threads <= start.threads + THREAD_TOLERANCE
+        back = end.fds <= start.fds and end.threads <= start.threads
         if back or time.monotonic() > deadline:
             return end
         time.sleep(0.2)
@@ -230,7 +230,7 @@ def verdict(
         "one_log_record_per_request": logged.total() == sent,
         "rss_growth_under_10_percent": growth < MAX_RSS_GROWTH,
         "fds_back_to_start": end.fds <= start.fds,
-        "threads_within_pool_headroom_of_start": end.threads <= start.threads + THREAD_TOLERANCE,
+        "threads_back_to_start": end.threads <= start.threads,
     }
     return {
         "passed": all(checks.values()),
@@ -249,7 +249,8 @@ async def warm_up(target: str, concurrency: int, max_tokens: int) -> None:
 
 
 def soak(requests: int, concurrency: int, max_tokens: int, output: Path) -> dict[str, object]:
-    server: ServerProcess = start_serving_server()
+    pythonpath = os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))
+    server: ServerProcess = start_serving_server(env={"PYTHONPATH": pythonpath}, program=FULL_POOLS)
     try:
         pid = server.process.pid
         asyncio.run(warm_up(server.target, concurrency, max_tokens))
@@ -279,7 +280,6 @@ def soak(requests: int, concurrency: int, max_tokens: int, output: Path) -> dict
         "process": {name: vars(s) for name, s in zip(SAMPLES, samples, strict=True)},
         "rule": {
             "max_rss_growth_mark_to_end": MAX_RSS_GROWTH,
-            "thread_tolerance": THREAD_TOLERANCE,
             "settle_s": SETTLE_S,
         },
         "server_logged_codes": dict(sorted(logged.items())),

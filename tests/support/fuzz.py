@@ -13,12 +13,16 @@ import operator
 import os
 import struct
 
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health_pb2
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as oip
 
 from inferwire.api.kserve.conventions import TRTLLM_INPUTS, VLLM_INPUTS
+from inferwire.api.reflection import METHOD as REFLECTION_METHOD
+from inferwire.api.reflection import V1, V1ALPHA
 from inferwire.v1 import inference_pb2 as pb
 
 # ~150 examples per message type in CI; INFERWIRE_FUZZ_EXAMPLES=5000 for a long local run.
@@ -299,8 +303,57 @@ KSERVE_UNARY_METHODS = {
         oip.RepositoryModelUnloadRequest, model_name=model_name
     ),
 }
-# Bidirectional: each example is one stream of a few requests.
-BIDI_METHODS = {f"{KSERVE}/ModelStreamInfer": model_infer_request()}
+# KServe streams: each example is one stream of a few requests.
+KSERVE_BIDI_METHODS = {f"{KSERVE}/ModelStreamInfer": model_infer_request()}
+
+# Names a reflection client asks for: real ones, near misses, and then any text.
+_symbol = mostly(
+    st.sampled_from(
+        [
+            "inferwire.v1.InferenceService",
+            "inferwire.v1.InferenceService.Infer",
+            "inferwire.v1.InferRequest",
+            "grpc.health.v1.Health",
+            "inferwire.v1",
+            "",
+        ]
+    ),
+    text_value,
+)
+_filename = mostly(
+    st.sampled_from(
+        ["inferwire/v1/inference.proto", "grpc/health/v1/health.proto", "google/protobuf/x"]
+    ),
+    text_value,
+)
+
+
+def reflection_request(version: ServiceDescriptor) -> st.SearchStrategy:
+    """ServerReflectionRequest of `version` (v1 or v1alpha): each kind of query, or none."""
+    request_type = version.methods_by_name[REFLECTION_METHOD].input_type
+    request_class = message_factory.GetMessageClass(request_type)
+    extension_type = request_type.fields_by_name["file_containing_extension"].message_type
+    extension_class = message_factory.GetMessageClass(extension_type)
+
+    @st.composite
+    def build(draw: st.DrawFn) -> object:
+        request = request_class(host=draw(mostly(st.just(""), short_text)))
+        kind = draw(st.sampled_from(["filename", "symbol", "extension", "numbers", "list", None]))
+        if kind == "filename":
+            request.file_by_filename = draw(_filename)
+        elif kind == "symbol":
+            request.file_containing_symbol = draw(_symbol)
+        elif kind == "extension":
+            extension = extension_class(containing_type=draw(_symbol), extension_number=draw(int32))
+            request.file_containing_extension.CopyFrom(extension)
+        elif kind == "numbers":
+            request.all_extension_numbers_of_type = draw(_symbol)
+        elif kind == "list":
+            request.list_services = draw(mostly(st.just("*"), text_value))
+        return request
+
+    return build()
+
 
 # Every method and one strategy for its request; the raw-bytes test reuses the keys.
 UNARY_METHODS = {
@@ -316,6 +369,14 @@ UNARY_METHODS = {
 STREAM_METHODS = {
     "/inferwire.v1.InferenceService/InferStream": infer_stream_request,
     "/grpc.health.v1.Health/Watch": health_check_request,
+}
+# Bidirectional: reflection and KServe streams.
+BIDI_METHODS = {
+    **{
+        f"/{version.full_name}/{REFLECTION_METHOD}": reflection_request(version)
+        for version in (V1, V1ALPHA)
+    },
+    **KSERVE_BIDI_METHODS,
 }
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,14 +32,16 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
 
-def start_server_process(*args: str, env: dict[str, str] | None = None) -> ServerProcess:
+def start_server_process(
+    *args: str, env: dict[str, str] | None = None, program: Sequence[str] = (str(INFERWIRE),)
+) -> ServerProcess:
     """Start `inferwire serve` on 127.0.0.1:0 (metrics too) and wait for its `listening` line.
 
-    A thread keeps draining the process's output so its log can never fill the
-    pipe and stall it.
+    `program` runs the CLI (another entry point, such as a test's launcher). A thread
+    keeps draining the process's output so its log can never fill the pipe and stall it.
     """
     process = subprocess.Popen(
-        [str(INFERWIRE), "serve", "--address", "127.0.0.1:0", *args],
+        [*program, "serve", "--address", "127.0.0.1:0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -92,10 +95,11 @@ def start_serving_server(
     *args: str,
     env: dict[str, str] | None = None,
     credentials: grpc.ChannelCredentials | None = None,
+    program: Sequence[str] = (str(INFERWIRE),),
 ) -> ServerProcess:
     """Start `inferwire serve` and wait until its start-up models are loaded; a server
     with TLS (configured through `env`) is called with `credentials`."""
-    server = start_server_process(*args, env=env)
+    server = start_server_process(*args, env=env, program=program)
     try:
         wait_serving(server, credentials=credentials)
     except BaseException:

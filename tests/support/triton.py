@@ -135,7 +135,7 @@ class TritonServer:
                 self.kill()
                 raise AssertionError(f"tritonserver did not start:\n{self.log_path.read_text()}")
             if self.port == 0:
-                self.port = _listening_port(self.process.pid)
+                self.port = listening_port(self.process.pid)
             if self.port and _server_ready(self.url, tuple(self.headers.items())):
                 return
             time.sleep(0.05)
@@ -186,7 +186,7 @@ class TritonServer:
             stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(model_name=model))
 
 
-def _listening_port(pid: int) -> int:
+def listening_port(pid: int) -> int:
     """The TCP port a process listens on, from /proc (0 until it listens)."""
     inodes = set()
     with contextlib.suppress(OSError):

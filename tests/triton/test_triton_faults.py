@@ -236,6 +236,8 @@ STREAM_ERRORS = [
     ("UNAVAILABLE", grpc.StatusCode.UNAVAILABLE),
     ("CANCELLED", grpc.StatusCode.CANCELLED),
     ("INTERNAL", grpc.StatusCode.INTERNAL),
+    # Triton's UNSUPPORTED, sent as gRPC UNIMPLEMENTED: the request cannot succeed as sent.
+    ("UNSUPPORTED", grpc.StatusCode.FAILED_PRECONDITION),
 ]
 
 

@@ -38,6 +38,11 @@ from inferwire.api.metrics import GRPC_TYPE, PrometheusMetrics
 from inferwire.api.status import GO_CODE_NAME, MAX_FIELD_BYTES, bounded, rpc_code
 from inferwire.core.record import Outcome, RequestRecord
 
+try:  # the inferwire[otel] extra
+    from opentelemetry.trace import get_current_span
+except ImportError:
+    get_current_span = None  # type: ignore[assignment]
+
 access_log = logging.getLogger("inferwire.access")
 # Their access line says `request finished`, whether or not the core saw the request;
 # every other RPC's says `rpc finished`.
@@ -74,6 +79,7 @@ class _ObservedRpc:
         self.metrics, self.method, self.labels = metrics, method, labels
         self.peer = context.peer()
         self.record: RequestRecord | None = None  # set when an inference request ends
+        self.trace_id = ""  # the request's trace, when tracing is on
         # The labelled children once per RPC: a stream counts every message it sends.
         self.sent = metrics.child(metrics.sent, *labels).inc
         self.received = metrics.child(metrics.received, *labels).inc
@@ -154,6 +160,8 @@ def _write_access_line(
         }
         if record.text is not None:
             fields |= {"prompt": record.prompt, "text": "".join(record.text)}
+    if rpc.trace_id:
+        fields["trace_id"] = rpc.trace_id
     fields["duration_ms"] = round(elapsed_s * 1e3, 3)
     message = "request finished" if rpc.method in INFERENCE_METHODS else "rpc finished"
     # `logger.info` less its search of the stack for the caller, which costs about as much
@@ -189,6 +197,7 @@ class ObservingInterceptor(RebuildingInterceptor):
         rpc = _RPC.get()
         if rpc is not None:
             rpc.record = record
+            rpc.trace_id = _current_trace_id()
 
     def load_changed(self, model: str, queued: int, running: int) -> None:
         self.metrics.load_changed(model, queued, running)
@@ -232,6 +241,15 @@ class ObservingInterceptor(RebuildingInterceptor):
                     rpc.sent()  # the unary response, returned once the call succeeded
 
         return calls_within(behaviour, scope)
+
+
+def _current_trace_id() -> str:
+    """The trace id of the span current in this task (the RPC's, while its handler runs);
+    empty without the otel extra or with tracing off."""
+    if get_current_span is None:
+        return ""
+    context = get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else ""
 
 
 def method_labels(

@@ -3,6 +3,7 @@ child spans for the stages of a request; the SDK's in-memory exporter records th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
@@ -87,6 +88,24 @@ async def test_a_client_traceparent_is_continued_with_stage_spans_under_the_serv
         assert spans[stage].context.trace_id == server.context.trace_id
         assert spans[stage].parent is not None
         assert spans[stage].parent.span_id == server.context.span_id
+
+
+async def test_the_access_line_carries_the_trace_id_of_streamed_and_unary_requests(
+    traced: Traced, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub, _, _ = traced
+    caplog.set_level(logging.INFO, logger="inferwire.access")
+    metadata = (("traceparent", TRACEPARENT),)
+    await stub.Infer(pb.InferRequest(model="m", prompt="hi", request_id="t-1"), metadata=metadata)
+    call = stub.InferStream(
+        pb.InferStreamRequest(model="m", prompt="hi", request_id="t-2"), metadata=metadata
+    )
+    assert [chunk async for chunk in call]
+    await stub.Infer(pb.InferRequest(model="m", prompt="hi", request_id="t-3"))
+    lines = {r.request_id: r for r in caplog.records if r.name == "inferwire.access"}
+    assert lines["t-1"].trace_id == lines["t-2"].trace_id == TRACE_ID
+    # Without a traceparent the server span starts a trace of its own; the line names it.
+    assert len(lines["t-3"].trace_id) == 32 and lines["t-3"].trace_id != TRACE_ID
 
 
 async def test_a_streamed_request_is_traced_too(traced: Traced) -> None:

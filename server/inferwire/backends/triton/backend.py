@@ -27,7 +27,7 @@ from tritonclient.grpc import InferResult, service_pb2
 from inferwire.backends.triton.chat import ChatTemplate
 from inferwire.backends.triton.conventions import TritonModelLayout, UsageSource, build_request
 from inferwire.backends.triton.discovery import DnsDiscovery, diff
-from inferwire.backends.triton.endpoints import EndpointPool
+from inferwire.backends.triton.endpoints import EndpointPool, slow_ones
 from inferwire.backends.triton.logprobs import response_logprobs
 from inferwire.backends.triton.model_control import ModelControl
 from inferwire.backends.triton.options import TritonOptions
@@ -204,6 +204,11 @@ class TritonBackend(Backend):
             f"usage from {layout.usage_source.value}"
         )
         problems = [f"{ep.url}: {ep.detail}" for ep in self._pool.endpoints if not ep.healthy]
+        problems += [
+            f"{ep.url}: slow, {ep.round_trip_s * 1000:.0f} ms round trip"
+            for ep in slow_ones(ready)
+            if ep.round_trip_s is not None
+        ]
         if problems:
             detail += " (" + "; ".join(problems) + ")"
         if self._discovery is not None:
@@ -345,7 +350,8 @@ class TritonBackend(Backend):
             yield GenerationEnd(self._finish_reason(outcome, usage, request.max_tokens), usage)
 
     def _timeout(self, request: GenerationRequest) -> float | None:
-        """Seconds Triton may take: our client's deadline less the margin, or the option."""
+        """Seconds Triton may take: our client's deadline less the margin, or
+        request_timeout_s when that is sooner (or the client set none)."""
         limits = []
         if request.deadline is not None:
             remaining = request.deadline - time.monotonic() - self.options.deadline_margin_s

@@ -1,8 +1,10 @@
 """The Triton servers behind one model: channels, health, round-robin and failover.
 
-Each endpoint has its own channel. Requests go round-robin over the endpoints that
-passed the last health check and whose channel is not failing. A request that fails to
-reach an endpoint before any response moves on to the next one.
+Each endpoint has its own channel, with keepalive pings that find a half-open connection.
+Requests go round-robin over the endpoints that passed the last health check, whose
+channel is not failing and that are not much slower than the fastest (the round trip of
+the health check, averaged). A request that fails to reach an endpoint before any
+response moves on to the next one.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +37,12 @@ _MAX_MESSAGE_BYTES = 2**31 - 1
 # Asks Triton to end a stream with the error's status code rather than put the error,
 # without its code, in a response message (see errors.py). Older Tritons ignore it.
 _STREAM_ERROR_HEADER = ("triton_grpc_error", "true")
+# An endpoint whose averaged health-check round trip exceeds both twice the fastest one's
+# and the fastest one's plus this margin gets no requests while a faster one is usable:
+# loopback and LAN jitter stay well below it, a slow link or an overloaded server do not.
+SLOW_MARGIN_S = 0.05
+# Weight of the newest round trip in the average: a change shows within a few checks.
+_ROUND_TRIP_WEIGHT = 0.5
 
 
 def trace_metadata() -> tuple[tuple[str, str], ...]:
@@ -60,10 +69,29 @@ class Endpoint:
     lost_model: bool = False  # the server is ready but the model is not (a restart)
     in_flight: int = 0  # requests sent here that have not ended
     draining: bool = False  # gone from DNS: no new requests; closes once idle
+    round_trip_s: float | None = None  # ServerLive's round trip, averaged over checks
 
     def usable(self) -> bool:
         state = self.channel.get_state(try_to_connect=False)
         return self.healthy and state is not grpc.ChannelConnectivity.TRANSIENT_FAILURE
+
+    def measured(self, round_trip_s: float) -> None:
+        """Fold one health check's round trip into the average."""
+        if self.round_trip_s is None:
+            self.round_trip_s = round_trip_s
+        else:
+            weight = _ROUND_TRIP_WEIGHT
+            self.round_trip_s = weight * round_trip_s + (1 - weight) * self.round_trip_s
+
+
+def slow_ones(endpoints: Sequence[Endpoint]) -> list[Endpoint]:
+    """The endpoints much slower than the fastest of `endpoints` (see SLOW_MARGIN_S)."""
+    known = [ep.round_trip_s for ep in endpoints if ep.round_trip_s is not None]
+    if not known:
+        return []
+    fastest = min(known)
+    limit = max(2 * fastest, fastest + SLOW_MARGIN_S)
+    return [ep for ep in endpoints if ep.round_trip_s is not None and ep.round_trip_s > limit]
 
 
 class EndpointPool:
@@ -97,6 +125,12 @@ class EndpointPool:
             ("grpc.initial_reconnect_backoff_ms", 200),
             ("grpc.min_reconnect_backoff_ms", 200),
             ("grpc.max_reconnect_backoff_ms", int(self.options.max_reconnect_backoff_s * 1000)),
+            # Pings while requests are in flight: a Triton that vanished without a reset
+            # (a half-open connection) fails its requests at once, not at the TCP timeout.
+            ("grpc.keepalive_time_ms", int(self.options.keepalive_time_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.options.keepalive_timeout_s * 1000)),
+            # gRPC core waits this long for any ping's ack (60 s by default), keepalive's too.
+            ("grpc.http2.ping_timeout_ms", int(self.options.keepalive_timeout_s * 1000)),
         ]
         credentials = None
         if self.options.uses_tls:
@@ -173,7 +207,8 @@ class EndpointPool:
             self.on_trouble()
 
     def pick(self, exclude: Sequence[Endpoint] = ()) -> Endpoint:
-        """Round-robin over usable endpoints, or over all when none looks usable."""
+        """Round-robin over the usable endpoints that are not slow, or over all usable
+        ones when all are slow, or over every one when none looks usable."""
         candidates = [ep for ep in self.endpoints if ep not in exclude]
         if not candidates:
             self._trouble()
@@ -182,6 +217,8 @@ class EndpointPool:
         if not usable:
             self._trouble()
         usable = usable or candidates
+        slow = slow_ones(usable)
+        usable = [ep for ep in usable if ep not in slow] or usable
         return usable[next(self._rotation) % len(usable)]
 
     def error(self, exc: grpc.aio.AioRpcError, endpoint: Endpoint, origin: Origin) -> Exception:
@@ -230,9 +267,11 @@ class EndpointPool:
         """ServerLive, ServerReady and ModelReady for the model we loaded."""
         timeout = self.options.health_timeout_s
         try:
+            sent = time.monotonic()
             live = await endpoint.stub.ServerLive(
                 service_pb2.ServerLiveRequest(), metadata=self.metadata, timeout=timeout
             )
+            endpoint.measured(time.monotonic() - sent)
             ready = await endpoint.stub.ServerReady(
                 service_pb2.ServerReadyRequest(), metadata=self.metadata, timeout=timeout
             )

@@ -68,6 +68,13 @@ class _Row:
         )
 
 
+def _unsupported(answer: Answer) -> Exception:
+    return ModelNotReadyError(
+        f"Triton at {answer.url} does not support this request for model {answer.model!r}: "
+        f"{answer.details or 'unsupported'}"
+    )
+
+
 _ON_LOAD = frozenset({Origin.LOAD})
 _ON_RPC = frozenset({Origin.RPC})
 _ON_CALLS = _ON_LOAD | _ON_RPC
@@ -118,6 +125,9 @@ _TABLE: tuple[_Row, ...] = (
         lambda a: BackendInvalidArgumentError(f"Triton: {a.details}"),
         codes=frozenset({grpc.StatusCode.INVALID_ARGUMENT}),
     ),
+    # Triton's UNSUPPORTED (gRPC UNIMPLEMENTED): the model or server lacks a feature the
+    # request needs, which Triton's message names; the request cannot succeed as sent.
+    _Row(_ON_RPC, _unsupported, codes=frozenset({grpc.StatusCode.UNIMPLEMENTED})),
     # Triton (or the model) cancelled the request; ours are cancelled on our side first.
     _Row(
         _ON_RPC,

@@ -52,8 +52,11 @@ class TritonOptions(BackendOptions):
     """PEM client private key (mTLS)."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Extra request headers, e.g. the --grpc-restricted-protocol key."""
-    request_timeout_s: float | None = Field(default=None, gt=0)
-    """Longest a request may run on Triton."""
+    request_timeout_s: float | None = Field(default=300.0, gt=0)
+    """Longest a request may run on Triton when our client set no shorter deadline
+    (null: no limit). 300 s lets the longest answer allowed (max_output_tokens, 4096 by
+    default) finish at 15 tokens a second after a minute of queueing and prefill; a
+    request to a Triton that stopped answering still ends, instead of waiting forever."""
     deadline_margin_s: float = Field(default=0.05, ge=0)
     """Subtracted from our client's deadline to give Triton's deadline."""
     connect_timeout_s: float = Field(default=30.0, ge=0)
@@ -71,6 +74,13 @@ class TritonOptions(BackendOptions):
     """Timeout of metadata, load and unload RPCs."""
     max_reconnect_backoff_s: float = Field(default=1.0, gt=0)
     """Longest wait between reconnection attempts."""
+    keepalive_time_s: float = Field(default=20.0, gt=0)
+    """Seconds between HTTP/2 pings on a connection with requests in flight: a half-open
+    connection (a peer that vanished without a reset) is found within keepalive_time_s +
+    keepalive_timeout_s, and its requests fail over or end UNAVAILABLE. Triton's default
+    ping policy accepts this: the endpoint checks keep data flowing on the connection."""
+    keepalive_timeout_s: float = Field(default=10.0, gt=0)
+    """How long a ping may go unanswered before the connection counts as dead."""
     max_output_tokens: int = Field(default=4096, ge=1)
     """Largest max_tokens a request may ask for."""
     max_loaded_models: int | None = Field(default=None, ge=1)

@@ -102,3 +102,44 @@ async def test_an_unreachable_endpoint_says_why_it_could_not_connect_not_that_ti
     message = str(raised.value)
     assert message.startswith("could not connect to Triton at 127.0.0.1:1 within 0.2 s: ")
     assert "Connection refused" in message
+
+
+async def test_a_much_slower_endpoint_gets_no_requests_while_a_fast_one_is_usable(pool):
+    for endpoint, round_trip_s in zip(pool.endpoints, [0.002, 0.2, 0.004], strict=True):
+        endpoint.measured(round_trip_s)
+    assert urls(pool, 4) == [URLS[0], URLS[2], URLS[0], URLS[2]]
+    # Within the margin of the fastest: all stay in the rotation.
+    pool.endpoints[1].round_trip_s = 0.04
+    assert set(urls(pool, 3)) == set(URLS)
+    # The slow one still serves when it is the only usable one.
+    pool.endpoints[1].round_trip_s = 0.2
+    pool.endpoints[0].healthy = pool.endpoints[2].healthy = False
+    assert urls(pool, 2) == [URLS[1]] * 2
+
+
+async def test_round_trips_are_averaged_so_one_outlier_does_not_move_traffic(pool):
+    endpoint = pool.endpoints[0]
+    assert endpoint.round_trip_s is None
+    endpoint.measured(0.010)
+    endpoint.measured(0.030)
+    assert endpoint.round_trip_s == pytest.approx(0.020)
+
+
+async def test_channels_ping_to_find_half_open_connections():
+    options = TritonOptions(url="127.0.0.1:1", keepalive_time_s=3, keepalive_timeout_s=2)
+    pool = EndpointPool("llama", "llama-3", options)
+    await pool.open()
+    try:
+        channel_options = dict(pool._channel_options)
+    finally:
+        await pool.close()
+    assert channel_options["grpc.keepalive_time_ms"] == 3000
+    assert channel_options["grpc.keepalive_timeout_ms"] == 2000
+    # Without it gRPC core waits 60 s for the ping's ack (measured in tests/faults).
+    assert channel_options["grpc.http2.ping_timeout_ms"] == 2000
+
+
+def test_a_request_without_a_deadline_is_bounded_by_default():
+    options = TritonOptions(url="127.0.0.1:1")
+    assert options.request_timeout_s == 300
+    assert TritonOptions(url="127.0.0.1:1", request_timeout_s=None).request_timeout_s is None

@@ -108,3 +108,13 @@ def test_a_request_triton_cancelled_is_cancelled_not_internal():
     error = translate(Origin.RPC, grpc.StatusCode.CANCELLED, "cancelled by the model")
     assert isinstance(error, errors.BackendCancelledError)
     assert str(error) == f"Triton at {URL} cancelled the request: cancelled by the model"
+
+
+def test_unsupported_is_a_failed_precondition_naming_what_triton_does_not_support():
+    # Triton's UNSUPPORTED arrives as gRPC UNIMPLEMENTED; its message names the feature.
+    details = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+    error = translate(Origin.RPC, grpc.StatusCode.UNIMPLEMENTED, details)
+    assert type(error) is errors.ModelNotReadyError
+    assert str(error) == (
+        f"Triton at {URL} does not support this request for model 'llama': {details}"
+    )
