@@ -134,7 +134,9 @@ def _write_access_line(
     fields: dict[str, Any] = {"method": rpc.method, "peer": rpc.peer}
     if record is None:
         # Refused before the core saw it (no token, no access to the model, undecodable).
-        request_id, model = getattr(request, "request_id", ""), getattr(request, "model", "")
+        # inferwire.v1 names them request_id and model; the KServe messages id and model_name.
+        request_id = getattr(request, "request_id", None) or getattr(request, "id", "")
+        model = getattr(request, "model", None) or getattr(request, "model_name", "")
         fields |= {
             "request_id": bounded(request_id, MAX_FIELD_BYTES)
             if isinstance(request_id, str)

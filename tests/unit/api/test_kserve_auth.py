@@ -112,3 +112,15 @@ def test_every_rpc_of_the_service_is_open_or_has_a_scope_or_is_not_offered():
     listed = set(KSERVE_SCOPE_BY_RPC) | KSERVE_OPEN_RPCS
     assert listed | not_offered == {m.name for m in SERVICE.methods}
     assert not listed & not_offered
+
+
+async def test_a_refused_model_infer_is_logged_with_its_model_and_id(channel, caplog):
+    caplog.set_level("INFO", logger="inferwire.access")
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = oip.ModelInferRequest(model_name="m", id="kserve-refused", inputs=[TEXT])
+    with pytest.raises(grpc.aio.AioRpcError):
+        await stub.ModelInfer(request)  # no token
+    lines = [r for r in caplog.records if getattr(r, "request_id", None) == "kserve-refused"]
+    assert [(r.getMessage(), r.model, r.code) for r in lines] == [
+        ("request finished", "m", "UNAUTHENTICATED")
+    ]
