@@ -34,6 +34,7 @@ from inferwire.backends import backend_class
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.memory import MemorySettings
 from inferwire.core.models import ModelSpec, duplicate_name
+from inferwire.core.tenants import SchedulingSettings, TenantConfig, Tenants, TenantSettings
 
 DEFAULT_MODEL_NAME = "demo"
 
@@ -93,6 +94,9 @@ class AuthSettings(BaseModel):
         ]
     )
     """Services every caller may use without a token (probes, grpcurl's reflection)."""
+    certificate_tenants: dict[str, str] = Field(default_factory=dict)
+    """With mutual TLS: a client certificate's subject CN or URI SAN -> the tenant its
+    calls count against (when they send no token); the subject becomes the principal."""
 
 
 class TransportSettings(BaseModel):
@@ -166,6 +170,28 @@ class ServerSettings(BaseModel):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     """Memory budgets per device (`budgets`), `load_wait_s` and `min_resident_s`: models
     load within them, evicting idle ones least recently used first."""
+    tenants: list[TenantConfig] = Field(default_factory=list)
+    """Who shares the models: each with name, priority, weight and optional quotas
+    (max_concurrency, requests_per_minute, generated_tokens_per_minute); docs/tenants.md."""
+    default_tenant: TenantSettings = Field(default_factory=TenantSettings)
+    """Settings of callers whose credentials name no configured tenant."""
+    scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
+    """How the model queues admit: `max_wait_s`, after which a batch request ages up."""
+
+    @model_validator(mode="after")
+    def _known_tenants(self) -> ServerSettings:
+        names = [t.name for t in self.tenants]
+        if duplicated := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"tenants: {duplicated[0]!r} appears twice")
+        for subject, tenant in self.auth.certificate_tenants.items():
+            if tenant not in names:
+                raise ValueError(
+                    f"auth.certificate_tenants[{subject!r}]: {tenant!r} is not in server.tenants"
+                )
+        return self
+
+    def tenant_registry(self) -> Tenants:
+        return Tenants(self.tenants, self.default_tenant, self.scheduling)
 
     @field_validator("log_level", mode="before")
     @classmethod

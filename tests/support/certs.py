@@ -91,8 +91,10 @@ class CertificateAuthority:
                 names.append(x509.DNSName(host))
         return self._issue(hosts[0], ExtendedKeyUsageOID.SERVER_AUTH, names)
 
-    def issue_client(self, name: str = "test-client") -> Issued:
-        return self._issue(name, ExtendedKeyUsageOID.CLIENT_AUTH, [])
+    def issue_client(self, name: str = "test-client", uris: tuple[str, ...] = ()) -> Issued:
+        """A client certificate with subject CN `name` and `uris` as URI SANs (SPIFFE IDs)."""
+        names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(u) for u in uris]
+        return self._issue(name, ExtendedKeyUsageOID.CLIENT_AUTH, names)
 
     def _issue(
         self, subject: str, usage: x509.ObjectIdentifier, names: list[x509.GeneralName]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ from inferwire.api.handlers import Behaviour, Call, calls_within, rebuild_handle
 from inferwire.api.status import to_rpc_status
 from inferwire.config import AuthSettings
 from inferwire.core.auth import (
+    ANONYMOUS,
     UNRESTRICTED,
     Principal,
     Scope,
@@ -143,11 +145,61 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         return rebuild_handler(handler, _as(principal))
 
 
-def auth_interceptors(settings: AuthSettings) -> list[grpc.aio.ServerInterceptor]:
-    """The interceptors `settings` asks for: none without a tokens file (everything open).
+def certificate_subjects(context: Any) -> list[str]:
+    """The client certificate's subject CN and URI SANs (mutual TLS), or none."""
+    properties = context.auth_context() or {}
+    subjects = []
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        for value in properties.get(key, ()):
+            subjects.append(value.decode() if isinstance(value, bytes) else str(value))
+    return subjects
+
+
+class CertificateTenantInterceptor(grpc.aio.ServerInterceptor):
+    """Maps a mutual-TLS client's certificate subject to its tenant.
+
+    Runs inside the token check: a call that sent a token keeps the token's tenant; one
+    without (anonymous) becomes the certificate's subject, counted against its tenant.
+    """
+
+    def __init__(self, tenant_by_subject: dict[str, str]) -> None:
+        self._tenant_by_subject = dict(tenant_by_subject)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return rebuild_handler(handler, lambda behaviour: calls_within(behaviour, self._scope))
+
+    @contextlib.contextmanager
+    def _scope(self, request: Any, context: Any) -> Iterator[Call]:
+        principal = current_principal()
+        if principal.name == ANONYMOUS:
+            for subject in certificate_subjects(context):
+                if (tenant := self._tenant_by_subject.get(subject)) is not None:
+                    _PRINCIPAL.set(dataclasses.replace(principal, name=subject, tenant_name=tenant))
+                    break
+        yield request, context, None
+
+
+def auth_interceptors(
+    settings: AuthSettings, tenants: frozenset[str] | set[str] | None = None
+) -> list[grpc.aio.ServerInterceptor]:
+    """The interceptors `settings` asks for: none without a tokens file (everything open)
+    and without certificate tenants. `tenants`: the names tokens may give as their tenant.
 
     Raises ConfigurationError when the tokens file is missing or invalid.
     """
-    if settings.tokens_file is None:
-        return []
-    return [TokenAuthInterceptor(TokenStore(settings.tokens_file), settings)]
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if settings.tokens_file is not None:
+        store = TokenStore(
+            settings.tokens_file, tenants=None if tenants is None else frozenset(tenants)
+        )
+        interceptors.append(TokenAuthInterceptor(store, settings))
+    if settings.certificate_tenants:
+        interceptors.append(CertificateTenantInterceptor(settings.certificate_tenants))
+    return interceptors

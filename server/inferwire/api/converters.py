@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterable
 
 from inferwire.core import types
+from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.v1 import inference_pb2 as pb
 
 FINISH_REASON = {
@@ -24,9 +25,12 @@ _MODEL_STATE = {
 
 
 def request_from_proto(
-    message: pb.InferRequest | pb.InferStreamRequest, time_remaining: float | None = None
+    message: pb.InferRequest | pb.InferStreamRequest,
+    time_remaining: float | None = None,
+    tenant: str = "",
 ) -> types.InferenceRequest:
-    """Our request; `time_remaining` is the RPC's deadline in seconds from now, if any."""
+    """Our request; `time_remaining` is the RPC's deadline in seconds from now, if any;
+    `tenant`: the caller's."""
     p = message.parameters
     params = types.GenerationParams(
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
@@ -47,7 +51,18 @@ def request_from_proto(
         params=params,
         deadline=None if time_remaining is None else time.monotonic() + time_remaining,
         messages=messages_from_proto(message.messages),
+        tenant=tenant,
+        priority=priority_from_proto(message.priority),
     )
+
+
+def priority_from_proto(value: int) -> types.Priority | None:
+    """The priority a request asks for; None (UNSPECIFIED): its tenant's."""
+    if value == pb.PRIORITY_UNSPECIFIED:
+        return None
+    if value not in types.Priority._value2member_map_:
+        raise InvalidArgumentError([FieldViolation("priority", f"unknown priority {value}")])
+    return types.Priority(value)
 
 
 def messages_from_proto(messages: Iterable[pb.ChatMessage]) -> tuple[types.ChatMessage, ...]:

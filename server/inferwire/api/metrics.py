@@ -18,7 +18,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.metrics import MetricWrapperBase
 
 from inferwire.api.status import GO_CODE_NAME
+from inferwire.core.quotas import LIMITS
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.tenants import UNCONFIGURED_LABEL
+from inferwire.core.types import Priority
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 LOAD_TRIGGERS = ("startup", "explicit", "on_demand")
+QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 class PrometheusMetrics:
@@ -114,6 +118,31 @@ class PrometheusMetrics:
             ("device",),
             registry=r,
         )
+        self.tenant_requests = Counter(
+            "inferwire_tenant_requests_total",
+            "Inference requests by tenant (configured tenants; others: unconfigured) and outcome.",
+            ("tenant", "outcome"),
+            registry=r,
+        )
+        self.tenant_generated_tokens = Counter(
+            "inferwire_tenant_generated_tokens_total",
+            "Tokens generated for the tenant.",
+            ("tenant",),
+            registry=r,
+        )
+        self.tenant_throttled = Counter(
+            "inferwire_tenant_throttled_total",
+            "Requests refused by one of the tenant's quotas, by the limit.",
+            ("tenant", "limit"),
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "inferwire_queue_wait_seconds",
+            "Time an admitted request waited for a slot, by the class it queued in.",
+            ("model", "priority"),
+            registry=r,
+            buckets=QUEUE_WAIT_BUCKETS,
+        )
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
 
     def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
@@ -148,6 +177,17 @@ class PrometheusMetrics:
             self.child(metric, model)
         for trigger in LOAD_TRIGGERS:
             self.child(self.loads, model, trigger)
+        for priority in Priority:
+            self.child(self.queue_wait, model, priority.label)
+
+    def tenants_configured(self, tenants: Iterable[str]) -> None:
+        """Every series of each configured tenant (and of the unconfigured ones), at zero."""
+        for tenant in (*tenants, UNCONFIGURED_LABEL):
+            for outcome in Outcome:
+                self.child(self.tenant_requests, tenant, outcome.value)
+            self.child(self.tenant_generated_tokens, tenant)
+            for limit in LIMITS:
+                self.child(self.tenant_throttled, tenant, limit)
 
     def methods_served(self, methods: Iterable[tuple[str, str, str]]) -> None:
         """The grpc-ecosystem series of each served method (grpc_type, grpc_service,
@@ -162,9 +202,16 @@ class PrometheusMetrics:
     # ---- what happened --------------------------------------------------
 
     def request_finished(self, record: RequestRecord) -> None:
+        if tenant := record.tenant_label:  # set once the request reached its tenant
+            self.child(self.tenant_requests, tenant, record.outcome.value).inc()
+            self.child(self.tenant_generated_tokens, tenant).inc(record.completion_tokens)
+            if record.throttled:
+                self.child(self.tenant_throttled, tenant, record.throttled).inc()
         if not record.configured:  # a made-up model name never becomes a label
             return
         child, model = self.child, record.model
+        if record.admitted is not None and record.priority:
+            child(self.queue_wait, model, record.priority).observe(record.queue_s)
         child(self.requests, model, record.outcome.value).inc()
         child(self.prompt_tokens, model).inc(record.prompt_tokens)
         child(self.generated_tokens, model).inc(record.completion_tokens)

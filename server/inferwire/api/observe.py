@@ -144,6 +144,7 @@ def _write_access_line(
             "model": bounded(model, MAX_FIELD_BYTES) if isinstance(model, str) else "",
             "code": code.name,
             "principal": current_principal().name,
+            "tenant": current_principal().tenant,
             "prompt_tokens": 0,
             "completion_tokens": 0,
         }
@@ -153,6 +154,8 @@ def _write_access_line(
             "model": bounded(record.model, MAX_FIELD_BYTES),
             "code": code.name,
             "principal": current_principal().name,
+            "tenant": record.tenant,
+            "priority": record.priority,
             "outcome": record.outcome.value,
             "prompt_tokens": record.prompt_tokens,
             "completion_tokens": record.completion_tokens,

@@ -85,6 +85,7 @@ def build_manager(
         keep_text=settings.server.log_prompts,
         memory=settings.server.memory,
         memory_metrics=memory_metrics,
+        tenants=settings.server.tenant_registry(),
     )
 
 
@@ -185,7 +186,7 @@ class InferwireServer:
             interceptors=[
                 self.observer,
                 *([self.tracing.interceptor] if self.tracing else []),
-                *auth_interceptors(settings.server.auth),
+                *auth_interceptors(settings.server.auth, {t.name for t in settings.server.tenants}),
                 DecodeErrorInterceptor(),
             ],
         )
@@ -201,6 +202,7 @@ class InferwireServer:
         ]
         add_reflection(self._server, services)
         self.metrics.methods_served(served_methods(services))
+        self.metrics.tenants_configured(t.name for t in settings.server.tenants)
         # Kubernetes' gRPC probes speak plaintext only: with TLS on, they need their own port.
         self._health_server: grpc.aio.Server | None = None
         if settings.server.health_address:

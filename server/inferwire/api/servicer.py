@@ -53,7 +53,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: pb.InferRequest, context: grpc.aio.ServicerContext
     ) -> pb.InferResponse:
         current_principal().require_model(request.model)
-        result = await self._manager.infer(request_from_proto(request, context.time_remaining()))
+        result = await self._manager.infer(
+            request_from_proto(request, context.time_remaining(), current_principal().tenant)
+        )
         return pb.InferResponse(
             request_id=result.request_id,
             model=result.model,
@@ -69,7 +71,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
     ) -> None:
         current_principal().require_model(request.model)
-        domain_request = request_from_proto(request, context.time_remaining())
+        domain_request = request_from_proto(
+            request, context.time_remaining(), current_principal().tenant
+        )
         request_id, chunks = self._manager.infer_stream(domain_request)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:

@@ -44,6 +44,8 @@ STATUS_CODE_BY_ERROR: dict[type[errors.InferwireError], grpc.StatusCode] = {
     errors.QueueFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     # A model does not fit its memory budget; for a request, details carry RetryInfo.
     errors.MemoryExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    # A tenant is over a quota; details carry QuotaFailure and RetryInfo.
+    errors.QuotaExceededError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     # The request's deadline passed.
     errors.DeadlineExceededError: grpc.StatusCode.DEADLINE_EXCEEDED,
     # No valid credentials.
@@ -109,6 +111,15 @@ def to_rpc_status(error: errors.InferwireError) -> grpc.Status:
     if isinstance(error, errors.InvalidArgumentError) and error.violations:
         detail = any_pb2.Any()
         detail.Pack(bad_request(error.violations))
+        status.details.append(detail)
+    if isinstance(error, errors.QuotaExceededError):
+        failure = error_details_pb2.QuotaFailure()
+        failure.violations.add(
+            subject=bounded(f"tenant:{error.tenant}", MAX_FIELD_BYTES),
+            description=f"{error.limit} exceeded",
+        )
+        detail = any_pb2.Any()
+        detail.Pack(failure)
         status.details.append(detail)
     if error.retry_delay_s is not None:
         retry = error_details_pb2.RetryInfo()

@@ -1,6 +1,6 @@
 """Bearer tokens and their scopes, transport-neutral.
 
-A tokens file is a YAML list of `{name, sha256, scopes, models}`: only the SHA-256 hex
+A tokens file is a YAML list of `{name, sha256, scopes, models, tenant}`: only the SHA-256 hex
 digest of each token is stored. `TokenStore` re-reads the file when it changes (a mounted
 Kubernetes Secret swaps its `..data` symlink), so tokens are added and revoked without a
 restart; a file that turns invalid keeps the last good set.
@@ -43,11 +43,17 @@ class Scope(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a token's name (or `anonymous`), its scopes and its model patterns."""
+    """Who is calling: a token's name (or `anonymous`, or a client certificate's subject),
+    its scopes, its model patterns and its tenant (default: named like the principal)."""
 
     name: str
     scopes: frozenset[Scope]
     models: tuple[str, ...] = ("*",)
+    tenant_name: str | None = None
+
+    @property
+    def tenant(self) -> str:
+        return self.tenant_name or self.name
 
     def has_scope(self, scope: Scope) -> bool:
         return Scope.ADMIN in self.scopes or scope in self.scopes
@@ -76,9 +82,10 @@ class TokenEntry:
     sha256: str
     scopes: frozenset[Scope]
     models: tuple[str, ...]
+    tenant: str | None = None
 
     def principal(self) -> Principal:
-        return Principal(self.name, self.scopes, self.models)
+        return Principal(self.name, self.scopes, self.models, self.tenant)
 
 
 def hash_token(token: str) -> str:
@@ -118,8 +125,13 @@ def entry_yaml(name: str, digest: str, scopes: Iterable[Scope], models: Iterable
     return text
 
 
-def parse_tokens(text: str, source: str) -> tuple[TokenEntry, ...]:
-    """Parse a tokens file; raise ConfigurationError naming the entry and key that is wrong."""
+def parse_tokens(
+    text: str, source: str, tenants: frozenset[str] | None = None
+) -> tuple[TokenEntry, ...]:
+    """Parse a tokens file; raise ConfigurationError naming the entry and key that is wrong.
+
+    `tenants`: the configured tenant names an entry's `tenant` must be one of (None: any).
+    """
     try:
         content = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -133,13 +145,18 @@ def parse_tokens(text: str, source: str) -> tuple[TokenEntry, ...]:
         values = [getattr(e, attribute) for e in entries]
         if duplicated := sorted({v for v in values if values.count(v) > 1}):
             raise ConfigurationError(f"{source}: {attribute} {duplicated[0]!r} appears twice")
+    for i, entry in enumerate(entries):
+        if tenants is not None and entry.tenant is not None and entry.tenant not in tenants:
+            raise ConfigurationError(
+                f"{source}[{i}].tenant: {entry.tenant!r} is not a tenant of server.tenants"
+            )
     return entries
 
 
 def _entry(raw: object, where: str) -> TokenEntry:
     if not isinstance(raw, dict):
         raise ConfigurationError(f"{where}: must be a mapping with name, sha256 and scopes")
-    if unknown := sorted(set(raw) - {"name", "sha256", "scopes", "models"}):
+    if unknown := sorted(set(raw) - {"name", "sha256", "scopes", "models", "tenant"}):
         raise ConfigurationError(f"{where}.{unknown[0]}: unknown key")
     name, digest = raw.get("name"), raw.get("sha256")
     if not isinstance(name, str) or not 0 < len(name) <= _MAX_NAME_CHARS:
@@ -158,7 +175,10 @@ def _entry(raw: object, where: str) -> TokenEntry:
     models = raw.get("models", ["*"])
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
         raise ConfigurationError(f"{where}.models: must be a non-empty list of glob patterns")
-    return TokenEntry(name, digest.lower(), parsed_scopes, tuple(models))
+    tenant = raw.get("tenant")
+    if tenant is not None and (not isinstance(tenant, str) or not tenant):
+        raise ConfigurationError(f"{where}.tenant: must be a tenant's name")
+    return TokenEntry(name, digest.lower(), parsed_scopes, tuple(models), tenant)
 
 
 def _is_hex(text: str) -> bool:
@@ -190,13 +210,16 @@ class TokenStore:
         path: Path,
         check_interval_s: float = RELOAD_CHECK_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        tenants: frozenset[str] | None = None,
     ) -> None:
+        """`tenants`: the configured tenant names entries may name (None: any)."""
         self.path = path
+        self._tenants = tenants
         self._check_interval_s = check_interval_s
         self._clock = clock
         try:
             self._identity = _file_identity(path)
-            self._entries = parse_tokens(path.read_text(), str(path))
+            self._entries = parse_tokens(path.read_text(), str(path), tenants)
         except OSError as exc:
             raise ConfigurationError(f"tokens file {path}: {exc.strerror or exc}") from None
         self._checked_at = clock()
@@ -231,7 +254,7 @@ class TokenStore:
             identity = _file_identity(self.path)
             if identity == self._identity:
                 return
-            entries = parse_tokens(Path(identity[0]).read_text(), str(self.path))
+            entries = parse_tokens(Path(identity[0]).read_text(), str(self.path), self._tenants)
         except (OSError, ConfigurationError) as exc:
             # Keep serving with the last good tokens; say so once per broken version.
             failed = getattr(exc, "filename", None), str(exc)

@@ -71,6 +71,16 @@ class MemoryExhaustedError(InferwireError):
         self.retry_delay_s = retry_delay_s
 
 
+class QuotaExceededError(InferwireError):
+    """A tenant is over one of its quotas; details carry QuotaFailure and RetryInfo."""
+
+    def __init__(self, tenant: str, limit: str, message: str, retry_delay_s: float | None):
+        super().__init__(f"{message}; retry later")
+        self.tenant = tenant
+        self.limit = limit
+        self.retry_delay_s = retry_delay_s
+
+
 class DeadlineExceededError(InferwireError):
     """The request's deadline passed before it finished."""
 

@@ -30,8 +30,10 @@ from inferwire.core.models import (
     backend_health_reports,
     duplicate_name,
 )
+from inferwire.core.quotas import TokenCharge
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.residency import Residency
+from inferwire.core.tenants import Tenants, admitted
 from inferwire.core.tracing import GENERATE, NO_TRACER, Tracer
 from inferwire.core.types import (
     ChatMessage,
@@ -78,9 +80,12 @@ class ModelManager:
         keep_text: bool = False,
         memory: MemorySettings | None = None,
         memory_metrics: MemoryMetrics | None = None,
+        tenants: Tenants | None = None,
     ) -> None:
         """`keep_text`: keep each request's prompt and output text in its record (for
-        `server.log_prompts`); `memory`: the budgets models load within (default: none)."""
+        `server.log_prompts`); `memory`: the budgets models load within (default: none);
+        `tenants`: whose requests share the models, and how (default: no quotas)."""
+        self._tenants = tenants or Tenants()
         self._limits = limits
         self._metrics: MetricsListener = metrics or NoMetrics()
         self._tracer: Tracer = tracer or NO_TRACER
@@ -96,7 +101,13 @@ class ModelManager:
         self._models: dict[str, ManagedModel] = {}
         for spec in specs:
             backend = backend_factory(spec)
-            self._models[spec.name] = ManagedModel(spec, backend, self._metrics.load_changed)
+            self._models[spec.name] = ManagedModel(
+                spec,
+                backend,
+                self._metrics.load_changed,
+                self._tenants.scheduling.max_wait_s,
+                self._tenants.clock,
+            )
             self._metrics.model_added(spec.name)
             self._metrics.readiness_changed(spec.name, False)
             self._metrics.load_changed(spec.name, 0, 0)
@@ -195,7 +206,7 @@ class ModelManager:
     async def infer(self, request: InferenceRequest) -> InferenceResult:
         """Unary generation through the backend's own `infer`."""
         record = self._arrived(request)
-        async with self._admitted(request, record) as (model, job):
+        async with self._admitted(request, record) as (model, job, _):
             text, end, logprobs = await join(self._events(model, job, record, unary=True), record)
             record.counted(end.usage.prompt_tokens, end.usage.completion_tokens)
             if record.text is not None:
@@ -222,7 +233,7 @@ class ModelManager:
     async def _stream(
         self, request: InferenceRequest, record: RequestRecord
     ) -> AsyncGenerator[StreamChunk, None]:
-        async with self._admitted(request, record) as (model, job):
+        async with self._admitted(request, record) as (model, job, charge):
             events = self._events(model, job, record, unary=False)
             kept = record.text
             async with contextlib.aclosing(events):
@@ -230,6 +241,7 @@ class ModelManager:
                     if isinstance(event, TextDelta):
                         if event.completion_tokens is not None:
                             record.completion_tokens = event.completion_tokens
+                            charge.up_to(event.completion_tokens)  # as they are produced
                         if kept is not None:
                             kept.append(event.text)
                         yield StreamChunk(
@@ -286,21 +298,22 @@ class ModelManager:
     @contextlib.asynccontextmanager
     async def _admitted(
         self, request: InferenceRequest, record: RequestRecord
-    ) -> AsyncIterator[tuple[ManagedModel, GenerationRequest]]:
-        """Validate, queue for a slot and run one request, unary or streamed; whatever
-        happens, end its record once and tell the listeners."""
+    ) -> AsyncIterator[tuple[ManagedModel, GenerationRequest, TokenCharge]]:
+        """Validate, check the tenant's quota, queue for a slot and run one request, unary
+        or streamed; whatever happens, end its record once and tell the listeners."""
         model: ManagedModel | None = None
         try:
             validate_inference_request(request, self._limits)
             model = self._get(request.model)
-            model.used(time.monotonic(), time.time())
-            record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
-            model.require_ready()
-            job = generation_request(model.spec.name, model.backend, replace_id(request, record))
-            async with model.slot(self._tracer):
-                record.admitted = time.perf_counter()
-                with self._tracer.span(GENERATE):
-                    yield model, job
+            with admitted(self._tenants, request, record) as admission:
+                model.used(time.monotonic(), time.time())
+                record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
+                model.require_ready()
+                job = generation_request(model.name, model.backend, replace_id(request, record))
+                async with model.slot(self._tracer, admission.claim):
+                    record.admitted = time.perf_counter()
+                    with self._tracer.span(GENERATE):
+                        yield model, job, admission.charge
         except (GeneratorExit, asyncio.CancelledError):
             # The caller went away (cancel or deadline) or stopped reading.
             record.end(Outcome.CANCELLED)

@@ -24,6 +24,7 @@ from inferwire.core.errors import (
 )
 from inferwire.core.memory import ByteSize, Footprint
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.scheduling import Claim, FairQueue
 from inferwire.core.tracing import QUEUE, Tracer
 from inferwire.core.types import (
     BackendHealthReport,
@@ -106,7 +107,15 @@ _NOT_READY_HINT = {
 
 
 class ManagedModel:
-    def __init__(self, spec: ModelSpec, backend: Backend, report_load: LoadReporter) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        backend: Backend,
+        report_load: LoadReporter,
+        max_wait_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`max_wait_s`: when a waiting batch request ages up (core/scheduling.py)."""
         self.spec = spec
         self.backend = backend
         self.state = ModelState.UNLOADED
@@ -114,7 +123,7 @@ class ManagedModel:
         self.load_error = ""  # why the last load failed, in the backend's words
         self.backend_healthy = False
         self.lifecycle_lock = asyncio.Lock()
-        self.slots = asyncio.Semaphore(spec.max_concurrency)
+        self.slots = FairQueue(spec.max_concurrency, max_wait_s, clock)
         self.running = 0
         self.queued = 0
         self.idle = asyncio.Event()
@@ -225,9 +234,10 @@ class ManagedModel:
             )
 
     @contextlib.asynccontextmanager
-    async def slot(self, tracer: Tracer) -> AsyncIterator[None]:
-        """Run under the model's concurrency limit, waiting in its bounded queue if needed."""
-        if self.slots.locked() and self.queued >= self.spec.max_queue:
+    async def slot(self, tracer: Tracer, claim: Claim | None = None) -> AsyncIterator[None]:
+        """Run under the model's concurrency limit, waiting in its bounded queue if needed:
+        priority first, then fairly between tenants (`claim`)."""
+        if self.slots.saturated and self.queued >= self.spec.max_queue:
             raise QueueFullError(
                 f"model {self.spec.name!r} is at capacity: {self.spec.max_concurrency} running "
                 f"and {self.queued} queued (max_queue {self.spec.max_queue}); retry later"
@@ -239,7 +249,7 @@ class ManagedModel:
         try:
             try:
                 with tracer.span(QUEUE):
-                    await self.slots.acquire()
+                    await self.slots.acquire(claim or Claim())
             finally:
                 self.queued -= 1
                 self._changed_load()

@@ -60,6 +60,10 @@ class RequestRecord:
     prompt: str = ""  # the request's prompt and output text, kept only with keep_text
     text: list[str] | None = None
     tracer: Tracer = NO_TRACER  # times the backend's own stages
+    tenant: str = ""  # whose request it is (core/tenants.py), once known
+    tenant_label: str = ""  # its metrics label: the name only for a configured tenant
+    priority: str = ""  # the class it queued in: interactive, standard or batch
+    throttled: str = ""  # the tenant quota that refused it (core/quotas.py), if one did
 
     # ---- what a backend reports (GenerationProgress) ---------------------
 

@@ -24,6 +24,18 @@ class FinishReason(enum.Enum):
     LENGTH = "LENGTH"  # max_tokens or the context window reached
 
 
+class Priority(enum.IntEnum):
+    """Admission class; a lower value is admitted first (the proto's numbers)."""
+
+    INTERACTIVE = 1
+    STANDARD = 2
+    BATCH = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
 CHAT_ROLES = ("system", "user", "assistant")
 MAX_TOP_LOGPROBS = 20
 
@@ -83,6 +95,8 @@ class InferenceRequest:
     params: GenerationParams = field(default_factory=GenerationParams)
     deadline: float | None = None  # time.monotonic() by which the caller needs the result
     messages: tuple[ChatMessage, ...] = ()  # the alternative to `prompt`
+    tenant: str = ""  # whose request it is (core/tenants.py); "" when tenants are off
+    priority: Priority | None = None  # the priority it asks for; None: its tenant's
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,65 @@ func (ModelState) EnumDescriptor() ([]byte, []int) {
 	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{1}
 }
 
+// Priority is the admission class of a request. A waiting INTERACTIVE
+// request is admitted before any waiting STANDARD one, STANDARD before BATCH;
+// within one class, tenants share a model's slots by weight.
+type Priority int32
+
+const (
+	// The caller's tenant priority.
+	Priority_PRIORITY_UNSPECIFIED Priority = 0
+	// Latency-sensitive work, such as chat.
+	Priority_PRIORITY_INTERACTIVE Priority = 1
+	// The default class.
+	Priority_PRIORITY_STANDARD Priority = 2
+	// Throughput work; ages up one class after server.scheduling.max_wait_s.
+	Priority_PRIORITY_BATCH Priority = 3
+)
+
+// Enum value maps for Priority.
+var (
+	Priority_name = map[int32]string{
+		0: "PRIORITY_UNSPECIFIED",
+		1: "PRIORITY_INTERACTIVE",
+		2: "PRIORITY_STANDARD",
+		3: "PRIORITY_BATCH",
+	}
+	Priority_value = map[string]int32{
+		"PRIORITY_UNSPECIFIED": 0,
+		"PRIORITY_INTERACTIVE": 1,
+		"PRIORITY_STANDARD":    2,
+		"PRIORITY_BATCH":       3,
+	}
+)
+
+func (x Priority) Enum() *Priority {
+	p := new(Priority)
+	*p = x
+	return p
+}
+
+func (x Priority) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Priority) Descriptor() protoreflect.EnumDescriptor {
+	return file_inferwire_v1_inference_proto_enumTypes[2].Descriptor()
+}
+
+func (Priority) Type() protoreflect.EnumType {
+	return &file_inferwire_v1_inference_proto_enumTypes[2]
+}
+
+func (x Priority) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Priority.Descriptor instead.
+func (Priority) EnumDescriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{2}
+}
+
 // GenerationParameters control decoding. Every field is optional: unset means
 // the model's default.
 type GenerationParameters struct {
@@ -604,7 +663,10 @@ type InferRequest struct {
 	// The model's chat template renders them, with the opening of the
 	// assistant's reply, into the prompt the model sees. Models whose
 	// capabilities say chat = false refuse them (FAILED_PRECONDITION).
-	Messages      []*ChatMessage `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages []*ChatMessage `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The priority this request asks for. It may lower the caller's tenant
+	// priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
+	Priority      Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=inferwire.v1.Priority" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -679,6 +741,13 @@ func (x *InferRequest) GetMessages() []*ChatMessage {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *InferRequest) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
 }
 
 // Usage counts the tokens a request consumed.
@@ -936,7 +1005,10 @@ type InferStreamRequest struct {
 	// and echoes it in every message.
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Chat messages, the alternative to prompt: set exactly one of the two.
-	Messages      []*ChatMessage `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
+	Messages []*ChatMessage `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The priority this request asks for. It may lower the caller's tenant
+	// priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
+	Priority      Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=inferwire.v1.Priority" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1011,6 +1083,13 @@ func (x *InferStreamRequest) GetMessages() []*ChatMessage {
 		return x.Messages
 	}
 	return nil
+}
+
+func (x *InferStreamRequest) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
 }
 
 // InferStreamResponse is one piece of a streamed generation.
@@ -2096,7 +2175,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\rR\atokenId\x12\x18\n" +
 	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12*\n" +
-	"\x03top\x18\x04 \x03(\v2\x18.inferwire.v1.TopLogprobR\x03top\"\xf0\x01\n" +
+	"\x03top\x18\x04 \x03(\v2\x18.inferwire.v1.TopLogprobR\x03top\"\xa4\x02\n" +
 	"\fInferRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\x18\n" +
@@ -2106,7 +2185,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"parameters\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x125\n" +
-	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\"Y\n" +
+	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\x122\n" +
+	"\bpriority\x18\a \x01(\x0e2\x16.inferwire.v1.PriorityR\bpriority\"Y\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\"\x8b\x01\n" +
@@ -2124,7 +2204,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\rfinish_reason\x18\x05 \x01(\x0e2\x1a.inferwire.v1.FinishReasonR\ffinishReason\x12)\n" +
 	"\x05usage\x18\x06 \x01(\v2\x13.inferwire.v1.UsageR\x05usage\x12,\n" +
 	"\x06timing\x18\a \x01(\v2\x14.inferwire.v1.TimingR\x06timing\x126\n" +
-	"\blogprobs\x18\b \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\"\xf6\x01\n" +
+	"\blogprobs\x18\b \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\"\xaa\x02\n" +
 	"\x12InferStreamRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\x18\n" +
@@ -2134,7 +2214,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"parameters\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x125\n" +
-	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\"\xb0\x02\n" +
+	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\x122\n" +
+	"\bpriority\x18\a \x01(\x0e2\x16.inferwire.v1.PriorityR\bpriority\"\xb0\x02\n" +
 	"\x13InferStreamResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -2219,7 +2300,12 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x13MODEL_STATE_LOADING\x10\x02\x12\x15\n" +
 	"\x11MODEL_STATE_READY\x10\x03\x12\x19\n" +
 	"\x15MODEL_STATE_UNLOADING\x10\x04\x12\x16\n" +
-	"\x12MODEL_STATE_FAILED\x10\x052\xad\x04\n" +
+	"\x12MODEL_STATE_FAILED\x10\x05*i\n" +
+	"\bPriority\x12\x18\n" +
+	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14PRIORITY_INTERACTIVE\x10\x01\x12\x15\n" +
+	"\x11PRIORITY_STANDARD\x10\x02\x12\x12\n" +
+	"\x0ePRIORITY_BATCH\x10\x032\xad\x04\n" +
 	"\x10InferenceService\x12L\n" +
 	"\tLoadModel\x12\x1e.inferwire.v1.LoadModelRequest\x1a\x1f.inferwire.v1.LoadModelResponse\x12R\n" +
 	"\vUnloadModel\x12 .inferwire.v1.UnloadModelRequest\x1a!.inferwire.v1.UnloadModelResponse\x12@\n" +
@@ -2243,82 +2329,85 @@ func file_inferwire_v1_inference_proto_rawDescGZIP() []byte {
 	return file_inferwire_v1_inference_proto_rawDescData
 }
 
-var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_inferwire_v1_inference_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: inferwire.v1.FinishReason
 	(ModelState)(0),               // 1: inferwire.v1.ModelState
-	(*GenerationParameters)(nil),  // 2: inferwire.v1.GenerationParameters
-	(*OutputConstraint)(nil),      // 3: inferwire.v1.OutputConstraint
-	(*ChatMessage)(nil),           // 4: inferwire.v1.ChatMessage
-	(*TopLogprob)(nil),            // 5: inferwire.v1.TopLogprob
-	(*TokenLogprob)(nil),          // 6: inferwire.v1.TokenLogprob
-	(*InferRequest)(nil),          // 7: inferwire.v1.InferRequest
-	(*Usage)(nil),                 // 8: inferwire.v1.Usage
-	(*Timing)(nil),                // 9: inferwire.v1.Timing
-	(*InferResponse)(nil),         // 10: inferwire.v1.InferResponse
-	(*InferStreamRequest)(nil),    // 11: inferwire.v1.InferStreamRequest
-	(*InferStreamResponse)(nil),   // 12: inferwire.v1.InferStreamResponse
-	(*ModelCapabilities)(nil),     // 13: inferwire.v1.ModelCapabilities
-	(*ModelStatus)(nil),           // 14: inferwire.v1.ModelStatus
-	(*LoadModelRequest)(nil),      // 15: inferwire.v1.LoadModelRequest
-	(*LoadModelResponse)(nil),     // 16: inferwire.v1.LoadModelResponse
-	(*UnloadModelRequest)(nil),    // 17: inferwire.v1.UnloadModelRequest
-	(*UnloadModelResponse)(nil),   // 18: inferwire.v1.UnloadModelResponse
-	(*ListModelsRequest)(nil),     // 19: inferwire.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 20: inferwire.v1.ListModelsResponse
-	(*HealthRequest)(nil),         // 21: inferwire.v1.HealthRequest
-	(*ModelHealth)(nil),           // 22: inferwire.v1.ModelHealth
-	(*BackendHealth)(nil),         // 23: inferwire.v1.BackendHealth
-	(*HealthResponse)(nil),        // 24: inferwire.v1.HealthResponse
-	(*TokenizeRequest)(nil),       // 25: inferwire.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 26: inferwire.v1.TokenizeResponse
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(Priority)(0),                 // 2: inferwire.v1.Priority
+	(*GenerationParameters)(nil),  // 3: inferwire.v1.GenerationParameters
+	(*OutputConstraint)(nil),      // 4: inferwire.v1.OutputConstraint
+	(*ChatMessage)(nil),           // 5: inferwire.v1.ChatMessage
+	(*TopLogprob)(nil),            // 6: inferwire.v1.TopLogprob
+	(*TokenLogprob)(nil),          // 7: inferwire.v1.TokenLogprob
+	(*InferRequest)(nil),          // 8: inferwire.v1.InferRequest
+	(*Usage)(nil),                 // 9: inferwire.v1.Usage
+	(*Timing)(nil),                // 10: inferwire.v1.Timing
+	(*InferResponse)(nil),         // 11: inferwire.v1.InferResponse
+	(*InferStreamRequest)(nil),    // 12: inferwire.v1.InferStreamRequest
+	(*InferStreamResponse)(nil),   // 13: inferwire.v1.InferStreamResponse
+	(*ModelCapabilities)(nil),     // 14: inferwire.v1.ModelCapabilities
+	(*ModelStatus)(nil),           // 15: inferwire.v1.ModelStatus
+	(*LoadModelRequest)(nil),      // 16: inferwire.v1.LoadModelRequest
+	(*LoadModelResponse)(nil),     // 17: inferwire.v1.LoadModelResponse
+	(*UnloadModelRequest)(nil),    // 18: inferwire.v1.UnloadModelRequest
+	(*UnloadModelResponse)(nil),   // 19: inferwire.v1.UnloadModelResponse
+	(*ListModelsRequest)(nil),     // 20: inferwire.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 21: inferwire.v1.ListModelsResponse
+	(*HealthRequest)(nil),         // 22: inferwire.v1.HealthRequest
+	(*ModelHealth)(nil),           // 23: inferwire.v1.ModelHealth
+	(*BackendHealth)(nil),         // 24: inferwire.v1.BackendHealth
+	(*HealthResponse)(nil),        // 25: inferwire.v1.HealthResponse
+	(*TokenizeRequest)(nil),       // 26: inferwire.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 27: inferwire.v1.TokenizeResponse
+	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
 }
 var file_inferwire_v1_inference_proto_depIdxs = []int32{
-	3,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
-	5,  // 1: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
-	2,  // 2: inferwire.v1.InferRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	4,  // 3: inferwire.v1.InferRequest.messages:type_name -> inferwire.v1.ChatMessage
-	0,  // 4: inferwire.v1.InferResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	8,  // 5: inferwire.v1.InferResponse.usage:type_name -> inferwire.v1.Usage
-	9,  // 6: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
-	6,  // 7: inferwire.v1.InferResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
-	2,  // 8: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	4,  // 9: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
-	0,  // 10: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	8,  // 11: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
-	9,  // 12: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
-	6,  // 13: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
-	1,  // 14: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
-	13, // 15: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
-	27, // 16: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
-	14, // 17: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	14, // 18: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	14, // 19: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
-	1,  // 20: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
-	22, // 21: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
-	23, // 22: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
-	4,  // 23: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
-	15, // 24: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
-	17, // 25: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
-	7,  // 26: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
-	11, // 27: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
-	21, // 28: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
-	19, // 29: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
-	25, // 30: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
-	16, // 31: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
-	18, // 32: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
-	10, // 33: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
-	12, // 34: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
-	24, // 35: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
-	20, // 36: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
-	26, // 37: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
-	31, // [31:38] is the sub-list for method output_type
-	24, // [24:31] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	4,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
+	6,  // 1: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
+	3,  // 2: inferwire.v1.InferRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	5,  // 3: inferwire.v1.InferRequest.messages:type_name -> inferwire.v1.ChatMessage
+	2,  // 4: inferwire.v1.InferRequest.priority:type_name -> inferwire.v1.Priority
+	0,  // 5: inferwire.v1.InferResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	9,  // 6: inferwire.v1.InferResponse.usage:type_name -> inferwire.v1.Usage
+	10, // 7: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
+	7,  // 8: inferwire.v1.InferResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	3,  // 9: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	5,  // 10: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
+	2,  // 11: inferwire.v1.InferStreamRequest.priority:type_name -> inferwire.v1.Priority
+	0,  // 12: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	9,  // 13: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
+	10, // 14: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
+	7,  // 15: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	1,  // 16: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
+	14, // 17: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
+	28, // 18: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
+	15, // 19: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	15, // 20: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	15, // 21: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
+	1,  // 22: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
+	23, // 23: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
+	24, // 24: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
+	5,  // 25: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
+	16, // 26: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
+	18, // 27: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
+	8,  // 28: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
+	12, // 29: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
+	22, // 30: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
+	20, // 31: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
+	26, // 32: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
+	17, // 33: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
+	19, // 34: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
+	11, // 35: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
+	13, // 36: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
+	25, // 37: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
+	21, // 38: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
+	27, // 39: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
+	33, // [33:40] is the sub-list for method output_type
+	26, // [26:33] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_inferwire_v1_inference_proto_init() }
@@ -2337,7 +2426,7 @@ func file_inferwire_v1_inference_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inferwire_v1_inference_proto_rawDesc), len(file_inferwire_v1_inference_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -25,6 +25,13 @@ class ModelState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MODEL_STATE_READY: _ClassVar[ModelState]
     MODEL_STATE_UNLOADING: _ClassVar[ModelState]
     MODEL_STATE_FAILED: _ClassVar[ModelState]
+
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_INTERACTIVE: _ClassVar[Priority]
+    PRIORITY_STANDARD: _ClassVar[Priority]
+    PRIORITY_BATCH: _ClassVar[Priority]
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_STOP_SEQUENCE: FinishReason
@@ -35,6 +42,10 @@ MODEL_STATE_LOADING: ModelState
 MODEL_STATE_READY: ModelState
 MODEL_STATE_UNLOADING: ModelState
 MODEL_STATE_FAILED: ModelState
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_STANDARD: Priority
+PRIORITY_BATCH: Priority
 
 class GenerationParameters(_message.Message):
     __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs", "top_logprobs", "constraint")
@@ -99,20 +110,22 @@ class TokenLogprob(_message.Message):
     def __init__(self, token: _Optional[str] = ..., token_id: _Optional[int] = ..., logprob: _Optional[float] = ..., top: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
 
 class InferRequest(_message.Message):
-    __slots__ = ("model", "prompt", "context", "parameters", "request_id", "messages")
+    __slots__ = ("model", "prompt", "context", "parameters", "request_id", "messages", "priority")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     context: _containers.RepeatedScalarFieldContainer[str]
     parameters: GenerationParameters
     request_id: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+    priority: Priority
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens")
@@ -155,20 +168,22 @@ class InferResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., backend: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class InferStreamRequest(_message.Message):
-    __slots__ = ("model", "prompt", "context", "parameters", "request_id", "messages")
+    __slots__ = ("model", "prompt", "context", "parameters", "request_id", "messages", "priority")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     context: _containers.RepeatedScalarFieldContainer[str]
     parameters: GenerationParameters
     request_id: str
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+    priority: Priority
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., context: _Optional[_Iterable[str]] = ..., parameters: _Optional[_Union[GenerationParameters, _Mapping]] = ..., request_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
 
 class InferStreamResponse(_message.Message):
     __slots__ = ("request_id", "model", "text", "finish_reason", "usage", "timing", "logprobs")

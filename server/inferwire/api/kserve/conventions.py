@@ -84,9 +84,11 @@ def require_version(model: str, version: str) -> None:
 
 
 def parse_request(
-    request: oip.ModelInferRequest, time_remaining: float | None = None
+    request: oip.ModelInferRequest, time_remaining: float | None = None, tenant: str = ""
 ) -> ParsedRequest:
-    """Read a request of the vLLM (or TensorRT-LLM) convention; INVALID_ARGUMENT if it is not."""
+    """Read a request of the vLLM (or TensorRT-LLM) convention; INVALID_ARGUMENT if it is not.
+
+    It runs at `tenant`'s priority: the protocol has no priority field."""
     model = request.model_name
     require_version(model, request.model_version)
     tensors = input_tensors(request)
@@ -119,6 +121,7 @@ def parse_request(
         prompt=prompt,
         params=GenerationParams(**values),
         deadline=None if time_remaining is None else time.monotonic() + time_remaining,
+        tenant=tenant,
     )
     produced = {"text_output"} | {out for flag, out in RETURN_FLAGS.items() if _flag(tensors, flag)}
     return ParsedRequest(

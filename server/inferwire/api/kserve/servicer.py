@@ -120,8 +120,9 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: oip.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> oip.ModelInferResponse:
-        current_principal().require_model(request.model_name)
-        parsed = parse_request(request, context.time_remaining())
+        principal = current_principal()
+        principal.require_model(request.model_name)
+        parsed = parse_request(request, context.time_remaining(), principal.tenant)
         if parsed.stream:
             raise invalid("stream", "true needs ModelStreamInfer: ModelInfer answers once")
         try:

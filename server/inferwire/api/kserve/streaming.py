@@ -81,8 +81,9 @@ class StreamSession:
     async def _serve(self, request: oip.ModelInferRequest) -> None:
         parsed: ParsedRequest | None = None
         try:
-            current_principal().require_model(request.model_name)
-            parsed = parse_request(request, self._context.time_remaining())
+            principal = current_principal()
+            principal.require_model(request.model_name)
+            parsed = parse_request(request, self._context.time_remaining(), principal.tenant)
             if parsed.stream:
                 await self._stream(parsed)
             else:

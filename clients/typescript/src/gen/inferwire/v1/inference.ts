@@ -154,6 +154,60 @@ export function modelStateToJSON(object: ModelState): string {
 }
 
 /**
+ * Priority is the admission class of a request. A waiting INTERACTIVE
+ * request is admitted before any waiting STANDARD one, STANDARD before BATCH;
+ * within one class, tenants share a model's slots by weight.
+ */
+export enum Priority {
+  /** PRIORITY_UNSPECIFIED - The caller's tenant priority. */
+  PRIORITY_UNSPECIFIED = 0,
+  /** PRIORITY_INTERACTIVE - Latency-sensitive work, such as chat. */
+  PRIORITY_INTERACTIVE = 1,
+  /** PRIORITY_STANDARD - The default class. */
+  PRIORITY_STANDARD = 2,
+  /** PRIORITY_BATCH - Throughput work; ages up one class after server.scheduling.max_wait_s. */
+  PRIORITY_BATCH = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function priorityFromJSON(object: any): Priority {
+  switch (object) {
+    case 0:
+    case "PRIORITY_UNSPECIFIED":
+      return Priority.PRIORITY_UNSPECIFIED;
+    case 1:
+    case "PRIORITY_INTERACTIVE":
+      return Priority.PRIORITY_INTERACTIVE;
+    case 2:
+    case "PRIORITY_STANDARD":
+      return Priority.PRIORITY_STANDARD;
+    case 3:
+    case "PRIORITY_BATCH":
+      return Priority.PRIORITY_BATCH;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return Priority.UNRECOGNIZED;
+  }
+}
+
+export function priorityToJSON(object: Priority): string {
+  switch (object) {
+    case Priority.PRIORITY_UNSPECIFIED:
+      return "PRIORITY_UNSPECIFIED";
+    case Priority.PRIORITY_INTERACTIVE:
+      return "PRIORITY_INTERACTIVE";
+    case Priority.PRIORITY_STANDARD:
+      return "PRIORITY_STANDARD";
+    case Priority.PRIORITY_BATCH:
+      return "PRIORITY_BATCH";
+    case Priority.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/**
  * GenerationParameters control decoding. Every field is optional: unset means
  * the model's default.
  */
@@ -300,6 +354,11 @@ export interface InferRequest {
    * capabilities say chat = false refuse them (FAILED_PRECONDITION).
    */
   messages: ChatMessage[];
+  /**
+   * The priority this request asks for. It may lower the caller's tenant
+   * priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
+   */
+  priority: Priority;
 }
 
 /** Usage counts the tokens a request consumed. */
@@ -374,6 +433,11 @@ export interface InferStreamRequest {
   requestId: string;
   /** Chat messages, the alternative to prompt: set exactly one of the two. */
   messages: ChatMessage[];
+  /**
+   * The priority this request asks for. It may lower the caller's tenant
+   * priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
+   */
+  priority: Priority;
 }
 
 /** InferStreamResponse is one piece of a streamed generation. */
@@ -1220,7 +1284,7 @@ export const TokenLogprob: MessageFns<TokenLogprob> = {
 };
 
 function createBaseInferRequest(): InferRequest {
-  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "", messages: [] };
+  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "", messages: [], priority: 0 };
 }
 
 export const InferRequest: MessageFns<InferRequest> = {
@@ -1242,6 +1306,9 @@ export const InferRequest: MessageFns<InferRequest> = {
     }
     for (const v of message.messages) {
       ChatMessage.encode(v!, writer.uint32(50).fork()).join();
+    }
+    if (message.priority !== 0) {
+      writer.uint32(56).int32(message.priority);
     }
     return writer;
   },
@@ -1307,6 +1374,14 @@ export const InferRequest: MessageFns<InferRequest> = {
             message.messages.push(ChatMessage.decode(reader, reader.uint32()));
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.priority = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1333,6 +1408,7 @@ export const InferRequest: MessageFns<InferRequest> = {
       messages: globalThis.Array.isArray(object?.messages)
         ? object.messages.map((e: any) => ChatMessage.fromJSON(e))
         : [],
+      priority: isSet(object.priority) ? priorityFromJSON(object.priority) : 0,
     };
   },
 
@@ -1356,6 +1432,9 @@ export const InferRequest: MessageFns<InferRequest> = {
     if (message.messages?.length) {
       obj.messages = message.messages.map((e) => ChatMessage.toJSON(e));
     }
+    if (message.priority !== 0) {
+      obj.priority = priorityToJSON(message.priority);
+    }
     return obj;
   },
 
@@ -1372,6 +1451,7 @@ export const InferRequest: MessageFns<InferRequest> = {
       : undefined;
     message.requestId = object.requestId ?? "";
     message.messages = object.messages?.map((e) => ChatMessage.fromPartial(e)) || [];
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
@@ -1805,7 +1885,7 @@ export const InferResponse: MessageFns<InferResponse> = {
 };
 
 function createBaseInferStreamRequest(): InferStreamRequest {
-  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "", messages: [] };
+  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "", messages: [], priority: 0 };
 }
 
 export const InferStreamRequest: MessageFns<InferStreamRequest> = {
@@ -1827,6 +1907,9 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
     }
     for (const v of message.messages) {
       ChatMessage.encode(v!, writer.uint32(50).fork()).join();
+    }
+    if (message.priority !== 0) {
+      writer.uint32(56).int32(message.priority);
     }
     return writer;
   },
@@ -1892,6 +1975,14 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
             message.messages.push(ChatMessage.decode(reader, reader.uint32()));
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.priority = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1918,6 +2009,7 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
       messages: globalThis.Array.isArray(object?.messages)
         ? object.messages.map((e: any) => ChatMessage.fromJSON(e))
         : [],
+      priority: isSet(object.priority) ? priorityFromJSON(object.priority) : 0,
     };
   },
 
@@ -1941,6 +2033,9 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
     if (message.messages?.length) {
       obj.messages = message.messages.map((e) => ChatMessage.toJSON(e));
     }
+    if (message.priority !== 0) {
+      obj.priority = priorityToJSON(message.priority);
+    }
     return obj;
   },
 
@@ -1957,6 +2052,7 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
       : undefined;
     message.requestId = object.requestId ?? "";
     message.messages = object.messages?.map((e) => ChatMessage.fromPartial(e)) || [];
+    message.priority = object.priority ?? 0;
     return message;
   },
 };
