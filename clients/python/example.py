@@ -1,5 +1,7 @@
 """inferwire from Python: Infer, InferStream, a health check, reading a
-BadRequest, and a chat request with log-probabilities. Uses only the generated
+BadRequest, and a chat request with log-probabilities. The unary Infer waits out a
+RESOURCE_EXHAUSTED as long as its google.rpc.RetryInfo asks (a tenant quota), then
+tries again. Uses only the generated
 stubs in `inferwire.v1` plus grpcio's own packages (grpc_health, grpc_status and
 googleapis' google.rpc types).
 
@@ -15,6 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import grpc
 from google.rpc import error_details_pb2
@@ -30,6 +35,35 @@ CHAT_SYSTEM = "You are a player in a Shakespeare play."
 CHAT_USER = "Good morrow! What news from Verona?"
 TOP_LOGPROBS = 3
 
+T = TypeVar("T")
+
+
+def retry_after_s(error: grpc.RpcError) -> float | None:
+    """How long a RESOURCE_EXHAUSTED's google.rpc.RetryInfo asks to wait (a tenant
+    quota, or memory that cannot be freed yet); None for any other error."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    status_proto = rpc_status.from_call(error)
+    for detail in status_proto.details if status_proto else []:
+        retry_info = error_details_pb2.RetryInfo()
+        if detail.Unpack(retry_info):
+            return retry_info.retry_delay.ToNanoseconds() / 1e9
+    return None
+
+
+def with_quota_retries(call: Callable[[], T], attempts: int = 3) -> T:
+    """`call()`, and again after each wait a RetryInfo asks for, at most `attempts` times."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except grpc.RpcError as error:
+            delay = retry_after_s(error)
+            if delay is None or attempt == attempts:
+                raise
+            print(f"RETRY after={delay:.3f}s", flush=True)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
 
 def main(target: str = "localhost:50051", model: str = "demo", lb: str = "") -> None:
     options = []
@@ -39,13 +73,11 @@ def main(target: str = "localhost:50051", model: str = "demo", lb: str = "") -> 
     with grpc.insecure_channel(target, options=options) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
 
-        # 1. Unary Infer.
-        response = stub.Infer(
-            pb.InferRequest(
-                model=model, prompt="ROMEO:", parameters=pb.GenerationParameters(max_tokens=16)
-            ),
-            timeout=30,
+        # 1. Unary Infer, waiting out a quota's RESOURCE_EXHAUSTED as its RetryInfo asks.
+        request = pb.InferRequest(
+            model=model, prompt="ROMEO:", parameters=pb.GenerationParameters(max_tokens=16)
         )
+        response = with_quota_retries(lambda: stub.Infer(request, timeout=30))
         print("INFER", json.dumps(response.text))
 
         # 2. InferStream: print each delta as it arrives; the last message has finish_reason.

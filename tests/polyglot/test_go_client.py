@@ -32,6 +32,8 @@ def test_go_example_infers_streams_checks_health_reads_bad_request_and_chats(
         timeout=540,
     )
     run_checked([go, "vet", "./..."], cwd=GO_CLIENT, timeout=300)
+    # The example's RetryInfo handling (a tenant quota's RESOURCE_EXHAUSTED), offline.
+    run_checked([go, "test", "-buildvcs=false", "./cmd/example"], cwd=GO_CLIENT, timeout=300)
 
     result = run_checked(
         [str(GO_CLIENT / "bin" / "example"), live_server.target, "demo"],

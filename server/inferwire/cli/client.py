@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,6 +27,14 @@ from inferwire.v1 import inference_pb2_grpc
 # The wire types' ranges, so a value the message cannot hold is refused with the option's name.
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
+
+
+class PriorityChoice(enum.StrEnum):
+    """The --priority values, as server.tenants spells them."""
+
+    INTERACTIVE = "interactive"
+    STANDARD = "standard"
+    BATCH = "batch"
 
 
 def _prompt_argument(help: str) -> Any:
@@ -171,6 +180,13 @@ def infer(
             help="Constrain the output to the Lark grammar in FILE.",
         ),
     ] = None,
+    priority: Annotated[
+        PriorityChoice | None,
+        typer.Option(
+            "--priority",
+            help="Run at this priority: your tenant's or lower, never higher (your tenant's).",
+        ),
+    ] = None,
     show_usage: Annotated[
         bool,
         typer.Option(
@@ -204,6 +220,8 @@ def infer(
     request = pb.InferRequest(
         model=model, prompt=text, messages=messages, context=context or [], parameters=params
     )
+    if priority is not None:
+        request.priority = pb.Priority.Value(f"PRIORITY_{priority.value.upper()}")
     final: pb.InferResponse | pb.InferStreamResponse | None = None
     entries: list[pb.TokenLogprob] = []
     # A chat refused for want of a template is FAILED_PRECONDITION too; loading is no cure.

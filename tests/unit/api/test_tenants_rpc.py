@@ -4,6 +4,8 @@ metrics and access line say who was served."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import logging
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from inferwire.v1 import inference_pb2_grpc
 from tests.support.auth import bearer
 from tests.support.certs import CertificateAuthority
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
+from tests.support.waiting import wait_until
 
 TENANTS = [
     {"name": "chat", "priority": "interactive", "weight": 3},
@@ -212,3 +215,63 @@ async def test_a_mutual_tls_client_is_limited_as_its_certificates_tenant(
         "batch",
     )
     assert (lines[-1].principal, lines[-1].tenant) == ("spiffe://example.org/partner", "metered")
+
+
+def python_example() -> Any:
+    path = Path(__file__).parents[3] / "clients" / "python" / "example.py"
+    spec = importlib.util.spec_from_file_location("inferwire_python_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_python_example_waits_as_long_as_retry_info_says_then_retries(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = python_example()
+    backends = FakeBackends()
+    settings = load_settings(
+        server={
+            "address": "127.0.0.1:0",
+            "health_check_interval_s": 3600,
+            "metrics_address": "",
+            "default_tenant": {"max_concurrency": 1},
+        },
+        models=[{"name": "m", "backend": FAKE_BACKEND, "load_on_startup": True}],
+    )
+    server = InferwireServer(settings, backend_factory=backends)
+    await server.start()
+    try:
+        backends["m"].generation_gate.close()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            held = inference_pb2_grpc.InferenceServiceStub(channel).InferStream(
+                pb.InferStreamRequest(model="m", prompt="hi")
+            )
+            await backends["m"].started.wait()
+
+            def call_with_retries() -> pb.InferResponse:
+                with grpc.insecure_channel(f"127.0.0.1:{server.port}") as blocking:
+                    stub = inference_pb2_grpc.InferenceServiceStub(blocking)
+                    request = pb.InferRequest(model="m", prompt="hi")
+                    response: pb.InferResponse = example.with_quota_retries(
+                        lambda: stub.Infer(request, timeout=30)
+                    )
+                    return response
+
+            retried = asyncio.create_task(asyncio.to_thread(call_with_retries))
+            throttled = {"tenant": "unconfigured", "limit": "max_concurrency"}
+
+            async def refused_once() -> bool:
+                value = server.metrics.registry.get_sample_value(
+                    "inferwire_tenant_throttled_total", throttled
+                )
+                return value == 1
+
+            await wait_until(refused_once)
+            backends["m"].generation_gate.open()  # the held stream ends; the retry gets in
+            assert [m async for m in held][-1].finish_reason == pb.FINISH_REASON_STOP
+            assert (await retried).text == "Hello, world"
+    finally:
+        await server.stop(grace_s=0)
+    assert "RETRY after=1.000s" in capsys.readouterr().out

@@ -240,3 +240,13 @@ async def test_chat_refused_for_want_of_a_template_gets_no_load_hint(fake_server
     assert result.exit_code == 1
     [error] = result.stderr.splitlines()
     assert error.startswith("error: FAILED_PRECONDITION: model 'm' has no chat template")
+
+
+async def test_infer_priority_may_lower_the_callers_priority_but_not_raise_it(fake_server):
+    lowered = await call(fake_server, "infer", "m", "hi", "--priority", "batch", "--stream")
+    assert lowered.exit_code == 0, lowered.output
+    assert lowered.stdout == "Hello, world\n"
+    raised = await call(fake_server, "infer", "m", "hi", "--priority", "interactive")
+    assert raised.exit_code == 1
+    assert "PERMISSION_DENIED" in raised.stderr and "priority" in raised.stderr
+    assert "anonymous" in raised.stderr

@@ -1,7 +1,9 @@
 // Command example calls a running inferwire server through the generated Go
 // client: a unary Infer, a streamed InferStream, the standard grpc.health.v1
 // Check for one model, an invalid request whose google.rpc.BadRequest details
-// it decodes, and a chat request with log-probabilities.
+// it decodes, and a chat request with log-probabilities. The unary Infer waits
+// out a RESOURCE_EXHAUSTED as long as its google.rpc.RetryInfo asks (a tenant
+// quota), then tries again.
 //
 // Usage: example [flags] [host:port] [model]   (defaults: localhost:50051 demo)
 //
@@ -114,16 +116,54 @@ func run(address, model string, sec security, lb string) error {
 }
 
 func infer(ctx context.Context, client inferwirev1.InferenceServiceClient, model string) error {
-	resp, err := client.Infer(ctx, &inferwirev1.InferRequest{
-		Model:      model,
-		Prompt:     "Once upon a time",
-		Parameters: &inferwirev1.GenerationParameters{MaxTokens: proto.Int32(16)},
+	var resp *inferwirev1.InferResponse
+	err := withQuotaRetries(ctx, 3, func() (err error) {
+		resp, err = client.Infer(ctx, &inferwirev1.InferRequest{
+			Model:      model,
+			Prompt:     "Once upon a time",
+			Parameters: &inferwirev1.GenerationParameters{MaxTokens: proto.Int32(16)},
+		})
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	fmt.Println("INFER", strconv.Quote(resp.GetText()))
 	return nil
+}
+
+// retryAfter is how long a RESOURCE_EXHAUSTED error's google.rpc.RetryInfo asks
+// the caller to wait (a tenant quota, or memory that cannot be freed yet); ok is
+// false for any other error.
+func retryAfter(err error) (delay time.Duration, ok bool) {
+	st, isStatus := status.FromError(err)
+	if err == nil || !isStatus || st.Code() != codes.ResourceExhausted {
+		return 0, false
+	}
+	for _, detail := range st.Details() {
+		if info, isRetryInfo := detail.(*errdetails.RetryInfo); isRetryInfo {
+			return info.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// withQuotaRetries runs call, and again after each wait a RetryInfo asks for,
+// at most attempts times in all.
+func withQuotaRetries(ctx context.Context, attempts int, call func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := call()
+		delay, retry := retryAfter(err)
+		if !retry || attempt == attempts {
+			return err
+		}
+		fmt.Printf("RETRY after=%.3fs\n", delay.Seconds())
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func inferStream(ctx context.Context, client inferwirev1.InferenceServiceClient, model string) error {
