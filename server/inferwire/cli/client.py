@@ -37,6 +37,13 @@ class PriorityChoice(enum.StrEnum):
     BATCH = "batch"
 
 
+PRIORITY_ON_THE_WIRE = {
+    PriorityChoice.INTERACTIVE: pb.PRIORITY_INTERACTIVE,
+    PriorityChoice.STANDARD: pb.PRIORITY_STANDARD,
+    PriorityChoice.BATCH: pb.PRIORITY_BATCH,
+}
+
+
 def _prompt_argument(help: str) -> Any:
     return typer.Argument(metavar="PROMPT", show_default=False, help=help)
 
@@ -221,7 +228,7 @@ def infer(
         model=model, prompt=text, messages=messages, context=context or [], parameters=params
     )
     if priority is not None:
-        request.priority = pb.Priority.Value(f"PRIORITY_{priority.value.upper()}")
+        request.priority = PRIORITY_ON_THE_WIRE[priority]
     final: pb.InferResponse | pb.InferStreamResponse | None = None
     entries: list[pb.TokenLogprob] = []
     # A chat refused for want of a template is FAILED_PRECONDITION too; loading is no cure.
