@@ -145,6 +145,10 @@ class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
         return rebuild_handler(handler, _as(principal))
 
 
+Details = grpc.HandlerCallDetails
+Continuation = Callable[[Details], Awaitable[Any]]
+
+
 def certificate_subjects(context: Any) -> list[str]:
     """The client certificate's subject CN and URI SANs (mutual TLS), or none."""
     properties = context.auth_context() or {}
@@ -165,15 +169,10 @@ class CertificateTenantInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, tenant_by_subject: dict[str, str]) -> None:
         self._tenant_by_subject = dict(tenant_by_subject)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return rebuild_handler(handler, lambda behaviour: calls_within(behaviour, self._scope))
+    async def intercept_service(self, continuation: Continuation, details: Details) -> Any:
+        handler = await continuation(details)
+        wrap: Callable[[Behaviour], Behaviour] = lambda b: calls_within(b, self._scope)  # noqa: E731
+        return None if handler is None else rebuild_handler(handler, wrap)
 
     @contextlib.contextmanager
     def _scope(self, request: Any, context: Any) -> Iterator[Call]:

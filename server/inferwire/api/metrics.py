@@ -118,23 +118,15 @@ class PrometheusMetrics:
             ("device",),
             registry=r,
         )
-        self.tenant_requests = Counter(
-            "inferwire_tenant_requests_total",
-            "Inference requests by tenant (configured tenants; others: unconfigured) and outcome.",
-            ("tenant", "outcome"),
-            registry=r,
+        # Tenants: only configured names become labels (the others: `unconfigured`).
+        tenant_series = (
+            ("requests", "Inference requests, by outcome.", ("outcome",)),
+            ("generated_tokens", "Tokens generated for the tenant.", ()),
+            ("throttled", "Requests a quota of the tenant refused, by the limit.", ("limit",)),
         )
-        self.tenant_generated_tokens = Counter(
-            "inferwire_tenant_generated_tokens_total",
-            "Tokens generated for the tenant.",
-            ("tenant",),
-            registry=r,
-        )
-        self.tenant_throttled = Counter(
-            "inferwire_tenant_throttled_total",
-            "Requests refused by one of the tenant's quotas, by the limit.",
-            ("tenant", "limit"),
-            registry=r,
+        self.tenant_requests, self.tenant_generated_tokens, self.tenant_throttled = (
+            Counter(f"inferwire_tenant_{name}_total", doc, ("tenant", *labels), registry=r)
+            for name, doc, labels in tenant_series
         )
         self.queue_wait = Histogram(
             "inferwire_queue_wait_seconds",
