@@ -15,6 +15,8 @@ import pytest
 import yaml
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from tritonclient.grpc import service_pb2 as oip
+from tritonclient.grpc import service_pb2_grpc
 
 from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
@@ -275,3 +277,57 @@ async def test_the_python_example_waits_as_long_as_retry_info_says_then_retries(
     finally:
         await server.stop(grace_s=0)
     assert "RETRY after=1.000s" in capsys.readouterr().out
+
+
+def kserve_request() -> oip.ModelInferRequest:
+    text = oip.ModelInferRequest.InferInputTensor(
+        name="text_input", datatype="BYTES", shape=[1], contents=oip.InferTensorContents()
+    )
+    text.contents.bytes_contents.append(b"hi")
+    return oip.ModelInferRequest(model_name="m", inputs=[text])
+
+
+async def test_kserve_calls_count_against_the_callers_tenant_at_its_priority(
+    tokens_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    server, _ = tokens_server
+    caplog.set_level(logging.INFO, "inferwire.access")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        kserve = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        await kserve.ModelInfer(kserve_request(), metadata=bearer("t-meter"))
+        responses = kserve.ModelStreamInfer(iter([kserve_request()]), metadata=bearer("t-meter"))
+        first = [r async for r in responses]
+        assert first and not first[0].error_message
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await kserve.ModelInfer(kserve_request(), metadata=bearer("t-meter"))
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    violation = details(refused.value)[error_details_pb2.QuotaFailure].violations[0]
+    assert violation.subject == "tenant:metered"
+    line = next(r for r in caplog.records if r.name == "inferwire.access" and r.model == "m")
+    assert (line.tenant, line.priority) == ("metered", "standard")
+
+
+async def test_a_priority_the_contract_does_not_have_is_invalid_argument(
+    tokens_server: Any,
+) -> None:
+    _, stub = tokens_server
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.Infer(
+            pb.InferRequest(model="m", prompt="hi", priority=9), metadata=bearer("t-solo")
+        )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "priority" in (refused.value.details() or "")
+
+
+@pytest.mark.parametrize(
+    ("tenants", "why"),
+    [
+        ([{"name": "a"}, {"name": "a"}], "'a' appears twice"),
+        ([{"name": "a", "priority": "urgent"}], "priority"),
+        ([{"name": "a", "weight": 0}], "weight"),
+        ([{"name": "a", "burst": 3}], "burst"),
+    ],
+)
+def test_invalid_tenants_are_configuration_errors(tenants: list[Any], why: str) -> None:
+    with pytest.raises(ConfigurationError, match=why):
+        load_settings(server={"tenants": tenants})
