@@ -25,6 +25,14 @@ def token_new(
             "--model", metavar="GLOB", help="A model it may use; repeatable (default: all)."
         ),
     ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant",
+            metavar="NAME",
+            help="The tenant of server.tenants it counts against (default: its own).",
+        ),
+    ] = None,
 ) -> None:
     """Print a new random token (first line, shown only now), then its tokens-file entry."""
     from inferwire.core.auth import Scope, entry_yaml, hash_token, new_token
@@ -35,7 +43,7 @@ def token_new(
         raise typer.BadParameter("each must be infer or admin", param_hint="--scope") from None
     token = new_token()
     typer.echo(token)
-    typer.echo(entry_yaml(name, hash_token(token), scopes, model or []), nl=False)
+    typer.echo(entry_yaml(name, hash_token(token), scopes, model or [], tenant), nl=False)
     typer.echo(
         "the first line is the token, shown only now; append the rest to the tokens file",
         err=True,

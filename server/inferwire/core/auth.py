@@ -112,7 +112,13 @@ _EntryDumper.add_representer(
 )
 
 
-def entry_yaml(name: str, digest: str, scopes: Iterable[Scope], models: Iterable[str]) -> str:
+def entry_yaml(
+    name: str,
+    digest: str,
+    scopes: Iterable[Scope],
+    models: Iterable[str],
+    tenant: str | None = None,
+) -> str:
     """A tokens-file entry as YAML, ready to append to the file's list."""
     entry: dict[str, object] = {
         "name": name,
@@ -121,6 +127,8 @@ def entry_yaml(name: str, digest: str, scopes: Iterable[Scope], models: Iterable
     }
     if patterns := list(models):
         entry["models"] = patterns
+    if tenant:
+        entry["tenant"] = tenant
     text: str = yaml.dump([entry], Dumper=_EntryDumper, sort_keys=False, default_flow_style=None)
     return text
 

@@ -35,6 +35,15 @@ def test_token_new_prints_a_random_token_once_and_its_entry():
     assert again.stdout.splitlines()[0] != token
 
 
+def test_token_new_names_the_tenant_given():
+    result = runner.invoke(
+        app, ["token", "new", "--name", "fe", "--scope", "infer", "--tenant", "chat-frontend"]
+    )
+    assert result.exit_code == 0, result.output
+    [entry] = yaml.safe_load("\n".join(result.stdout.splitlines()[1:]))
+    assert entry["tenant"] == "chat-frontend"
+
+
 def test_token_new_refuses_an_unknown_scope():
     result = runner.invoke(app, ["token", "new", "--name", "x", "--scope", "root"])
     assert result.exit_code == 2 and "infer or admin" in result.output
