@@ -274,7 +274,10 @@ class ModelManager:
         return Tokenization(tuple(token_ids), rendered)
 
     def _arrived(self, request: InferenceRequest) -> RequestRecord:
+        tenant = self._tenants.of(request)  # counted for it even if refused before its quota
         return RequestRecord(
+            tenant=tenant.name,
+            tenant_label=tenant.label,
             request_id=request.request_id or uuid.uuid4().hex,
             model=request.model,
             deadline=request.deadline,

@@ -125,6 +125,10 @@ class Tenants:
     def configured_names(self) -> frozenset[str]:
         return frozenset(n for n, t in self._tenants.items() if t.configured)
 
+    def of(self, request: InferenceRequest) -> Tenant:
+        """The tenant a request counts against (anonymous when it names none)."""
+        return self.get(request.tenant or ANONYMOUS_TENANT)
+
     def get(self, name: str) -> Tenant:
         """The tenant called `name`; an unconfigured one gets the default settings."""
         tenant = self._tenants.get(name)
@@ -151,8 +155,7 @@ def admitted(
     (before the request queues) for a quota it is over; its tokens are charged at the end
     at the latest.
     """
-    tenant = tenants.get(request.tenant or ANONYMOUS_TENANT)
-    record.tenant, record.tenant_label = tenant.name, tenant.label
+    tenant = tenants.of(request)
     priority = tenant.priority_for(request.priority)
     record.priority = priority.label
     try:

@@ -310,13 +310,18 @@ async def test_kserve_calls_count_against_the_callers_tenant_at_its_priority(
 async def test_a_priority_the_contract_does_not_have_is_invalid_argument(
     tokens_server: Any,
 ) -> None:
-    _, stub = tokens_server
+    server, stub = tokens_server
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await stub.Infer(
             pb.InferRequest(model="m", prompt="hi", priority=9), metadata=bearer("t-solo")
         )
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "priority" in (refused.value.details() or "")
+    with pytest.raises(grpc.aio.AioRpcError):  # an invalid request still counts for its tenant
+        await stub.Infer(pb.InferRequest(model="m", prompt=""), metadata=bearer("t-frontend"))
+    rejected = {"tenant": "chat", "outcome": "rejected"}
+    samples = server.metrics.registry
+    assert samples.get_sample_value("inferwire_tenant_requests_total", rejected) == 1
 
 
 @pytest.mark.parametrize(
