@@ -20,6 +20,11 @@ from inferwire.core.tracing import NO_TRACER, Tracer
 from inferwire.core.types import FinishReason, Timing, Usage
 
 
+# grpc cancels an RPC on its own deadline timer; the deadline here is the handler's start
+# plus the time remaining then, so a cancellation by that timer can read a little early.
+DEADLINE_TIMER_SLACK_S = 0.01
+
+
 class Outcome(enum.Enum):
     """How an inference request ended; the `outcome` of its metrics and access line."""
 
@@ -89,7 +94,11 @@ class RequestRecord:
         """Decide the outcome, once; a cancellation is a deadline when it had passed."""
         if self.ended is not None:
             return
-        if outcome.cancelled and self.deadline is not None and time.monotonic() >= self.deadline:
+        if (
+            outcome.cancelled
+            and self.deadline is not None
+            and time.monotonic() >= self.deadline - DEADLINE_TIMER_SLACK_S
+        ):
             outcome = Outcome.DEADLINE_EXCEEDED
         self.outcome, self.ended = outcome, time.perf_counter()
 
