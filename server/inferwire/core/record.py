@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from inferwire.core.tracing import NO_TRACER, Tracer
 from inferwire.core.types import FinishReason, Timing, Usage
 
-
 # grpc cancels an RPC on its own deadline timer; the deadline here is the handler's start
 # plus the time remaining then, so a cancellation by that timer can read a little early.
 DEADLINE_TIMER_SLACK_S = 0.01
