@@ -85,6 +85,7 @@ def build_manager(
         keep_text=settings.server.log_prompts,
         memory=settings.server.memory,
         memory_metrics=memory_metrics,
+        adapters=settings.server.adapters,
     )
 
 

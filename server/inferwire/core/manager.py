@@ -15,8 +15,8 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import replace
 
+from inferwire.core.adapters import Adapters, AdapterSettings, AdapterSource
 from inferwire.core.backend import Backend, GenerationEvents
 from inferwire.core.errors import ConfigurationError, DeadlineExceededError, ModelNotFoundError
 from inferwire.core.generation import generation_request, join, stop_at_sequences
@@ -78,9 +78,11 @@ class ModelManager:
         keep_text: bool = False,
         memory: MemorySettings | None = None,
         memory_metrics: MemoryMetrics | None = None,
+        adapters: AdapterSettings | None = None,
     ) -> None:
         """`keep_text`: keep each request's prompt and output text in its record (for
-        `server.log_prompts`); `memory`: the budgets models load within (default: none)."""
+        `server.log_prompts`); `memory`: the budgets models load within (default: none);
+        `adapters`: where run-time adapters may come from (default: nowhere)."""
         self._limits = limits
         self._metrics: MetricsListener = metrics or NoMetrics()
         self._tracer: Tracer = tracer or NO_TRACER
@@ -94,12 +96,15 @@ class ModelManager:
         if (problem := duplicate_name(specs)) is not None:
             raise ConfigurationError(problem)
         self._models: dict[str, ManagedModel] = {}
-        for spec in specs:
-            backend = backend_factory(spec)
-            self._models[spec.name] = ManagedModel(spec, backend, self._metrics.load_changed)
-            self._metrics.model_added(spec.name)
-            self._metrics.readiness_changed(spec.name, False)
-            self._metrics.load_changed(spec.name, 0, 0)
+        self._adapters = Adapters(self._models, adapters or AdapterSettings())
+        # Bases first: an adapter model's backend comes from its base's.
+        for spec in sorted(specs, key=lambda s: s.adapter_of is not None):
+            if spec.adapter_of is None:
+                model = ManagedModel(spec, backend_factory(spec), self._metrics.load_changed)
+            else:
+                model = self._adapters.build(spec, self._metrics.load_changed)
+            self._models[spec.name] = model
+            self._model_added(spec.name)
         self._listeners: list[HealthListener] = []
         self._accepting = False
         self._watchers: list[asyncio.Task[None]] = []
@@ -110,6 +115,11 @@ class ModelManager:
         )
         health = HealthHooks(self._publish_health, self._refresh_health)
         self._lifecycle = Lifecycle(residency, health, self._failure_cooldown_s)
+
+    def _model_added(self, name: str) -> None:
+        self._metrics.model_added(name)
+        self._metrics.readiness_changed(name, False)
+        self._metrics.load_changed(name, 0, 0)
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -152,7 +162,8 @@ class ModelManager:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-        for name in self._models:
+        # Adapters first: a base with adapters loaded is not unloaded.
+        for name in sorted(self._models, key=lambda n: self._models[n].base is None):
             try:
                 await self.unload(name, shutting_down=True)
             except Exception:
@@ -174,11 +185,21 @@ class ModelManager:
         return (await self.load_evicting(name, trigger))[0]
 
     async def load_evicting(
-        self, name: str, trigger: Trigger = Trigger.EXPLICIT
+        self, name: str, trigger: Trigger = Trigger.EXPLICIT, adapter: AdapterSource | None = None
     ) -> tuple[ModelStatus, list[str]]:
-        """Load a model; its status, and the models evicted to make room for it."""
+        """Load a model; its status, and the models evicted to make room for it.
+
+        With `adapter`, first register `name` as an adapter model from that source (see
+        core/adapters.py); a registration whose load fails is dropped again."""
+        if adapter is not None and (spec := self._adapters.registration(name, adapter)):
+            self._lifecycle.residency.add(self._adapters.add(spec, self._metrics.load_changed))
+            self._model_added(name)
         model = self._get(name)
-        evicted = await self._lifecycle.load(model, trigger)
+        try:
+            evicted = await self._lifecycle.load(model, trigger)
+        except BaseException:
+            self._forget(model)  # a run-time registration that failed to load goes
+            raise
         return model.status(), evicted
 
     async def unload(self, name: str, shutting_down: bool = False) -> ModelStatus:
@@ -188,7 +209,17 @@ class ModelManager:
         """
         model = self._get(name)
         await self._lifecycle.unload(model, shutting_down)
-        return model.status()
+        status = model.status()
+        if self._forget(model):
+            await self._publish_health()
+        return status
+
+    def _forget(self, model: ManagedModel) -> bool:
+        """Drop an unloaded run-time adapter model: it lives until unloaded."""
+        if not self._adapters.forget(model):
+            return False
+        self._lifecycle.residency.remove(model)
+        return True
 
     # ---- inference -------------------------------------------------------
 
@@ -296,7 +327,7 @@ class ModelManager:
             model.used(time.monotonic(), time.time())
             record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
             model.require_ready()
-            job = generation_request(model.spec.name, model.backend, replace_id(request, record))
+            job = generation_request(model.spec.name, model.backend, request, record.request_id)
             async with model.slot(self._tracer):
                 record.admitted = time.perf_counter()
                 with self._tracer.span(GENERATE):
@@ -415,10 +446,3 @@ class ModelManager:
                 changed = True
         if changed:
             await self._publish_health()
-
-
-def replace_id(request: InferenceRequest, record: RequestRecord) -> InferenceRequest:
-    """The request with the ID its record uses (made up when the caller sent none)."""
-    if request.request_id == record.request_id:
-        return request
-    return replace(request, request_id=record.request_id)

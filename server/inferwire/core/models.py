@@ -56,6 +56,10 @@ class ModelSpec(BaseModel):
     letters, digits, '.', '_' and '-', starting with a letter or digit."""
     backend: str = "onnxruntime-genai"
     """Backend that serves the model: onnxruntime-genai (embedded) or triton."""
+    adapter_of: str | None = None
+    """Makes this an adapter model: a LoRA adapter served on the named base model, which
+    must be configured (not itself an adapter). Its `options` are the adapter's: the
+    base's backend says which (docs/adapters.md); `backend` is the base's."""
     load_on_startup: bool = False
     """Load when the server starts; the server reports SERVING only once it is READY."""
     max_concurrency: int = Field(default=8, ge=1)
@@ -132,6 +136,8 @@ class ManagedModel:
         self.last_used_wall: float | None = None  # time.time(), for ListModels
         self.failed_at: float | None = None  # when its last load failed (time.monotonic())
         self.load_waiters = 0  # requests waiting for it to load on demand
+        self.base: ManagedModel | None = None  # an adapter model's base
+        self.adapters: list[ManagedModel] = []  # a base model's adapter models
         self._report_load = report_load
         # Ended requests by kind (see `request_ended`): [count, total seconds].
         self._durations = {kind: [0, 0.0] for kind in _STATISTICS}
@@ -160,6 +166,11 @@ class ManagedModel:
         """Requests run, queue or wait for it to load: it is not evicted."""
         return self.running > 0 or self.queued > 0 or self.load_waiters > 0
 
+    def loaded_adapters(self) -> list[str]:
+        """This base's adapter models that hold (or are taking) the base's model."""
+        gone = (ModelState.UNLOADED, ModelState.FAILED)
+        return [a.name for a in self.adapters if a.state not in gone]
+
     def used(self, now: float, wall: float) -> None:
         self.last_used, self.last_used_wall = now, wall
 
@@ -181,6 +192,7 @@ class ManagedModel:
             on_demand=self.spec.on_demand,
             resident_bytes=self.charged.amount if self.charged is not None else 0,
             last_used=self.last_used_wall,
+            base_model=self.spec.adapter_of or "",
         )
 
     def health_report(self) -> ModelHealthReport:
