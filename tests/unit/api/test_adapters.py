@@ -264,3 +264,22 @@ def test_adapter_configuration_mistakes_are_start_up_errors(
 ) -> None:
     with pytest.raises(ConfigurationError, match=phrase):
         load_settings(models=models)
+
+
+async def test_concurrent_streams_over_a_base_and_two_adapters_each_equal_their_solo_run(
+    served: Served,
+) -> None:
+    _, _, stub, allowed = served
+    await load(stub, "sonnets")
+    source = pb.AdapterSource(base_model="base", path=str(adapter_file(allowed, "b", "B")))
+    await load(stub, "second", source)
+
+    async def streamed(model: str) -> str:
+        request = pb.InferStreamRequest(model=model, prompt="hi")
+        return "".join([m.text async for m in stub.InferStream(request, metadata=ADMIN)])
+
+    models = ["base", "sonnets", "second"]
+    solo = {model: await streamed(model) for model in models}
+    assert len(set(solo.values())) == 3
+    mixed = [models[i % 3] for i in range(8)]
+    assert await asyncio.gather(*(streamed(m) for m in mixed)) == [solo[m] for m in mixed]
