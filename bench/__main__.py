@@ -29,6 +29,7 @@ SCENARIOS = {
     "memory": "bench.memory",
     "startup_time": "bench.startup_time",
     "model_swap": "bench.model_swap",
+    "adapters": "bench.adapters",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")

@@ -8,6 +8,7 @@ by `__`), the YAML file given with `--config`, then the defaults below.
 from __future__ import annotations
 
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +38,8 @@ from inferwire.core.memory import MemorySettings
 from inferwire.core.models import ModelSpec, duplicate_name
 
 DEFAULT_MODEL_NAME = "demo"
+DEFAULT_ADAPTER_NAME = "demo-sonnets"
+DEFAULT_ADAPTER_FILE = "sonnets.onnx_adapter"
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
@@ -218,13 +221,21 @@ class ModelConfig(ModelSpec):
 
 
 def default_models() -> list[ModelConfig]:
+    """The bundled model, and its bundled Sonnets adapter as the model `demo-sonnets`."""
+    adapter = resources.files("inferwire") / "models" / "demo" / DEFAULT_ADAPTER_FILE
     return [
         ModelConfig(
             name=DEFAULT_MODEL_NAME,
             backend="onnxruntime-genai",
             load_on_startup=True,
             options={"path": "builtin", "device": "cpu"},
-        )
+        ),
+        ModelConfig(
+            name=DEFAULT_ADAPTER_NAME,
+            adapter_of=DEFAULT_MODEL_NAME,
+            load_on_startup=True,
+            options={"adapter_file": str(adapter)},
+        ),
     ]
 
 

@@ -70,6 +70,8 @@ class Lifecycle:
         An adapter model loads on its READY base; an on-demand base is loaded first."""
         if model.base is not None:
             await self.ensure_loaded(model.base, deadline=None)
+            async with model.base.lifecycle_lock:
+                pass  # a load of the base under way (at start-up) ends first
         async with model.lifecycle_lock:
             if model.state is ModelState.READY:
                 # The backend may have lost the model (a Triton restart): have it checked.

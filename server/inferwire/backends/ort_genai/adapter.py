@@ -20,6 +20,7 @@ import onnxruntime_genai as og
 from pydantic import ConfigDict
 
 from inferwire.backends.ort_genai.generator import ActiveAdapter, GeneratorPath
+from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.core.adapters import AdapterBackend
 from inferwire.core.backend import BackendOptions, GenerationEvents, GenerationProgress
 from inferwire.core.errors import ModelNotReadyError
@@ -75,8 +76,14 @@ class OrtGenAIAdapter(AdapterBackend):
         try:
             await asyncio.to_thread(adapters.load, str(path), self.model_name)
         except RuntimeError as exc:
+            raise ModelNotReadyError(f"adapter file {str(path)!r} does not load: {exc}") from None
+        try:
+            await asyncio.to_thread(_probe, model, adapters, self.model_name)
+        except RuntimeError as exc:
+            adapters.unload(self.model_name)
             raise ModelNotReadyError(
-                f"adapter file {str(path)!r} cannot be loaded: {exc}"
+                f"adapter file {str(path)!r} does not fit base model "
+                f"{self.base.model_name!r}: {exc}"
             ) from None
         self._adapters = adapters
         adapter = ActiveAdapter(adapters, self.model_name)
@@ -102,3 +109,14 @@ class OrtGenAIAdapter(AdapterBackend):
         async with contextlib.aclosing(events):
             async for event in events:
                 yield event
+
+
+def _probe(model: LoadedModel, adapters: og.Adapters, name: str) -> None:
+    """Run one token with the adapter active: og.Adapters.load reads the file without
+    checking it against the graph, so an adapter made for another model (other shapes
+    or input names) would otherwise fail only at its first request."""
+    params = og.GeneratorParams(model.model)
+    params.set_search_options(max_length=2)
+    generator = og.Generator(model.model, params)
+    generator.set_active_adapter(adapters, name)
+    generator.append_tokens([min(model.eos_token_ids, default=0)])
