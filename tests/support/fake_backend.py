@@ -256,6 +256,12 @@ class FakeAdapter(AdapterBackend):
     async def unload(self) -> None:
         self.tag = ""
 
+    def footprint(self) -> Footprint | None:
+        """The file's size, on the base's device (as the embedded engine's adapters)."""
+        base = self.base.footprint_
+        size = Path(self.options.adapter_file).stat().st_size
+        return None if base is None else replace(base, amount=size, detail="adapter file")
+
     async def _tagged(
         self, request: GenerationRequest, progress: GenerationProgress
     ) -> GenerationEvents:

@@ -31,7 +31,7 @@ from inferwire.core.errors import (
     PermissionDeniedError,
 )
 from inferwire.core.memory import Footprint
-from inferwire.core.models import ManagedModel, ModelSpec
+from inferwire.core.models import LoadReporter, ManagedModel, ModelSpec
 from inferwire.core.types import BackendHealth, Capabilities, ChatMessage, ModelLimits, ModelState
 from inferwire.core.validation import require_model_name
 
@@ -117,7 +117,7 @@ class Adapters:
         self._allowed = [Path(os.path.realpath(d)) for d in settings.allowed_dirs]
         self._registered: set[str] = set()  # names registered at run time
 
-    def build(self, spec: ModelSpec, report_load: Any) -> ManagedModel:
+    def build(self, spec: ModelSpec, report_load: LoadReporter) -> ManagedModel:
         """The managed adapter model of `spec`, linked to its configured base."""
         base = self._models.get(spec.adapter_of or "")
         if base is None:
@@ -194,7 +194,7 @@ class Adapters:
             raise ModelNotReadyError(f"adapter file {path!r} does not exist")
         return str(resolved)
 
-    def add(self, spec: ModelSpec, report_load: Any) -> ManagedModel:
+    def add(self, spec: ModelSpec, report_load: LoadReporter) -> ManagedModel:
         model = self.build(spec, report_load)
         self._models[spec.name] = model
         self._registered.add(spec.name)

@@ -15,6 +15,7 @@ import pytest
 from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
 from inferwire.core.errors import ConfigurationError
+from inferwire.core.memory import Footprint
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.auth import bearer, tokens_yaml
@@ -283,3 +284,53 @@ async def test_concurrent_streams_over_a_base_and_two_adapters_each_equal_their_
     assert len(set(solo.values())) == 3
     mixed = [models[i % 3] for i in range(8)]
     assert await asyncio.gather(*(streamed(m) for m in mixed)) == [solo[m] for m in mixed]
+
+
+async def test_an_adapter_counts_against_its_bases_budget_which_is_not_evicted_under_it(
+    tmp_path: Path,
+) -> None:
+    mib = 1 << 20
+    path = tmp_path / "big.adapter"
+    path.write_bytes(b"FAKE-ADAPTER B\n" + b" " * (50 * mib))
+    settings = load_settings(
+        server={
+            "address": "127.0.0.1:0",
+            "metrics_address": "",
+            "health_check_interval_s": 3600,
+            "memory": {"budgets": {"cpu": "200MiB"}, "min_resident_s": 0},
+        },
+        models=[
+            {"name": "base", "backend": FAKE_BACKEND, "load_on_startup": True},
+            {
+                "name": "tuned",
+                "adapter_of": "base",
+                "pinned": True,
+                "options": {"adapter_file": str(path)},
+            },
+            {"name": "other", "backend": FAKE_BACKEND},
+        ],
+    )
+
+    class SizedFakes(FakeBackends):
+        def __call__(self, spec: Any) -> Any:
+            backend = super().__call__(spec)
+            backend.footprint_ = Footprint("cpu", 80 * mib, detail="as faked")
+            return backend
+
+    server = InferwireServer(settings, backend_factory=SizedFakes())
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            tuned = (await stub.LoadModel(pb.LoadModelRequest(model="tuned"))).model
+            assert tuned.resident_bytes == path.stat().st_size
+            # 80 MiB + 50 MiB held; `other` needs 80 MiB more: only evicting `base` would
+            # make room (`tuned` is pinned), and its adapter runs on it.
+            code, details = await code_of(stub.LoadModel(pb.LoadModelRequest(model="other")))
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "adapters loaded: tuned" in details
+            await stub.UnloadModel(pb.UnloadModelRequest(model="tuned"))  # frees its 50 MiB
+            loaded = await stub.LoadModel(pb.LoadModelRequest(model="other"))
+            assert loaded.model.state == pb.MODEL_STATE_READY and list(loaded.evicted) == []
+    finally:
+        await server.stop(grace_s=0)
