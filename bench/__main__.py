@@ -30,6 +30,7 @@ SCENARIOS = {
     "startup_time": "bench.startup_time",
     "model_swap": "bench.model_swap",
     "tenant_isolation": "bench.tenant_isolation",
+    "adapters": "bench.adapters",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")

@@ -8,6 +8,7 @@ by `__`), the YAML file given with `--config`, then the defaults below.
 from __future__ import annotations
 
 import re
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,12 +32,15 @@ from pydantic_settings import (
 )
 
 from inferwire.backends import backend_class
+from inferwire.core.adapters import AdapterSettings, adapter_spec, check_adapter_options
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.memory import MemorySettings
 from inferwire.core.models import ModelSpec, duplicate_name
 from inferwire.core.tenants import SchedulingSettings, TenantConfig, Tenants, TenantSettings
 
 DEFAULT_MODEL_NAME = "demo"
+DEFAULT_ADAPTER_NAME = "demo-sonnets"
+DEFAULT_ADAPTER_FILE = "sonnets.onnx_adapter"
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
@@ -170,6 +174,8 @@ class ServerSettings(BaseModel):
     memory: MemorySettings = Field(default_factory=MemorySettings)
     """Memory budgets per device (`budgets`), `load_wait_s` and `min_resident_s`: models
     load within them, evicting idle ones least recently used first."""
+    adapters: AdapterSettings = Field(default_factory=AdapterSettings)
+    """Run-time adapter registration: `allowed_dirs` (empty, the default: off)."""
     tenants: list[TenantConfig] = Field(default_factory=list)
     """Who shares the models: each with name, priority, weight and optional quotas
     (max_concurrency, requests_per_minute, generated_tokens_per_minute); docs/tenants.md."""
@@ -234,18 +240,28 @@ class ModelConfig(ModelSpec):
             backend = backend_class(info.data["backend"])
         except (KeyError, ConfigurationError):
             return options
+        if info.data.get("adapter_of") is not None:
+            return options  # an adapter's options: checked against its base's backend
         backend.options_type.model_validate(options)  # its ValidationError nests under here
         return options
 
 
 def default_models() -> list[ModelConfig]:
+    """The bundled model, and its bundled Sonnets adapter as the model `demo-sonnets`."""
+    adapter = resources.files("inferwire") / "models" / "demo" / DEFAULT_ADAPTER_FILE
     return [
         ModelConfig(
             name=DEFAULT_MODEL_NAME,
             backend="onnxruntime-genai",
             load_on_startup=True,
             options={"path": "builtin", "device": "cpu"},
-        )
+        ),
+        ModelConfig(
+            name=DEFAULT_ADAPTER_NAME,
+            adapter_of=DEFAULT_MODEL_NAME,
+            load_on_startup=True,
+            options={"adapter_file": str(adapter)},
+        ),
     ]
 
 
@@ -266,7 +282,7 @@ class Settings(BaseSettings):
     def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
         if (problem := duplicate_name(models)) is not None:
             raise ValueError(problem)
-        return models
+        return [_on_base_backend(model, models) for model in models]
 
     @classmethod
     def settings_customise_sources(
@@ -278,6 +294,33 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+
+
+def _on_base_backend(model: ModelConfig, models: list[ModelConfig]) -> ModelConfig:
+    """An adapter model on its base's backend, its options checked as that backend's
+    adapter options."""
+    if model.adapter_of is None:
+        return model
+    base = next((m for m in models if m.name == model.adapter_of), None)
+    if base is None:
+        raise ValueError(
+            f"model {model.name!r}: adapter_of names {model.adapter_of!r}, which is not a "
+            "configured model"
+        )
+    try:
+        adapter = adapter_spec(base, model)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        backend = backend_class(adapter.backend)
+    except ConfigurationError:
+        backend = None  # reported when the server starts, as for any model
+    if backend is not None:
+        try:
+            check_adapter_options(backend, adapter)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+    return ModelConfig.model_validate(adapter.model_dump())
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:

@@ -109,6 +109,11 @@ def test_cli_models_unload_and_load(served):
     wait_cli_serving(served.target)
     listed = run_cli("models", "list", "--address", served.target)
     assert "demo" in listed.stdout and "MODEL_STATE_READY" in listed.stdout
+    assert "adapter of demo" in listed.stdout  # demo-sonnets, in the default configuration
+    refused = run_cli("models", "unload", "demo", "--address", served.target)
+    assert refused.returncode == 1 and "demo-sonnets" in refused.stderr, refused.stderr
+    unloaded = run_cli("models", "unload", "demo-sonnets", "--address", served.target)
+    assert "MODEL_STATE_UNLOADED" in unloaded.stdout
     unloaded = run_cli("models", "unload", "demo", "--address", served.target)
     assert "MODEL_STATE_UNLOADED" in unloaded.stdout
     assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 1
@@ -118,6 +123,8 @@ def test_cli_models_unload_and_load(served):
     loaded = run_cli("models", "load", "demo", "--address", served.target)
     assert "MODEL_STATE_READY" in loaded.stdout
     assert run_cli("health", "--service", "model/demo", "--address", served.target).returncode == 0
+    loaded = run_cli("models", "load", "demo-sonnets", "--address", served.target)
+    assert "MODEL_STATE_READY" in loaded.stdout and "adapter of demo" in loaded.stdout
 
 
 async def test_sigterm_drains_inflight_stream_refuses_new_calls_and_exits_zero():

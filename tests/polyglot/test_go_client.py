@@ -6,6 +6,7 @@ import pytest
 
 from inferwire.v1 import inference_pb2 as pb
 from tests.support.polyglot import (
+    ADAPTER_MODEL,
     CLIENTS,
     assert_chat_logprobs_output,
     assert_example_output,
@@ -45,6 +46,12 @@ def test_go_example_infers_streams_checks_health_reads_bad_request_and_chats(
     assert_chat_logprobs_output(result.stdout, chat_reference)
     deltas = sum(line.startswith("DELTA ") for line in result.stdout.splitlines())
     assert f"deltas={deltas}" in result.stdout, result.stdout
+    adapter = run_checked(
+        [str(GO_CLIENT / "bin" / "example"), live_server.target, ADAPTER_MODEL],
+        cwd=GO_CLIENT,
+        timeout=60,
+    )
+    assert_example_output(adapter.stdout, ADAPTER_MODEL)
 
     # Round robin over every address of a DNS name, as over the replicas of a headless
     # Service: localhost resolves to 127.0.0.1 (the server) and ::1 (refused, skipped).

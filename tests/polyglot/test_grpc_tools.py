@@ -163,6 +163,13 @@ def test_grpc_health_probe_follows_model_lifecycle(own_server: ServerProcess) ->
     assert probe(target, "-service", "model/demo") == PROBE_SERVING
     assert probe(target, "-service", "model/no-such-model") == PROBE_RPC_FAILURE
 
+    # demo's adapter model (default configuration) goes first: a base with adapters
+    # loaded is not unloaded.
+    refused = grpcurl(target, f"{SERVICE}/UnloadModel", data={"model": "demo"})
+    assert refused.returncode != 0 and "demo-sonnets" in refused.stderr, refused.stderr
+    unloaded = grpcurl(target, f"{SERVICE}/UnloadModel", data={"model": "demo-sonnets"})
+    assert unloaded.returncode == 0, unloaded.stderr
+    assert probe(target, "-service", "model/demo-sonnets") == PROBE_UNHEALTHY
     unloaded = grpcurl(target, f"{SERVICE}/UnloadModel", data={"model": "demo"})
     assert unloaded.returncode == 0, unloaded.stderr
     assert probe(target, "-service", "model/demo") == PROBE_UNHEALTHY
@@ -172,6 +179,9 @@ def test_grpc_health_probe_follows_model_lifecycle(own_server: ServerProcess) ->
     loaded = grpcurl(target, f"{SERVICE}/LoadModel", data={"model": "demo"})
     assert loaded.returncode == 0, loaded.stderr
     assert probe(target, "-service", "model/demo") == PROBE_SERVING
+    assert probe(target) == PROBE_UNHEALTHY  # demo-sonnets, also loaded at start-up, is not
+    loaded = grpcurl(target, f"{SERVICE}/LoadModel", data={"model": "demo-sonnets"})
+    assert loaded.returncode == 0, loaded.stderr
     assert probe(target) == PROBE_SERVING
 
 

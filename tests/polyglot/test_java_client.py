@@ -10,6 +10,7 @@ import pytest
 
 from inferwire.v1 import inference_pb2 as pb
 from tests.support.polyglot import (
+    ADAPTER_MODEL,
     CLIENTS,
     assert_chat_logprobs_output,
     assert_example_output,
@@ -44,6 +45,11 @@ def test_java_example_infers_streams_checks_health_reads_bad_request_and_chats(
 
     assert_example_output(result.stdout)
     assert_chat_logprobs_output(result.stdout, chat_reference)
+    jar = str(CLIENT / "target" / "inferwire-client-example.jar")
+    adapter = run_checked(
+        [java, "-jar", jar, live_server.target, ADAPTER_MODEL], cwd=CLIENT, timeout=120
+    )
+    assert_example_output(adapter.stdout, ADAPTER_MODEL)
     lines = result.stdout.splitlines()
     # The example quotes text as JSON string literals.
     deltas = [json.loads(line[len("DELTA ") :]) for line in lines if line.startswith("DELTA ")]

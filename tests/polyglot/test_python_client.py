@@ -14,6 +14,7 @@ import pytest
 import inferwire
 from inferwire.v1 import inference_pb2 as pb
 from tests.support.polyglot import (
+    ADAPTER_MODEL,
     CLIENTS,
     assert_chat_logprobs_output,
     assert_example_output,
@@ -68,6 +69,8 @@ def test_python_example_runs_from_the_client_wheel_without_the_server(
     result = run_checked([*example, live_server.target, "demo"], cwd=tmp_path, timeout=60)
     assert_example_output(result.stdout)
     assert_chat_logprobs_output(result.stdout, chat_reference)
+    adapter = run_checked([*example, live_server.target, ADAPTER_MODEL], cwd=tmp_path, timeout=60)
+    assert_example_output(adapter.stdout, ADAPTER_MODEL)
 
     # Round robin over every address of a DNS name, as over a headless Service's replicas.
     spread = ["--lb", "round_robin", f"dns:///localhost:{live_server.port}", "demo"]

@@ -7,6 +7,7 @@ import pytest
 
 from inferwire.v1 import inference_pb2 as pb
 from tests.support.polyglot import (
+    ADAPTER_MODEL,
     CLIENTS,
     assert_chat_logprobs_output,
     assert_example_output,
@@ -37,3 +38,6 @@ def test_rust_example_infers_streams_checks_health_reads_bad_request_and_chats(
     assert_chat_logprobs_output(result.stdout, chat_reference)
     deltas = sum(line.startswith("DELTA ") for line in result.stdout.splitlines())
     assert f"deltas={deltas}" in result.stdout, result.stdout
+    example = CLIENT / "target" / "debug" / "examples" / "example"
+    adapter = run_checked([str(example), live_server.target, ADAPTER_MODEL], cwd=CLIENT, timeout=60)
+    assert_example_output(adapter.stdout, ADAPTER_MODEL)

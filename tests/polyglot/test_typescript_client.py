@@ -10,6 +10,7 @@ import pytest
 
 from inferwire.v1 import inference_pb2 as pb
 from tests.support.polyglot import (
+    ADAPTER_MODEL,
     CLIENTS,
     assert_chat_logprobs_output,
     assert_example_output,
@@ -42,6 +43,12 @@ def test_typescript_example_against_live_server(
     )
     assert_example_output(result.stdout)
     assert_chat_logprobs_output(result.stdout, chat_reference)
+    adapter = run_checked(
+        [require_tool("node"), "dist/example.js", live_server.target, ADAPTER_MODEL],
+        cwd=built_client,
+        timeout=120,
+    )
+    assert_example_output(adapter.stdout, ADAPTER_MODEL)
 
 
 @pytest.mark.timeout(900)

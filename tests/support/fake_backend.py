@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
 from inferwire.api.server import InferwireServer
 from inferwire.config import Settings
-from inferwire.core.backend import Backend, GenerationEvents, GenerationProgress
+from inferwire.core.adapters import AdapterBackend
+from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
+from inferwire.core.errors import ModelNotReadyError
 from inferwire.core.manager import ModelSpec
 from inferwire.core.memory import Footprint
 from inferwire.core.tracing import TOKENIZE
@@ -72,6 +76,7 @@ class FakeBackend(Backend):
     """Emits `pieces` one delta per token, then ends as `finish`; every step is scriptable."""
 
     name = FAKE_BACKEND
+    adapter_source_option = "adapter_file"
 
     def __init__(self, model_name: str, options: dict[str, object], max_concurrency: int) -> None:
         super().__init__(model_name, dict(options), max_concurrency)
@@ -97,6 +102,9 @@ class FakeBackend(Backend):
 
     def footprint(self) -> Footprint | None:
         return self.footprint_
+
+    def adapter(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> Backend:
+        return FakeAdapter(model_name, options, max_concurrency, self)
 
     async def load(self) -> None:
         self.calls.loads += 1
@@ -223,3 +231,49 @@ async def serving_fakes(
         yield server, backends
     finally:
         await server.stop(grace_s=0)
+
+
+class FakeAdapterOptions(BackendOptions):
+    adapter_file: str
+
+
+class FakeAdapter(AdapterBackend):
+    """An adapter model on a FakeBackend: its file holds `FAKE-ADAPTER <tag>`, and each
+    piece of the base's output gets `<tag>:` in front; any other content does not load."""
+
+    name = FAKE_BACKEND
+    options_type = FakeAdapterOptions
+    options: FakeAdapterOptions
+    base: FakeBackend
+    tag = ""
+
+    async def load(self) -> None:
+        content = Path(self.options.adapter_file).read_bytes()
+        if not content.startswith(b"FAKE-ADAPTER "):
+            raise ModelNotReadyError(f"adapter file {self.options.adapter_file!r} is corrupt")
+        self.tag = content.removeprefix(b"FAKE-ADAPTER ").decode().strip()
+
+    async def unload(self) -> None:
+        self.tag = ""
+
+    def footprint(self) -> Footprint | None:
+        """The file's size, on the base's device (as the embedded engine's adapters)."""
+        base = self.base.footprint_
+        size = Path(self.options.adapter_file).stat().st_size
+        return None if base is None else replace(base, amount=size, detail="adapter file")
+
+    async def _tagged(
+        self, request: GenerationRequest, progress: GenerationProgress
+    ) -> GenerationEvents:
+        async for event in self.base.infer_stream(request, progress):
+            if isinstance(event, TextDelta):
+                event = replace(event, text=f"{self.tag}:{event.text}")
+            yield event
+
+    def infer_stream(
+        self, request: GenerationRequest, progress: GenerationProgress
+    ) -> GenerationEvents:
+        return self._tagged(request, progress)
+
+
+FakeBackend.adapter_options_type = FakeAdapterOptions

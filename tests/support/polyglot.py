@@ -61,6 +61,11 @@ def run_checked(
     return result
 
 
+# The bundled Sonnets adapter of `demo` (docs/adapters.md): every example calls it once,
+# changing only the model name it is given.
+ADAPTER_MODEL = "demo-sonnets"
+
+
 def assert_example_output(stdout: str, model: str = "demo") -> None:
     """Check what every language's example prints (see clients/*/README.md):
     INFER <text>, one DELTA <text> per streamed message, STREAM_END, HEALTH

@@ -4,6 +4,7 @@ import re
 import sys
 import textwrap
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -15,18 +16,25 @@ from inferwire.core.errors import ConfigurationError, MissingDependencyError
 from tests.support.fake_backend import FakeBackend
 
 
-def test_no_file_declares_the_bundled_model_loaded_at_startup(monkeypatch):
+def test_no_file_declares_the_bundled_model_and_its_adapter_loaded_at_startup(monkeypatch):
     for key in [k for k in __import__("os").environ if k.startswith("INFERWIRE_")]:
         monkeypatch.delenv(key)
     settings = load_settings()
     assert settings.server.address == "0.0.0.0:50051"
-    [model] = settings.models
+    [model, adapter] = settings.models
     assert (model.name, model.backend, model.load_on_startup) == (
         "demo",
         "onnxruntime-genai",
         True,
     )
     assert model.options == {"path": "builtin", "device": "cpu"}
+    assert (adapter.name, adapter.adapter_of, adapter.backend) == (
+        "demo-sonnets",
+        "demo",
+        "onnxruntime-genai",
+    )
+    assert adapter.load_on_startup
+    assert Path(adapter.options["adapter_file"]).name == "sonnets.onnx_adapter"
 
 
 def test_flags_beat_environment_which_beats_the_file(tmp_path, monkeypatch):

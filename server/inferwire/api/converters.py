@@ -113,6 +113,7 @@ def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
         pinned=status.pinned,
         on_demand=status.on_demand,
         resident_bytes=status.resident_bytes,
+        base_model=status.base_model,
     )
     if status.last_used is not None:
         message.last_used.FromNanoseconds(round(status.last_used * 1e9))

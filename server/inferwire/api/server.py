@@ -86,6 +86,7 @@ def build_manager(
         memory=settings.server.memory,
         memory_metrics=memory_metrics,
         tenants=settings.server.tenant_registry(),
+        adapters=settings.server.adapters,
     )
 
 

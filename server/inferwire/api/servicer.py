@@ -23,6 +23,8 @@ from inferwire.api.converters import (
 )
 from inferwire.api.peer_gone import write_or_await_cancellation
 from inferwire.api.status import maps_errors_on_every_rpc
+from inferwire.core.adapters import AdapterSource
+from inferwire.core.lifecycle import Trigger
 from inferwire.core.manager import ModelManager
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
@@ -39,7 +41,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoadModelResponse:
         current_principal().require_model(request.model)
-        status, evicted = await self._manager.load_evicting(request.model)
+        adapter = None
+        if request.HasField("adapter"):
+            adapter = AdapterSource(request.adapter.base_model, request.adapter.path)
+        status, evicted = await self._manager.load_evicting(
+            request.model, Trigger.EXPLICIT, adapter
+        )
         return pb.LoadModelResponse(model=model_status_to_proto(status), evicted=evicted)
 
     async def UnloadModel(

@@ -52,6 +52,8 @@ STATUS_CODE_BY_ERROR: dict[type[errors.InferwireError], grpc.StatusCode] = {
     errors.UnauthenticatedError: grpc.StatusCode.UNAUTHENTICATED,
     # Credentials lack the needed scope.
     errors.PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
+    # A model of that name exists with another definition.
+    errors.AlreadyExistsError: grpc.StatusCode.ALREADY_EXISTS,
     # An RPC (or a feature of one) this server does not offer.
     errors.NotSupportedError: grpc.StatusCode.UNIMPLEMENTED,
 }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -31,7 +31,7 @@ def _print_status(status: pb.ModelStatus) -> None:
 
 def _residency(status: pb.ModelStatus) -> str:
     """`resident 40.7 MiB, pinned, on-demand`: what the model holds, and how it may go."""
-    tags = []
+    tags = [f"adapter of {status.base_model}"] if status.base_model else []
     if status.resident_bytes:
         # A Triton pool's budget counts models: its footprint is 1, not a size.
         size = "" if status.backend == "triton" else f" {format_size(status.resident_bytes)}"
@@ -62,9 +62,37 @@ def models_list(*, target: Target, timeout: float) -> None:
 
 @models_app.command("load", cls=Command)
 @client_command(timeout=600.0)
-def models_load(model: ModelArgument, *, target: Target, timeout: float) -> None:
-    """Load MODEL (idempotent)."""
-    _print_status(_call(target, timeout, "LoadModel", pb.LoadModelRequest(model=model)).model)
+def models_load(
+    model: ModelArgument,
+    adapter_of: Annotated[
+        str | None,
+        typer.Option(
+            "--adapter-of",
+            metavar="BASE",
+            help="Register MODEL at run time as a LoRA adapter of the model BASE "
+            "(needs --adapter-path and the server's server.adapters.allowed_dirs).",
+        ),
+    ] = None,
+    adapter_path: Annotated[
+        str | None,
+        typer.Option(
+            "--adapter-path",
+            metavar="PATH",
+            help="The adapter: a .onnx_adapter file on the server, inside its allowed_dirs "
+            "(or, for a Triton base, the lora_name).",
+        ),
+    ] = None,
+    *,
+    target: Target,
+    timeout: float,
+) -> None:
+    """Load MODEL (idempotent); with --adapter-of and --adapter-path, register it first."""
+    request = pb.LoadModelRequest(model=model)
+    if (adapter_of is None) != (adapter_path is None):
+        raise typer.BadParameter("--adapter-of and --adapter-path go together")
+    if adapter_of is not None and adapter_path is not None:
+        request.adapter.CopyFrom(pb.AdapterSource(base_model=adapter_of, path=adapter_path))
+    _print_status(_call(target, timeout, "LoadModel", request).model)
 
 
 @models_app.command("unload", cls=Command)

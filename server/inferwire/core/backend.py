@@ -80,6 +80,12 @@ class Backend(abc.ABC):
 
     name: ClassVar[str]
     options_type: ClassVar[type[BackendOptions]] = BackendOptions
+    adapter_options_type: ClassVar[type[BackendOptions] | None] = None
+    """The `options` of adapter models on this backend's models; None: it serves none."""
+    adapter_source_option: ClassVar[str | None] = None
+    """The adapter option a run-time `AdapterSource.path` sets (core/adapters.py)."""
+    adapter_source_is_file: ClassVar[bool] = True
+    """Whether that option names a file (checked against `server.adapters.allowed_dirs`)."""
 
     def __init__(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> None:
         self.model_name = model_name
@@ -111,6 +117,12 @@ class Backend(abc.ABC):
         """What the model will hold once loaded, estimated before loading, and on which
         device's budget; None: not accounted (no budget applies). Reads files at most."""
         return None
+
+    def adapter(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> Backend:
+        """The backend of an adapter model (`adapter_of`) that runs on this model."""
+        raise ConfigurationError(
+            f"model {model_name!r}: backend {self.name!r} serves no adapter models"
+        )
 
     @abc.abstractmethod
     async def unload(self) -> None:

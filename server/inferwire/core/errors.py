@@ -93,6 +93,11 @@ class PermissionDeniedError(InferwireError):
     """The credentials lack the scope the RPC needs."""
 
 
+class AlreadyExistsError(InferwireError):
+    """A model of that name already exists with another definition (an adapter
+    registered again from another source)."""
+
+
 class NotSupportedError(InferwireError):
     """The server does not offer what the call asks for: an RPC, or a feature of one."""
 

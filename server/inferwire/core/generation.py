@@ -35,9 +35,10 @@ def render_prompt(prompt: str, context: Sequence[str], separator: str) -> str:
 
 
 def generation_request(
-    model: str, backend: Backend, request: InferenceRequest
+    model: str, backend: Backend, request: InferenceRequest, request_id: str
 ) -> GenerationRequest:
-    """The backend's view of a shape-validated request; raise for a limit the model sets."""
+    """The backend's view of a shape-validated request, under the ID its record uses (made
+    up when the caller sent none); raise for a limit the model sets."""
     limits = backend.limits()
     params = request.params
     violations = list(_limit_violations(model, params, limits))
@@ -49,7 +50,7 @@ def generation_request(
     else:
         prompt = render_prompt(request.prompt, request.context, backend.options.context_separator)
     return GenerationRequest(
-        request_id=request.request_id,
+        request_id=request_id,
         prompt=prompt,
         max_tokens=backend.default_max_tokens() if params.max_tokens is None else params.max_tokens,
         params=params,

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from inferwire.core.adapters import require_base_ready, require_no_adapters
 from inferwire.core.errors import (
     BackendUnavailableError,
     DeadlineExceededError,
@@ -64,7 +65,13 @@ class Lifecycle:
         self._on_demand: dict[str, asyncio.Task[list[str]]] = {}  # one load per model
 
     async def load(self, model: ManagedModel, trigger: Trigger, wait_s: float = 0.0) -> list[str]:
-        """Load `model` (idempotent); returns the models evicted to make room for it."""
+        """Load `model` (idempotent); returns the models evicted to make room for it.
+
+        An adapter model loads on its READY base; an on-demand base is loaded first."""
+        if model.base is not None:
+            await self.ensure_loaded(model.base, deadline=None)
+            async with model.base.lifecycle_lock:
+                pass  # a load of the base under way (at start-up) ends first
         async with model.lifecycle_lock:
             if model.state is ModelState.READY:
                 # The backend may have lost the model (a Triton restart): have it checked.
@@ -73,6 +80,7 @@ class Lifecycle:
                 finally:
                     await self._refresh_health([model])
                 return []
+            require_base_ready(model)
             evicted = await self.residency.make_room(model, wait_s, self._evict)
             model.state, model.detail, model.load_error = ModelState.LOADING, "", ""
             await self._publish_health()
@@ -135,6 +143,8 @@ class Lifecycle:
             if model.state in (ModelState.UNLOADED, ModelState.FAILED):
                 model.state = ModelState.UNLOADED
                 return
+            if not shutting_down:
+                require_no_adapters(model)
             model.state, model.detail = ModelState.UNLOADING, ""
             await self._publish_health()
             await model.idle.wait()
@@ -235,5 +245,8 @@ class Lifecycle:
     @staticmethod
     def _idle(model: ManagedModel) -> bool:
         return (
-            model.state is ModelState.READY and not model.busy and not model.lifecycle_lock.locked()
+            model.state is ModelState.READY
+            and not model.busy
+            and not model.lifecycle_lock.locked()
+            and not model.loaded_adapters()
         )

@@ -15,8 +15,8 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import replace
 
+from inferwire.core.adapters import Adapters, AdapterSettings, AdapterSource
 from inferwire.core.backend import Backend, GenerationEvents
 from inferwire.core.errors import ConfigurationError, DeadlineExceededError, ModelNotFoundError
 from inferwire.core.generation import generation_request, join, stop_at_sequences
@@ -81,10 +81,12 @@ class ModelManager:
         memory: MemorySettings | None = None,
         memory_metrics: MemoryMetrics | None = None,
         tenants: Tenants | None = None,
+        adapters: AdapterSettings | None = None,
     ) -> None:
         """`keep_text`: keep each request's prompt and output text in its record (for
         `server.log_prompts`); `memory`: the budgets models load within (default: none);
-        `tenants`: whose requests share the models, and how (default: no quotas)."""
+        `tenants`: whose requests share the models, and how (default: no quotas);
+        `adapters`: where run-time adapters may come from (default: nowhere)."""
         self._tenants = tenants or Tenants()
         self._limits = limits
         self._metrics: MetricsListener = metrics or NoMetrics()
@@ -99,18 +101,15 @@ class ModelManager:
         if (problem := duplicate_name(specs)) is not None:
             raise ConfigurationError(problem)
         self._models: dict[str, ManagedModel] = {}
-        for spec in specs:
-            backend = backend_factory(spec)
-            self._models[spec.name] = ManagedModel(
-                spec,
-                backend,
-                self._metrics.load_changed,
-                self._tenants.scheduling.max_wait_s,
-                self._tenants.clock,
-            )
-            self._metrics.model_added(spec.name)
-            self._metrics.readiness_changed(spec.name, False)
-            self._metrics.load_changed(spec.name, 0, 0)
+        self._adapters = Adapters(self._models, adapters or AdapterSettings(), self._managed)
+        # Bases first: an adapter model's backend comes from its base's.
+        for spec in sorted(specs, key=lambda s: s.adapter_of is not None):
+            if spec.adapter_of is None:
+                model = self._managed(spec, backend_factory(spec))
+            else:
+                model = self._adapters.build(spec)
+            self._models[spec.name] = model
+            self._model_added(spec.name)
         self._listeners: list[HealthListener] = []
         self._accepting = False
         self._watchers: list[asyncio.Task[None]] = []
@@ -121,6 +120,20 @@ class ModelManager:
         )
         health = HealthHooks(self._publish_health, self._refresh_health)
         self._lifecycle = Lifecycle(residency, health, self._failure_cooldown_s)
+
+    def _managed(self, spec: ModelSpec, backend: Backend) -> ManagedModel:
+        return ManagedModel(
+            spec,
+            backend,
+            self._metrics.load_changed,
+            self._tenants.scheduling.max_wait_s,
+            self._tenants.clock,
+        )
+
+    def _model_added(self, name: str) -> None:
+        self._metrics.model_added(name)
+        self._metrics.readiness_changed(name, False)
+        self._metrics.load_changed(name, 0, 0)
 
     # ---- lifecycle ------------------------------------------------------
 
@@ -163,7 +176,8 @@ class ModelManager:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-        for name in self._models:
+        # Adapters first: a base with adapters loaded is not unloaded.
+        for name in sorted(self._models, key=lambda n: self._models[n].base is None):
             try:
                 await self.unload(name, shutting_down=True)
             except Exception:
@@ -185,11 +199,21 @@ class ModelManager:
         return (await self.load_evicting(name, trigger))[0]
 
     async def load_evicting(
-        self, name: str, trigger: Trigger = Trigger.EXPLICIT
+        self, name: str, trigger: Trigger = Trigger.EXPLICIT, adapter: AdapterSource | None = None
     ) -> tuple[ModelStatus, list[str]]:
-        """Load a model; its status, and the models evicted to make room for it."""
+        """Load a model; its status, and the models evicted to make room for it.
+
+        With `adapter`, first register `name` as an adapter model from that source (see
+        core/adapters.py); a registration whose load fails is dropped again."""
+        if adapter is not None and (spec := self._adapters.registration(name, adapter)):
+            self._lifecycle.residency.add(self._adapters.add(spec))
+            self._model_added(name)
         model = self._get(name)
-        evicted = await self._lifecycle.load(model, trigger)
+        try:
+            evicted = await self._lifecycle.load(model, trigger)
+        except BaseException:
+            self._forget(model)  # a run-time registration that failed to load goes
+            raise
         return model.status(), evicted
 
     async def unload(self, name: str, shutting_down: bool = False) -> ModelStatus:
@@ -199,7 +223,17 @@ class ModelManager:
         """
         model = self._get(name)
         await self._lifecycle.unload(model, shutting_down)
-        return model.status()
+        status = model.status()
+        if self._forget(model):
+            await self._publish_health()
+        return status
+
+    def _forget(self, model: ManagedModel) -> bool:
+        """Drop an unloaded run-time adapter model: it lives until unloaded."""
+        if not self._adapters.forget(model):
+            return False
+        self._lifecycle.residency.remove(model)
+        return True
 
     # ---- inference -------------------------------------------------------
 
@@ -312,7 +346,7 @@ class ModelManager:
                 model.used(time.monotonic(), time.time())
                 record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
                 model.require_ready()
-                job = generation_request(model.name, model.backend, replace_id(request, record))
+                job = generation_request(model.name, model.backend, request, record.request_id)
                 async with model.slot(self._tracer, admission.claim):
                     record.admitted = time.perf_counter()
                     with self._tracer.span(GENERATE):
@@ -400,41 +434,12 @@ class ModelManager:
         )
 
     async def _refresh_health(self, models: list[ManagedModel]) -> None:
-        changed = False
         # Checked concurrently, so one slow backend cannot delay the others' reports.
         results = await asyncio.gather(
             *(m.backend.health() for m in models), return_exceptions=True
         )
         now = time.monotonic()
-        for model, health in zip(models, results, strict=True):
-            if isinstance(health, BaseException):
-                health_ok, detail = False, f"health check failed: {health}"
-            else:
-                health_ok, detail = health.healthy, health.detail
-            if model.state is not ModelState.READY:
-                continue
-            if (
-                health_ok
-                and model.failing_since is not None
-                and now - model.failing_since >= self._failure_cooldown_s
-            ):
-                # Half-open: a healthy check after the cool-down lets requests try again.
-                model.failing_since, model.backend_failures = None, 0
-                changed = True
-            if health_ok != model.backend_healthy or detail != model.detail:
-                if health_ok != model.backend_healthy:
-                    log.warning(
-                        "model health changed",
-                        extra={"model": model.spec.name, "healthy": health_ok, "detail": detail},
-                    )
-                model.backend_healthy, model.detail = health_ok, detail
-                changed = True
-        if changed:
+        cooldown = self._failure_cooldown_s
+        changed = [m.checked(h, now, cooldown) for m, h in zip(models, results, strict=True)]
+        if any(changed):
             await self._publish_health()
-
-
-def replace_id(request: InferenceRequest, record: RequestRecord) -> InferenceRequest:
-    """The request with the ID its record uses (made up when the caller sent none)."""
-    if request.request_id == record.request_id:
-        return request
-    return replace(request, request_id=record.request_id)

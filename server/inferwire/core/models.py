@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
@@ -27,6 +28,7 @@ from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.scheduling import Claim, FairQueue
 from inferwire.core.tracing import QUEUE, Tracer
 from inferwire.core.types import (
+    BackendHealth,
     BackendHealthReport,
     Durations,
     InferenceStatistics,
@@ -35,6 +37,8 @@ from inferwire.core.types import (
     ModelStatus,
 )
 from inferwire.core.validation import model_name_problem
+
+log = logging.getLogger("inferwire.core.manager")  # health changes: the manager's log
 
 # Consecutive requests failing in the backend (UNAVAILABLE, INTERNAL) that take a model's
 # readiness away, and the least time it stays away; a request that succeeds, or a healthy
@@ -57,6 +61,10 @@ class ModelSpec(BaseModel):
     letters, digits, '.', '_' and '-', starting with a letter or digit."""
     backend: str = "onnxruntime-genai"
     """Backend that serves the model: onnxruntime-genai (embedded) or triton."""
+    adapter_of: str | None = None
+    """Makes this an adapter model: a LoRA adapter served on the named base model, which
+    must be configured (not itself an adapter). Its `options` are the adapter's: the
+    base's backend says which (docs/adapters.md); `backend` is the base's."""
     load_on_startup: bool = False
     """Load when the server starts; the server reports SERVING only once it is READY."""
     max_concurrency: int = Field(default=8, ge=1)
@@ -141,6 +149,8 @@ class ManagedModel:
         self.last_used_wall: float | None = None  # time.time(), for ListModels
         self.failed_at: float | None = None  # when its last load failed (time.monotonic())
         self.load_waiters = 0  # requests waiting for it to load on demand
+        self.base: ManagedModel | None = None  # an adapter model's base
+        self.adapters: list[ManagedModel] = []  # a base model's adapter models
         self._report_load = report_load
         # Ended requests by kind (see `request_ended`): [count, total seconds].
         self._durations = {kind: [0, 0.0] for kind in _STATISTICS}
@@ -169,6 +179,11 @@ class ManagedModel:
         """Requests run, queue or wait for it to load: it is not evicted."""
         return self.running > 0 or self.queued > 0 or self.load_waiters > 0
 
+    def loaded_adapters(self) -> list[str]:
+        """This base's adapter models that hold (or are taking) the base's model."""
+        gone = (ModelState.UNLOADED, ModelState.FAILED)
+        return [a.name for a in self.adapters if a.state not in gone]
+
     def used(self, now: float, wall: float) -> None:
         self.last_used, self.last_used_wall = now, wall
 
@@ -190,6 +205,7 @@ class ManagedModel:
             on_demand=self.spec.on_demand,
             resident_bytes=self.charged.amount if self.charged is not None else 0,
             last_used=self.last_used_wall,
+            base_model=self.spec.adapter_of or "",
         )
 
     def health_report(self) -> ModelHealthReport:
@@ -268,6 +284,30 @@ class ManagedModel:
 
     def _changed_load(self) -> None:
         self._report_load(self.spec.name, self.queued, self.running)
+
+    def checked(self, health: BackendHealth | BaseException, now: float, cooldown_s: float) -> bool:
+        """Take in a health check's answer (or its failure); True when what the model
+        reports changed."""
+        if isinstance(health, BaseException):
+            healthy, detail = False, f"health check failed: {health}"
+        else:
+            healthy, detail = health.healthy, health.detail
+        if self.state is not ModelState.READY:
+            return False
+        changed = False
+        if healthy and self.failing_since is not None and now - self.failing_since >= cooldown_s:
+            # Half-open: a healthy check after the cool-down lets requests try again.
+            self.failing_since, self.backend_failures = None, 0
+            changed = True
+        if healthy != self.backend_healthy or detail != self.detail:
+            if healthy != self.backend_healthy:
+                log.warning(
+                    "model health changed",
+                    extra={"model": self.name, "healthy": healthy, "detail": detail},
+                )
+            self.backend_healthy, self.detail = healthy, detail
+            changed = True
+        return changed
 
     def request_failed(self, error: Exception) -> bool:
         """Count a failed request; True when it took the model's readiness away.

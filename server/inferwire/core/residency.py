@@ -71,6 +71,16 @@ class Residency:
             known = self._budgets.get(footprint.device)
             self._budgets[footprint.device] = min(footprint.budget, known or footprint.budget)
 
+    def add(self, model: ManagedModel) -> None:
+        """A model registered at run time (an adapter) joins the budgets."""
+        self._models.append(model)
+        self._add_backend_budget(model)
+        self.metrics.resident_changed(model.name, 0)
+
+    def remove(self, model: ManagedModel) -> None:
+        """A run-time model dropped once unloaded (it holds nothing by then)."""
+        self._models.remove(model)
+
     def budget(self, device: str) -> int | None:
         return self._budgets.get(device)
 
@@ -144,6 +154,7 @@ class Residency:
             and m.state is ModelState.READY
             and not m.spec.pinned
             and not m.busy
+            and not m.loaded_adapters()  # its adapters run on it
             and not m.lifecycle_lock.locked()  # being checked or unloaded: not now
             and now - m.loaded_at >= self.settings.min_resident_s
         ]
@@ -166,6 +177,8 @@ class Residency:
                 )
             elif held.spec.pinned:
                 why = "pinned"
+            elif held.loaded_adapters():
+                why = f"adapters loaded: {', '.join(held.loaded_adapters())}"
             else:
                 age = now - held.loaded_at
                 why = f"too recent: loaded {age:.1f}s ago, min_resident_s {min_resident_s:g}"

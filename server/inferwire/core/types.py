@@ -260,6 +260,7 @@ class ModelStatus:
     on_demand: bool = False
     resident_bytes: int = 0  # held against its device's budget (a Triton pool: 1)
     last_used: float | None = None  # time.time() of its last request (or load)
+    base_model: str = ""  # an adapter model's base; empty for a base model
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,7 @@ class ModelCapabilities(_message.Message):
     def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., constrained_output: _Optional[bool] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
-    __slots__ = ("name", "backend", "state", "detail", "capabilities", "pinned", "on_demand", "resident_bytes", "last_used")
+    __slots__ = ("name", "backend", "state", "detail", "capabilities", "pinned", "on_demand", "resident_bytes", "last_used", "base_model")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +236,7 @@ class ModelStatus(_message.Message):
     ON_DEMAND_FIELD_NUMBER: _ClassVar[int]
     RESIDENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     LAST_USED_FIELD_NUMBER: _ClassVar[int]
+    BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
     name: str
     backend: str
     state: ModelState
@@ -245,13 +246,24 @@ class ModelStatus(_message.Message):
     on_demand: bool
     resident_bytes: int
     last_used: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[ModelState, str]] = ..., detail: _Optional[str] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., pinned: _Optional[bool] = ..., on_demand: _Optional[bool] = ..., resident_bytes: _Optional[int] = ..., last_used: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    base_model: str
+    def __init__(self, name: _Optional[str] = ..., backend: _Optional[str] = ..., state: _Optional[_Union[ModelState, str]] = ..., detail: _Optional[str] = ..., capabilities: _Optional[_Union[ModelCapabilities, _Mapping]] = ..., pinned: _Optional[bool] = ..., on_demand: _Optional[bool] = ..., resident_bytes: _Optional[int] = ..., last_used: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., base_model: _Optional[str] = ...) -> None: ...
 
 class LoadModelRequest(_message.Message):
-    __slots__ = ("model",)
+    __slots__ = ("model", "adapter")
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
     model: str
-    def __init__(self, model: _Optional[str] = ...) -> None: ...
+    adapter: AdapterSource
+    def __init__(self, model: _Optional[str] = ..., adapter: _Optional[_Union[AdapterSource, _Mapping]] = ...) -> None: ...
+
+class AdapterSource(_message.Message):
+    __slots__ = ("base_model", "path")
+    BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    base_model: str
+    path: str
+    def __init__(self, base_model: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class LoadModelResponse(_message.Message):
     __slots__ = ("model", "evicted")

@@ -250,3 +250,20 @@ async def test_infer_priority_may_lower_the_callers_priority_but_not_raise_it(fa
     assert raised.exit_code == 1
     assert "PERMISSION_DENIED" in raised.stderr and "priority" in raised.stderr
     assert "anonymous" in raised.stderr
+
+
+async def test_models_load_sends_the_adapter_source(fake_server, tmp_path):
+    # The fake server has no server.adapters.allowed_dirs: its refusal shows the source
+    # reached it (a plain load of a configured model succeeds).
+    path = tmp_path / "a.onnx_adapter"
+    result = await call(
+        fake_server, "models", "load", "tuned", "--adapter-of", "m", "--adapter-path", str(path)
+    )
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: PERMISSION_DENIED: run-time adapter registration")
+
+
+def test_models_load_adapter_options_go_together():
+    result = runner.invoke(app, ["models", "load", "x", "--adapter-of", "m"], env=UNREACHABLE)
+    assert result.exit_code == 2
+    assert "--adapter-of and --adapter-path go together" in result.output

@@ -1335,7 +1335,9 @@ type ModelStatus struct {
 	// (declared or estimated; for a Triton pool, 1 per model); 0 when not loaded.
 	ResidentBytes uint64 `protobuf:"varint,8,opt,name=resident_bytes,json=residentBytes,proto3" json:"resident_bytes,omitempty"`
 	// When a request last used the model (or it was loaded); unset if never.
-	LastUsed      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"`
+	LastUsed *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_used,json=lastUsed,proto3" json:"last_used,omitempty"`
+	// For an adapter model, the base model it runs on; empty for a base model.
+	BaseModel     string `protobuf:"bytes,10,opt,name=base_model,json=baseModel,proto3" json:"base_model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1433,11 +1435,22 @@ func (x *ModelStatus) GetLastUsed() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ModelStatus) GetBaseModel() string {
+	if x != nil {
+		return x.BaseModel
+	}
+	return ""
+}
+
 // LoadModelRequest names the model to load.
 type LoadModelRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Name of a configured model. Required.
-	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Name of a configured model, or of the adapter model `adapter` registers. Required.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Registers `model` as a new adapter model at run time, then loads it. Needs the
+	// server's `server.adapters.allowed_dirs`; the registration lasts until the model
+	// is unloaded or the server restarts. Unset: `model` must be configured.
+	Adapter       *AdapterSource `protobuf:"bytes,2,opt,name=adapter,proto3" json:"adapter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1479,6 +1492,70 @@ func (x *LoadModelRequest) GetModel() string {
 	return ""
 }
 
+func (x *LoadModelRequest) GetAdapter() *AdapterSource {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
+// AdapterSource says where a LoRA adapter comes from and which model it adapts.
+type AdapterSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The configured base model the adapter runs on. Required.
+	BaseModel string `protobuf:"bytes,1,opt,name=base_model,json=baseModel,proto3" json:"base_model,omitempty"`
+	// The adapter: a `.onnx_adapter` file for the embedded engine, which must resolve,
+	// after symlinks, inside one of `server.adapters.allowed_dirs`; for Triton, the
+	// `lora_name` its vLLM backend knows. Required.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdapterSource) Reset() {
+	*x = AdapterSource{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdapterSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdapterSource) ProtoMessage() {}
+
+func (x *AdapterSource) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdapterSource.ProtoReflect.Descriptor instead.
+func (*AdapterSource) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AdapterSource) GetBaseModel() string {
+	if x != nil {
+		return x.BaseModel
+	}
+	return ""
+}
+
+func (x *AdapterSource) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 // LoadModelResponse reports the model after the load.
 type LoadModelResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1492,7 +1569,7 @@ type LoadModelResponse struct {
 
 func (x *LoadModelResponse) Reset() {
 	*x = LoadModelResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1581,7 @@ func (x *LoadModelResponse) String() string {
 func (*LoadModelResponse) ProtoMessage() {}
 
 func (x *LoadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1594,7 @@ func (x *LoadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelResponse.ProtoReflect.Descriptor instead.
 func (*LoadModelResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{14}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LoadModelResponse) GetModel() *ModelStatus {
@@ -1545,7 +1622,7 @@ type UnloadModelRequest struct {
 
 func (x *UnloadModelRequest) Reset() {
 	*x = UnloadModelRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1634,7 @@ func (x *UnloadModelRequest) String() string {
 func (*UnloadModelRequest) ProtoMessage() {}
 
 func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1647,7 @@ func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelRequest.ProtoReflect.Descriptor instead.
 func (*UnloadModelRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{15}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UnloadModelRequest) GetModel() string {
@@ -1591,7 +1668,7 @@ type UnloadModelResponse struct {
 
 func (x *UnloadModelResponse) Reset() {
 	*x = UnloadModelResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1680,7 @@ func (x *UnloadModelResponse) String() string {
 func (*UnloadModelResponse) ProtoMessage() {}
 
 func (x *UnloadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1693,7 @@ func (x *UnloadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelResponse.ProtoReflect.Descriptor instead.
 func (*UnloadModelResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{16}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UnloadModelResponse) GetModel() *ModelStatus {
@@ -1635,7 +1712,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1724,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1737,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{17}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{18}
 }
 
 // ListModelsResponse holds every configured model.
@@ -1674,7 +1751,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1763,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1776,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{18}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelStatus {
@@ -1720,7 +1797,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1809,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1822,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{19}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HealthRequest) GetModel() string {
@@ -1783,7 +1860,7 @@ type ModelHealth struct {
 
 func (x *ModelHealth) Reset() {
 	*x = ModelHealth{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1872,7 @@ func (x *ModelHealth) String() string {
 func (*ModelHealth) ProtoMessage() {}
 
 func (x *ModelHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1885,7 @@ func (x *ModelHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelHealth.ProtoReflect.Descriptor instead.
 func (*ModelHealth) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{20}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ModelHealth) GetName() string {
@@ -1889,7 +1966,7 @@ type BackendHealth struct {
 
 func (x *BackendHealth) Reset() {
 	*x = BackendHealth{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1978,7 @@ func (x *BackendHealth) String() string {
 func (*BackendHealth) ProtoMessage() {}
 
 func (x *BackendHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +1991,7 @@ func (x *BackendHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendHealth.ProtoReflect.Descriptor instead.
 func (*BackendHealth) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{21}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BackendHealth) GetName() string {
@@ -1954,7 +2031,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2043,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2056,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{22}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HealthResponse) GetServing() bool {
@@ -2019,7 +2096,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2108,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2121,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{23}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -2083,7 +2160,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2172,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2185,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{24}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TokenizeResponse) GetTokenIds() []uint32 {
@@ -2237,7 +2314,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x11max_output_tokens\x18\x06 \x01(\rR\x0fmaxOutputTokens\x12\x12\n" +
 	"\x04chat\x18\a \x01(\bR\x04chat\x12\x1a\n" +
 	"\blogprobs\x18\b \x01(\bR\blogprobs\x12-\n" +
-	"\x12constrained_output\x18\t \x01(\bR\x11constrainedOutput\"\xdd\x02\n" +
+	"\x12constrained_output\x18\t \x01(\bR\x11constrainedOutput\"\xfc\x02\n" +
 	"\vModelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12.\n" +
@@ -2247,9 +2324,17 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x06pinned\x18\x06 \x01(\bR\x06pinned\x12\x1b\n" +
 	"\ton_demand\x18\a \x01(\bR\bonDemand\x12%\n" +
 	"\x0eresident_bytes\x18\b \x01(\x04R\rresidentBytes\x127\n" +
-	"\tlast_used\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\blastUsed\"(\n" +
+	"\tlast_used\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\blastUsed\x12\x1d\n" +
+	"\n" +
+	"base_model\x18\n" +
+	" \x01(\tR\tbaseModel\"_\n" +
 	"\x10LoadModelRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"^\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x125\n" +
+	"\aadapter\x18\x02 \x01(\v2\x1b.inferwire.v1.AdapterSourceR\aadapter\"B\n" +
+	"\rAdapterSource\x12\x1d\n" +
+	"\n" +
+	"base_model\x18\x01 \x01(\tR\tbaseModel\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"^\n" +
 	"\x11LoadModelResponse\x12/\n" +
 	"\x05model\x18\x01 \x01(\v2\x19.inferwire.v1.ModelStatusR\x05model\x12\x18\n" +
 	"\aevicted\x18\x02 \x03(\tR\aevicted\"*\n" +
@@ -2330,7 +2415,7 @@ func file_inferwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_inferwire_v1_inference_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: inferwire.v1.FinishReason
 	(ModelState)(0),               // 1: inferwire.v1.ModelState
@@ -2349,18 +2434,19 @@ var file_inferwire_v1_inference_proto_goTypes = []any{
 	(*ModelCapabilities)(nil),     // 14: inferwire.v1.ModelCapabilities
 	(*ModelStatus)(nil),           // 15: inferwire.v1.ModelStatus
 	(*LoadModelRequest)(nil),      // 16: inferwire.v1.LoadModelRequest
-	(*LoadModelResponse)(nil),     // 17: inferwire.v1.LoadModelResponse
-	(*UnloadModelRequest)(nil),    // 18: inferwire.v1.UnloadModelRequest
-	(*UnloadModelResponse)(nil),   // 19: inferwire.v1.UnloadModelResponse
-	(*ListModelsRequest)(nil),     // 20: inferwire.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 21: inferwire.v1.ListModelsResponse
-	(*HealthRequest)(nil),         // 22: inferwire.v1.HealthRequest
-	(*ModelHealth)(nil),           // 23: inferwire.v1.ModelHealth
-	(*BackendHealth)(nil),         // 24: inferwire.v1.BackendHealth
-	(*HealthResponse)(nil),        // 25: inferwire.v1.HealthResponse
-	(*TokenizeRequest)(nil),       // 26: inferwire.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 27: inferwire.v1.TokenizeResponse
-	(*timestamppb.Timestamp)(nil), // 28: google.protobuf.Timestamp
+	(*AdapterSource)(nil),         // 17: inferwire.v1.AdapterSource
+	(*LoadModelResponse)(nil),     // 18: inferwire.v1.LoadModelResponse
+	(*UnloadModelRequest)(nil),    // 19: inferwire.v1.UnloadModelRequest
+	(*UnloadModelResponse)(nil),   // 20: inferwire.v1.UnloadModelResponse
+	(*ListModelsRequest)(nil),     // 21: inferwire.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 22: inferwire.v1.ListModelsResponse
+	(*HealthRequest)(nil),         // 23: inferwire.v1.HealthRequest
+	(*ModelHealth)(nil),           // 24: inferwire.v1.ModelHealth
+	(*BackendHealth)(nil),         // 25: inferwire.v1.BackendHealth
+	(*HealthResponse)(nil),        // 26: inferwire.v1.HealthResponse
+	(*TokenizeRequest)(nil),       // 27: inferwire.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 28: inferwire.v1.TokenizeResponse
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	4,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
@@ -2381,33 +2467,34 @@ var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	7,  // 15: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
 	1,  // 16: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
 	14, // 17: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
-	28, // 18: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
-	15, // 19: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	15, // 20: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	15, // 21: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
-	1,  // 22: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
-	23, // 23: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
-	24, // 24: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
-	5,  // 25: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
-	16, // 26: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
-	18, // 27: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
-	8,  // 28: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
-	12, // 29: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
-	22, // 30: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
-	20, // 31: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
-	26, // 32: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
-	17, // 33: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
-	19, // 34: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
-	11, // 35: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
-	13, // 36: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
-	25, // 37: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
-	21, // 38: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
-	27, // 39: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
-	33, // [33:40] is the sub-list for method output_type
-	26, // [26:33] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	29, // 18: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
+	17, // 19: inferwire.v1.LoadModelRequest.adapter:type_name -> inferwire.v1.AdapterSource
+	15, // 20: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	15, // 21: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	15, // 22: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
+	1,  // 23: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
+	24, // 24: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
+	25, // 25: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
+	5,  // 26: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
+	16, // 27: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
+	19, // 28: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
+	8,  // 29: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
+	12, // 30: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
+	23, // 31: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
+	21, // 32: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
+	27, // 33: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
+	18, // 34: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
+	20, // 35: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
+	11, // 36: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
+	13, // 37: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
+	26, // 38: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
+	22, // 39: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
+	28, // 40: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
+	34, // [34:41] is the sub-list for method output_type
+	27, // [27:34] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_inferwire_v1_inference_proto_init() }
@@ -2427,7 +2514,7 @@ func file_inferwire_v1_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inferwire_v1_inference_proto_rawDesc), len(file_inferwire_v1_inference_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

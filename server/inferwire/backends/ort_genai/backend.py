@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from inferwire.backends.ort_genai.adapter import OrtGenAIAdapter, OrtGenAIAdapterOptions
 from inferwire.backends.ort_genai.engine import EngineScheduler, EngineSettings
 from inferwire.backends.ort_genai.generator import GeneratorPath
 from inferwire.backends.ort_genai.model import (
@@ -123,6 +124,8 @@ class OrtGenAIBackend(Backend):
 
     name = "onnxruntime-genai"
     options_type = OrtGenAIOptions
+    adapter_options_type = OrtGenAIAdapterOptions
+    adapter_source_option = "adapter_file"
     options: OrtGenAIOptions
     _loaded: _Loaded | None = None  # set by load(), cleared by unload()
 
@@ -147,6 +150,12 @@ class OrtGenAIBackend(Backend):
             return estimate_footprint(path, config, self.options.device, self.max_concurrency)
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def adapter(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> Backend:
+        return OrtGenAIAdapter(model_name, options, max_concurrency, self)
+
+    def loaded_model(self) -> LoadedModel | None:
+        return None if self._loaded is None else self._loaded.model
 
     async def load(self) -> None:
         path, device = self.model_path, self.options.device
@@ -234,7 +243,7 @@ class OrtGenAIBackend(Backend):
         self, request: GenerationRequest, progress: GenerationProgress
     ) -> GenerationEvents:
         loaded = self._state
-        prepared = await self._prepare(loaded.model, request, progress)
+        prepared = await self.prepare(loaded.model, request, progress)
         engine = loaded.engine
         path = engine if engine is not None and engine.serves(request.params) else None
         events = (path or loaded.per_request).stream(prepared, progress)
@@ -242,7 +251,7 @@ class OrtGenAIBackend(Backend):
             async for event in events:
                 yield event
 
-    async def _prepare(
+    async def prepare(
         self, model: LoadedModel, request: GenerationRequest, progress: GenerationProgress
     ) -> PreparedRequest:
         """The request as a path takes it: refused here if the model cannot serve it."""

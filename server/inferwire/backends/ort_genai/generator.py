@@ -13,6 +13,7 @@ import asyncio
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import onnxruntime_genai as og
@@ -39,11 +40,26 @@ LOOKAHEAD_DELTAS = 8
 _GRAMMAR_ERROR = "Error creating grammar:"
 
 
+@dataclass(frozen=True)
+class ActiveAdapter:
+    """The LoRA adapter a path's generators run with (an adapter model's, adapter.py)."""
+
+    adapters: og.Adapters
+    name: str
+
+
 class GeneratorPath:
     """Runs each request on its own `og.Generator` in a pool of worker threads."""
 
-    def __init__(self, model: LoadedModel, max_concurrency: int, name: str) -> None:
+    def __init__(
+        self,
+        model: LoadedModel,
+        max_concurrency: int,
+        name: str,
+        adapter: ActiveAdapter | None = None,
+    ) -> None:
         self._model = model
+        self._adapter = adapter
         self._executor = ThreadPoolExecutor(
             max_workers=max_concurrency, thread_name_prefix=f"ortgenai-{name}"
         )
@@ -57,6 +73,7 @@ class GeneratorPath:
         channel = Channel(asyncio.get_running_loop())
         tally = TokenTally(progress, len(request.prompt_ids))
         run = _GeneratorRun(self._model, request, tally, channel, self._executor)
+        run.adapter = self._adapter
         return consume(channel, run, tally, request.coalesce)
 
 
@@ -78,6 +95,7 @@ class _GeneratorRun:
         self._executor = executor
         self._credits = threading.Semaphore(LOOKAHEAD_DELTAS)
         self._stop = threading.Event()
+        self.adapter: ActiveAdapter | None = None
 
     def start(self) -> asyncio.Future[None]:
         return self._channel.loop.run_in_executor(self._executor, self._run)
@@ -107,6 +125,8 @@ class _GeneratorRun:
         model, request, emit = self._model, self._request, self._channel.put_threadsafe
         options = request.sampling.search_options(len(request.prompt_ids) + request.max_tokens)
         generator = _make_generator(model.model, request, options)
+        if self.adapter is not None:
+            generator.set_active_adapter(self.adapter.adapters, self.adapter.name)
         generator.append_tokens(request.prompt_ids)
         scorer = None
         if request.params.logprobs:

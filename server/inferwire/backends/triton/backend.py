@@ -24,6 +24,7 @@ from typing import Any
 
 from tritonclient.grpc import InferResult, service_pb2
 
+from inferwire.backends.triton.adapter import TritonAdapter, TritonAdapterOptions
 from inferwire.backends.triton.chat import ChatTemplate
 from inferwire.backends.triton.conventions import TritonModelLayout, UsageSource, build_request
 from inferwire.backends.triton.discovery import DnsDiscovery, diff
@@ -63,6 +64,9 @@ class TritonBackend(Backend):
 
     name = "triton"
     options_type = TritonOptions
+    adapter_options_type = TritonAdapterOptions
+    adapter_source_option = "lora_name"
+    adapter_source_is_file = False
     options: TritonOptions
 
     def __init__(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> None:
@@ -88,6 +92,24 @@ class TritonBackend(Backend):
             detail="one of the Triton pool's models",
             budget=self.options.max_loaded_models,
         )
+
+    def adapter(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> Backend:
+        return TritonAdapter(model_name, options, max_concurrency, self)
+
+    @property
+    def layout(self) -> TritonModelLayout | None:
+        """The loaded model's inputs and convention; None while it is not loaded."""
+        return self._layout
+
+    def generate(
+        self,
+        request: GenerationRequest,
+        progress: GenerationProgress,
+        stream: bool,
+        lora_name: str | None,
+    ) -> GenerationEvents:
+        """A request with an adapter (`lora_name`), for the adapter models on this one."""
+        return self._generate(request, progress, stream, lora_name)
 
     async def load(self) -> None:
         if self.options.tokenizer is not None and self._tokenizer is None:
@@ -277,7 +299,11 @@ class TritonBackend(Backend):
         return self._generate(request, progress, stream=True)
 
     def _message(
-        self, layout: TritonModelLayout, request: GenerationRequest, stream: bool
+        self,
+        layout: TritonModelLayout,
+        request: GenerationRequest,
+        stream: bool,
+        lora_name: str | None,
     ) -> tuple[service_pb2.ModelInferRequest, float | None]:
         """The ModelInferRequest for `request`, and the seconds Triton may take."""
         message = build_request(
@@ -287,6 +313,7 @@ class TritonBackend(Backend):
             model_name=self.model_name,
             triton_model=self.triton_model,
             version=self.options.version,
+            lora_name=lora_name,
         )
         timeout = self._timeout(request)
         if timeout is not None:
@@ -309,12 +336,16 @@ class TritonBackend(Backend):
         return tracker.feed(first_text(result.as_numpy("text_output")))
 
     async def _generate(
-        self, request: GenerationRequest, progress: GenerationProgress, stream: bool
+        self,
+        request: GenerationRequest,
+        progress: GenerationProgress,
+        stream: bool,
+        lora_name: str | None = None,
     ) -> GenerationEvents:
         layout = self._layout
         if layout is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
-        message, timeout = self._message(layout, request, stream)
+        message, timeout = self._message(layout, request, stream, lora_name)
         tracker = DeltaTracker(self._stream_mode)
         outcome = Outcome()
         text: list[str] = []  # the deltas passed on, for a tokenizer's count

@@ -95,10 +95,12 @@ InputValues = dict[str, list[Scalar]]
 
 
 def _vllm_inputs(
-    layout: TritonModelLayout, request: GenerationRequest, model_name: str
+    layout: TritonModelLayout, request: GenerationRequest, model_name: str, lora_name: str | None
 ) -> InputValues:
     params = request.params
     sampling: dict[str, Any] = {"max_tokens": request.max_tokens}
+    if lora_name is not None:
+        sampling["lora_name"] = lora_name  # the vLLM backend's adapter, from multi_lora.json
     if params.temperature is not None:
         sampling["temperature"] = params.temperature
     if params.top_p is not None:
@@ -128,8 +130,9 @@ def _vllm_inputs(
 
 
 def _tensorrt_llm_inputs(
-    layout: TritonModelLayout, request: GenerationRequest, model_name: str
+    layout: TritonModelLayout, request: GenerationRequest, model_name: str, lora_name: str | None
 ) -> InputValues:
+    """(An adapter model on a TensorRT-LLM model is refused at load: no `lora_name` here.)"""
     params = request.params
     values: InputValues = {"max_tokens": [request.max_tokens], "exclude_input_in_output": [True]}
     optional: dict[str, int | float | None] = {
@@ -168,7 +171,8 @@ class _ConventionRules:
     # Inputs inferwire knows how to fill. A model that requires any other input is
     # refused at load time rather than sent incomplete requests.
     known_inputs: frozenset[str]
-    build: Callable[[TritonModelLayout, GenerationRequest, str], InputValues]
+    # (layout, request, model name, the adapter's lora_name or None) -> input values
+    build: Callable[[TritonModelLayout, GenerationRequest, str, str | None], InputValues]
 
 
 # Inputs every convention takes.
@@ -275,6 +279,7 @@ def build_request(
     model_name: str,
     triton_model: str,
     version: str,
+    lora_name: str | None = None,
 ) -> service_pb2.ModelInferRequest:
     """The ModelInferRequest for `request`, with the inputs of the model's convention."""
     message = service_pb2.ModelInferRequest(
@@ -284,7 +289,7 @@ def build_request(
         message.parameters["triton_enable_empty_final_response"].bool_param = True
     values: InputValues = {
         "text_input": [request.prompt.encode()],
-        **_RULES[layout.convention].build(layout, request, model_name),
+        **_RULES[layout.convention].build(layout, request, model_name, lora_name),
         # A model that is not decoupled answers once, whatever `stream` says.
         "stream": [stream and layout.decoupled],
     }

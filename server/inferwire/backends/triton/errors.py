@@ -27,6 +27,10 @@ from inferwire.core.errors import (
 )
 
 
+class UnknownLoraError(ModelNotFoundError):
+    """The vLLM backend does not know a request's `lora_name` (not in multi_lora.json)."""
+
+
 class TritonError(RuntimeError):
     """An unexpected answer from Triton; reported to clients as INTERNAL, details logged."""
 
@@ -133,6 +137,12 @@ _TABLE: tuple[_Row, ...] = (
         _ON_RPC,
         lambda a: BackendCancelledError(f"Triton at {a.url} cancelled the request: {a.details}"),
         codes=frozenset({grpc.StatusCode.CANCELLED}),
+    ),
+    # The vLLM backend's words for a lora_name it was not started with.
+    _Row(
+        _ON_RPC | _IN_STREAM,
+        lambda a: UnknownLoraError(a.model, f"Triton at {a.url}: {a.details}"),
+        phrases=("is not supported, we currently support",),
     ),
     _Row(
         _ON_RPC,

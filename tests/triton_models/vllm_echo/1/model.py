@@ -8,9 +8,13 @@ flag with the last response. `num_output_tokens` counts the tokens of each respo
 `logprobs` (JSON, asked for with `return_logprobs` and `sampling_parameters.logprobs`) lists
 the tokens of each response, as the vLLM backend does. `sampling_parameters.guided_decoding`
 (json, regex or grammar) constrains the output; one it cannot follow is an INVALID_ARG error.
+`sampling_parameters.lora_name` picks a LoRA adapter from `multi_lora.json` beside this
+file, as the vLLM backend does: adapter `x` answers as if each prompt word ended in `.x`;
+an adapter the file does not name is refused in the vLLM backend's words.
 """
 
 import json
+import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -38,6 +42,11 @@ class TritonPythonModel(ThreadPerRequest):
         # backend releases do; without it, cumulative text.
         parameters = json.loads(args["model_config"]).get("parameters", {})
         self.deltas = parameters.get("stream_deltas", {}).get("string_value") == "true"
+        loras = os.path.join(args["model_repository"], args["model_version"], "multi_lora.json")
+        self.supported_loras = []
+        if os.path.isfile(loras):
+            with open(loras) as file:
+                self.supported_loras = list(json.load(file))
 
     def _fail(self, sender, message, code):
         error = pb_utils.TritonError(message, getattr(pb_utils.TritonError, code or "INTERNAL"))
@@ -56,6 +65,16 @@ class TritonPythonModel(ThreadPerRequest):
         stops = [stops] if isinstance(stops, str) else list(stops)
         include_stop = bool(params.get("include_stop_str_in_output", False))
         max_tokens = int(params.get("max_tokens", 16))
+        lora_name = params.get("lora_name")
+        if lora_name is not None:
+            if lora_name not in self.supported_loras:
+                message = (
+                    f"LoRA {lora_name} is not supported, we currently support "
+                    f"{self.supported_loras}"
+                )
+                self._fail(sender, message, None)
+                return
+            prompt = " ".join(f"{word}.{lora_name}" for word in prompt.split())
         prepend = not _flag(request, "exclude_input_in_output") and not stream
         try:
             generation = Generation(

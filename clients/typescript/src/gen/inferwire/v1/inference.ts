@@ -520,13 +520,35 @@ export interface ModelStatus {
    */
   residentBytes: number;
   /** When a request last used the model (or it was loaded); unset if never. */
-  lastUsed: Date | undefined;
+  lastUsed:
+    | Date
+    | undefined;
+  /** For an adapter model, the base model it runs on; empty for a base model. */
+  baseModel: string;
 }
 
 /** LoadModelRequest names the model to load. */
 export interface LoadModelRequest {
-  /** Name of a configured model. Required. */
+  /** Name of a configured model, or of the adapter model `adapter` registers. Required. */
   model: string;
+  /**
+   * Registers `model` as a new adapter model at run time, then loads it. Needs the
+   * server's `server.adapters.allowed_dirs`; the registration lasts until the model
+   * is unloaded or the server restarts. Unset: `model` must be configured.
+   */
+  adapter: AdapterSource | undefined;
+}
+
+/** AdapterSource says where a LoRA adapter comes from and which model it adapts. */
+export interface AdapterSource {
+  /** The configured base model the adapter runs on. Required. */
+  baseModel: string;
+  /**
+   * The adapter: a `.onnx_adapter` file for the embedded engine, which must resolve,
+   * after symlinks, inside one of `server.adapters.allowed_dirs`; for Triton, the
+   * `lora_name` its vLLM backend knows. Required.
+   */
+  path: string;
 }
 
 /** LoadModelResponse reports the model after the load. */
@@ -2474,6 +2496,7 @@ function createBaseModelStatus(): ModelStatus {
     onDemand: false,
     residentBytes: 0,
     lastUsed: undefined,
+    baseModel: "",
   };
 }
 
@@ -2505,6 +2528,9 @@ export const ModelStatus: MessageFns<ModelStatus> = {
     }
     if (message.lastUsed !== undefined) {
       Timestamp.encode(toTimestamp(message.lastUsed), writer.uint32(74).fork()).join();
+    }
+    if (message.baseModel !== "") {
+      writer.uint32(82).string(message.baseModel);
     }
     return writer;
   },
@@ -2594,6 +2620,14 @@ export const ModelStatus: MessageFns<ModelStatus> = {
             message.lastUsed = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.baseModel = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2629,6 +2663,11 @@ export const ModelStatus: MessageFns<ModelStatus> = {
         : isSet(object.last_used)
         ? fromJsonTimestamp(object.last_used)
         : undefined,
+      baseModel: isSet(object.baseModel)
+        ? globalThis.String(object.baseModel)
+        : isSet(object.base_model)
+        ? globalThis.String(object.base_model)
+        : "",
     };
   },
 
@@ -2661,6 +2700,9 @@ export const ModelStatus: MessageFns<ModelStatus> = {
     if (message.lastUsed !== undefined) {
       obj.lastUsed = message.lastUsed.toISOString();
     }
+    if (message.baseModel !== "") {
+      obj.baseModel = message.baseModel;
+    }
     return obj;
   },
 
@@ -2680,18 +2722,22 @@ export const ModelStatus: MessageFns<ModelStatus> = {
     message.onDemand = object.onDemand ?? false;
     message.residentBytes = object.residentBytes ?? 0;
     message.lastUsed = object.lastUsed ?? undefined;
+    message.baseModel = object.baseModel ?? "";
     return message;
   },
 };
 
 function createBaseLoadModelRequest(): LoadModelRequest {
-  return { model: "" };
+  return { model: "", adapter: undefined };
 }
 
 export const LoadModelRequest: MessageFns<LoadModelRequest> = {
   encode(message: LoadModelRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.model !== "") {
       writer.uint32(10).string(message.model);
+    }
+    if (message.adapter !== undefined) {
+      AdapterSource.encode(message.adapter, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -2717,6 +2763,14 @@ export const LoadModelRequest: MessageFns<LoadModelRequest> = {
             message.model = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.adapter = AdapterSource.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2730,13 +2784,19 @@ export const LoadModelRequest: MessageFns<LoadModelRequest> = {
   },
 
   fromJSON(object: any): LoadModelRequest {
-    return { model: isSet(object.model) ? globalThis.String(object.model) : "" };
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      adapter: isSet(object.adapter) ? AdapterSource.fromJSON(object.adapter) : undefined,
+    };
   },
 
   toJSON(message: LoadModelRequest): unknown {
     const obj: any = {};
     if (message.model !== "") {
       obj.model = message.model;
+    }
+    if (message.adapter !== undefined) {
+      obj.adapter = AdapterSource.toJSON(message.adapter);
     }
     return obj;
   },
@@ -2747,6 +2807,98 @@ export const LoadModelRequest: MessageFns<LoadModelRequest> = {
   fromPartial<I extends Exact<DeepPartial<LoadModelRequest>, I>>(object: I): LoadModelRequest {
     const message = createBaseLoadModelRequest();
     message.model = object.model ?? "";
+    message.adapter = (object.adapter !== undefined && object.adapter !== null)
+      ? AdapterSource.fromPartial(object.adapter)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseAdapterSource(): AdapterSource {
+  return { baseModel: "", path: "" };
+}
+
+export const AdapterSource: MessageFns<AdapterSource> = {
+  encode(message: AdapterSource, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.baseModel !== "") {
+      writer.uint32(10).string(message.baseModel);
+    }
+    if (message.path !== "") {
+      writer.uint32(18).string(message.path);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AdapterSource {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAdapterSource();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.baseModel = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AdapterSource {
+    return {
+      baseModel: isSet(object.baseModel)
+        ? globalThis.String(object.baseModel)
+        : isSet(object.base_model)
+        ? globalThis.String(object.base_model)
+        : "",
+      path: isSet(object.path) ? globalThis.String(object.path) : "",
+    };
+  },
+
+  toJSON(message: AdapterSource): unknown {
+    const obj: any = {};
+    if (message.baseModel !== "") {
+      obj.baseModel = message.baseModel;
+    }
+    if (message.path !== "") {
+      obj.path = message.path;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AdapterSource>, I>>(base?: I): AdapterSource {
+    return AdapterSource.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AdapterSource>, I>>(object: I): AdapterSource {
+    const message = createBaseAdapterSource();
+    message.baseModel = object.baseModel ?? "";
+    message.path = object.path ?? "";
     return message;
   },
 };

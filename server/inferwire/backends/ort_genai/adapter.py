@@ -1,0 +1,122 @@
+"""Adapter models on the embedded engine: a LoRA adapter run on its base's loaded model.
+
+ONNX Runtime GenAI 0.18 loads an adapter file (ONNX Runtime's AdapterFormat,
+`.onnx_adapter`) into `og.Adapters` made on the base's `og.Model`, and a generator runs
+with it after `set_active_adapter`. The base's graph must take the LoRA weights as
+inputs (an adapter-ready export, docs/adapters.md). `og.Engine` requests take no
+adapter in 0.18, so an adapter model's requests always run on the per-request path,
+in a worker pool of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnxruntime_genai as og
+from pydantic import ConfigDict
+
+from inferwire.backends.ort_genai.generator import ActiveAdapter, GeneratorPath
+from inferwire.backends.ort_genai.model import LoadedModel
+from inferwire.core.adapters import AdapterBackend
+from inferwire.core.backend import BackendOptions, GenerationEvents, GenerationProgress
+from inferwire.core.errors import ModelNotReadyError
+from inferwire.core.memory import Footprint
+from inferwire.core.types import GenerationRequest
+
+if TYPE_CHECKING:
+    from inferwire.backends.ort_genai.backend import OrtGenAIBackend
+
+
+class OrtGenAIAdapterOptions(BackendOptions):
+    """`options` of an adapter model whose base runs on the onnxruntime-genai backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    adapter_file: str
+    """The adapter: a `.onnx_adapter` file made for the base's adapter-ready export."""
+
+
+class OrtGenAIAdapter(AdapterBackend):
+    """One LoRA adapter, active on its own generators over the base's model."""
+
+    name = "onnxruntime-genai"
+    options_type = OrtGenAIAdapterOptions
+    options: OrtGenAIAdapterOptions
+    base: OrtGenAIBackend
+    _path: GeneratorPath | None = None
+    _adapters: og.Adapters | None = None
+
+    @property
+    def adapter_file(self) -> Path:
+        return Path(self.options.adapter_file).expanduser()
+
+    def footprint(self) -> Footprint | None:
+        """The adapter file's size, on the base's device: adapters count against its budget."""
+        base = self.base.footprint()
+        try:
+            size = self.adapter_file.stat().st_size
+        except OSError:
+            return None  # the load says why
+        if base is None:
+            return None
+        return replace(base, amount=size, detail="the adapter file's size")
+
+    async def load(self) -> None:
+        model = self.base.loaded_model()
+        if model is None:
+            raise ModelNotReadyError(f"its base model {self.base.model_name!r} is not loaded")
+        path = self.adapter_file
+        if not path.is_file():
+            raise ModelNotReadyError(f"adapter file {str(path)!r} does not exist")
+        adapters = og.Adapters(model.model)
+        try:
+            await asyncio.to_thread(adapters.load, str(path), self.model_name)
+        except RuntimeError as exc:
+            raise ModelNotReadyError(f"adapter file {str(path)!r} does not load: {exc}") from None
+        try:
+            await asyncio.to_thread(_probe, model, adapters, self.model_name)
+        except RuntimeError as exc:
+            adapters.unload(self.model_name)
+            raise ModelNotReadyError(
+                f"adapter file {str(path)!r} does not fit base model "
+                f"{self.base.model_name!r}: {exc}"
+            ) from None
+        self._adapters = adapters
+        adapter = ActiveAdapter(adapters, self.model_name)
+        self._path = GeneratorPath(model, self.max_concurrency, self.model_name, adapter)
+
+    async def unload(self) -> None:
+        path, self._path = self._path, None
+        adapters, self._adapters = self._adapters, None
+        if path is not None:
+            await asyncio.to_thread(path.close)
+        if adapters is not None:
+            with contextlib.suppress(RuntimeError):
+                adapters.unload(self.model_name)
+
+    async def infer_stream(
+        self, request: GenerationRequest, progress: GenerationProgress
+    ) -> GenerationEvents:
+        path, model = self._path, self.base.loaded_model()
+        if path is None or model is None:
+            raise ModelNotReadyError(f"adapter model {self.model_name!r} is not loaded")
+        prepared = await self.base.prepare(model, request, progress)
+        events = path.stream(prepared, progress)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+
+
+def _probe(model: LoadedModel, adapters: og.Adapters, name: str) -> None:
+    """Run one token with the adapter active: og.Adapters.load reads the file without
+    checking it against the graph, so an adapter made for another model (other shapes
+    or input names) would otherwise fail only at its first request."""
+    params = og.GeneratorParams(model.model)
+    params.set_search_options(max_length=2)
+    generator = og.Generator(model.model, params)
+    generator.set_active_adapter(adapters, name)
+    generator.append_tokens([min(model.eos_token_ids, default=0)])
