@@ -52,17 +52,30 @@ async def _cancel_mid_stream(stub: Any, backends: FakeBackends, request_id: str)
     backend.started.clear()
     call = stub.InferStream(pb.InferStreamRequest(model="m", prompt="x", request_id=request_id))
     await backend.started.wait()
+    closed_before = backend.calls.streams_closed_early
     call.cancel()
-    await asyncio.sleep(0.2)  # the cancellation reaches the server through the transport
+    await _stream_closed(backend, closed_before)
     backend.generation_gate.open()
 
 
+async def _stream_closed(backend: Any, closed_before: int) -> None:
+    """Wait (boundedly) until the server has closed the backend's stream: it learns of a
+    cancel or deadline through the transport, and an open gate could still finish it."""
+    for _ in range(500):
+        if backend.calls.streams_closed_early > closed_before:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def _miss_the_deadline(stub: Any, backends: FakeBackends, request_id: str) -> None:
-    backends["m"].generation_gate.close()
+    backend = backends["m"]
+    backend.generation_gate.close()
+    closed_before = backend.calls.streams_closed_early
     try:
         await stub.Infer(pb.InferRequest(model="m", prompt="x", request_id=request_id), timeout=0.3)
     finally:
-        backends["m"].generation_gate.open()
+        await _stream_closed(backend, closed_before)
+        backend.generation_gate.open()
 
 
 async def _fail(stub: Any, backends: FakeBackends, request_id: str) -> None:
