@@ -11,6 +11,7 @@ import asyncio
 
 from bench.common import RunOptions, ScenarioResult, Series, at_least, at_most, ratio, write_plot
 from bench.streams import (
+    STREAM_TABLE_HEADER,
     BatchRun,
     DirectEngine,
     compare_texts,
@@ -18,6 +19,7 @@ from bench.streams import (
     gateway_channel,
     gateway_server,
     prompts_for,
+    stream_table_rows,
     summarize,
 )
 from inferwire.v1 import inference_pb2_grpc
@@ -60,17 +62,7 @@ def run(options: RunOptions) -> ScenarioResult:
         ylabel="tokens/s",
         title=f"One stream, greedy, {max_tokens} tokens",
     )
-    rows = [
-        [
-            label,
-            f"{s['aggregate_tokens_per_s']:,.0f}",
-            f"{s['median_stream_tokens_per_s']:,.0f}",
-            f"{s['ttft_p50_ms']:.2f}",
-            f"{s['ttft_p99_ms']:.2f}",
-            str(s["requests"]),
-        ]
-        for label, s in (("og.Engine directly", d), ("InferStream via inferwire", g))
-    ]
+    rows = stream_table_rows([(("og.Engine directly", d), ("InferStream via inferwire", g))])
     return ScenarioResult(
         name=NAME,
         title="Engine overhead: one stream, InferStream vs og.Engine directly",
@@ -85,14 +77,7 @@ def run(options: RunOptions) -> ScenarioResult:
             "plot": plot.name,
         },
         ratios={"tokens_per_s": tokens_ratio},
-        table_header=[
-            "path",
-            "tokens/s",
-            "median stream tokens/s",
-            "TTFT p50 ms",
-            "TTFT p99 ms",
-            "requests",
-        ],
+        table_header=STREAM_TABLE_HEADER,
         table_rows=rows,
         targets=[
             at_least("InferStream tokens/s vs fastest direct path, one stream", tokens_ratio, 0.95),

@@ -19,6 +19,7 @@ import tritonclient.grpc.aio as triton_aio
 from bench.common import RunOptions, ScenarioResult, Series, ratio, write_plot
 from bench.streams import (
     GATEWAY_MODEL,
+    STREAM_TABLE_HEADER,
     BatchRun,
     StreamRun,
     compare_texts,
@@ -26,6 +27,7 @@ from bench.streams import (
     gateway_channel,
     gateway_server,
     prompts_for,
+    stream_table_rows,
     summarize,
 )
 from inferwire.v1 import inference_pb2_grpc
@@ -120,17 +122,7 @@ def run(options: RunOptions) -> ScenarioResult:
         ylabel="tokens/s",
         title=f"One stream, greedy, {max_tokens} tokens, through inferwire",
     )
-    rows = [
-        [
-            label,
-            f"{s['aggregate_tokens_per_s']:,.0f}",
-            f"{s['median_stream_tokens_per_s']:,.0f}",
-            f"{s['ttft_p50_ms']:.2f}",
-            f"{s['ttft_p99_ms']:.2f}",
-            str(s["requests"]),
-        ]
-        for label, s in (("InferStream", n), ("ModelStreamInfer via tritonclient", k))
-    ]
+    rows = stream_table_rows([(("InferStream", n), ("ModelStreamInfer via tritonclient", k))])
     return ScenarioResult(
         name=NAME,
         title="KServe v2 overhead: tritonclient ModelStreamInfer vs InferStream, one stream",
@@ -145,14 +137,7 @@ def run(options: RunOptions) -> ScenarioResult:
             "plot": plot.name,
         },
         ratios={"tokens_per_s": tokens_ratio},
-        table_header=[
-            "path",
-            "tokens/s",
-            "median stream tokens/s",
-            "TTFT p50 ms",
-            "TTFT p99 ms",
-            "requests",
-        ],
+        table_header=STREAM_TABLE_HEADER,
         table_rows=rows,
         targets=[],  # the issue asks for the ratio (near 1), not a target of issue 17's table
         notes=[

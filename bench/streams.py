@@ -81,6 +81,31 @@ def summarize(batches: Sequence[BatchRun]) -> dict[str, Any]:
     }
 
 
+STREAM_TABLE_HEADER = [
+    "path",
+    "tokens/s",
+    "median stream tokens/s",
+    "TTFT p50 ms",
+    "TTFT p99 ms",
+    "requests",
+]
+
+
+def stream_table_rows(paths: Sequence[tuple[str, dict[str, Any]]]) -> list[list[str]]:
+    """One row of STREAM_TABLE_HEADER per (label, `summarize` result)."""
+    return [
+        [
+            label,
+            f"{s['aggregate_tokens_per_s']:,.0f}",
+            f"{s['median_stream_tokens_per_s']:,.0f}",
+            f"{s['ttft_p50_ms']:.2f}",
+            f"{s['ttft_p99_ms']:.2f}",
+            str(s["requests"]),
+        ]
+        for label, s in paths
+    ]
+
+
 def compare_texts(direct: Sequence[BatchRun], gateway: Sequence[BatchRun]) -> float:
     """The share of requests whose text is the same on both paths (greedy: expect 1.0)."""
     pairs = [

@@ -4,6 +4,7 @@ every test, whatever it did."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 
@@ -49,13 +50,10 @@ def tritons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Trit
         name: TritonServer(record_dir, load_models=("vllm_echo",), extra_env=delay)
         for name in ("a", "b")
     }
-    try:
+    with contextlib.ExitStack() as running:
         for server in servers.values():
-            server.start()
+            running.enter_context(server)
         yield servers
-    finally:
-        for server in servers.values():
-            server.kill()
 
 
 @pytest.fixture(scope="package")

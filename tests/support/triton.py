@@ -140,6 +140,13 @@ class TritonServer:
                 return
             time.sleep(0.05)
 
+    def __enter__(self) -> TritonServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.kill()
+
     def kill(self) -> None:
         """SIGKILL the server and its Python backend stubs (its process group)."""
         if self.process is None:

@@ -7,6 +7,7 @@ See tests/support/triton.py for how the servers are started and which ones there
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -62,13 +63,10 @@ def triton_servers(
             model_control_mode="none",
         ),
     }
-    try:
+    with contextlib.ExitStack() as running:
         for server in servers.values():
-            server.start()
+            running.enter_context(server)
         yield servers
-    finally:
-        for server in servers.values():
-            server.kill()
 
 
 @pytest.fixture(scope="session")

@@ -40,14 +40,9 @@ def texts(report: dict) -> dict:
 def oip_triton(
     triton_dir: Path, record_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonServer]:
-    server = TritonServer(
-        record_dir, repository=oip_repository(tmp_path_factory.mktemp("oip-repository"))
-    )
-    server.start()
-    try:
+    repository = oip_repository(tmp_path_factory.mktemp("oip-repository"))
+    with TritonServer(record_dir, repository=repository) as server:
         yield server
-    finally:
-        server.kill()
 
 
 def test_tritonclient_gets_the_same_texts_from_triton_and_through_inferwire(

@@ -21,12 +21,8 @@ from tests.support.triton import TritonServer
 
 @pytest.fixture(scope="module")
 def triton(triton_dir: Path, record_dir: Path) -> Iterator[TritonServer]:
-    server = TritonServer(record_dir)
-    server.start()
-    try:
+    with TritonServer(record_dir) as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture(scope="module")

@@ -27,12 +27,8 @@ BOUND_S = 30.0
 
 @pytest.fixture(scope="module")
 def triton(triton_dir: Path, record_dir: Path) -> Iterator[TritonServer]:
-    server = TritonServer(record_dir, load_models=(MODEL,))
-    server.start()
-    try:
+    with TritonServer(record_dir, load_models=(MODEL,)) as server:
         yield server
-    finally:
-        server.kill()
 
 
 def backend_for(triton: TritonServer, **options: object) -> TritonBackend:

@@ -35,12 +35,8 @@ TRITON_MODELS = {"first": "vllm_echo", "second": "trtllm_echo"}
 
 @pytest.fixture
 def pool_server(triton_dir: Path, record_dir: Path) -> Iterator[TritonServer]:
-    server = TritonServer(record_dir)
-    server.start()
-    try:
+    with TritonServer(record_dir) as server:
         yield server
-    finally:
-        server.kill()
 
 
 class IndexWatcher(threading.Thread):

@@ -131,7 +131,13 @@ def _write_access_line(
     if not access_log.isEnabledFor(logging.INFO):
         return
     record = rpc.record
-    fields: dict[str, Any] = {"method": rpc.method, "peer": rpc.peer}
+    principal = current_principal()
+    fields: dict[str, Any] = {
+        "method": rpc.method,
+        "peer": rpc.peer,
+        "code": code.name,
+        "principal": principal.name,
+    }
     if record is None:
         # Refused before the core saw it (no token, no access to the model, undecodable).
         # inferwire.v1 names them request_id and model; the KServe messages id and model_name.
@@ -142,9 +148,7 @@ def _write_access_line(
             if isinstance(request_id, str)
             else "",
             "model": bounded(model, MAX_FIELD_BYTES) if isinstance(model, str) else "",
-            "code": code.name,
-            "principal": current_principal().name,
-            "tenant": current_principal().tenant,
+            "tenant": principal.tenant,
             "prompt_tokens": 0,
             "completion_tokens": 0,
         }
@@ -152,8 +156,6 @@ def _write_access_line(
         fields |= {
             "request_id": bounded(record.request_id, MAX_FIELD_BYTES),
             "model": bounded(record.model, MAX_FIELD_BYTES),
-            "code": code.name,
-            "principal": current_principal().name,
             "tenant": record.tenant,
             "priority": record.priority,
             "outcome": record.outcome.value,

@@ -132,16 +132,24 @@ def to_rpc_status(error: errors.InferwireError) -> grpc.Status:
     return rpc_status.to_status(status)
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
+INTERNAL_MESSAGE = "internal error; see the server log"
+
+
+def client_status(error: Exception) -> tuple[grpc.StatusCode, str, tuple[Any, ...]]:
+    """The code, message and trailing metadata a client gets for `error`: its mapped status,
+    or for an unexpected error a generic INTERNAL, its stack trace logged here, never sent."""
     if (
         isinstance(error, errors.InferwireError)
         and status_code_for(error) != grpc.StatusCode.INTERNAL
     ):
         status = to_rpc_status(error)
-        await context.abort(status.code, status.details, status.trailing_metadata)
-    # Unexpected: log the stack trace here, never send it to the client.
+        return status.code, status.details or "", tuple(status.trailing_metadata or ())
     log.exception("unhandled error in RPC", exc_info=error)
-    await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE, ()
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
+    await context.abort(*client_status(error))
 
 
 F = TypeVar("F", bound=Callable[..., Any])

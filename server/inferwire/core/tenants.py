@@ -155,7 +155,7 @@ def admitted(
     (before the request queues) for a quota it is over; its tokens are charged at the end
     at the latest.
     """
-    tenant = tenants.of(request)
+    tenant = tenants.get(record.tenant)  # the one `_arrived` found for the request
     priority = tenant.priority_for(request.priority)
     record.priority = priority.label
     try:

@@ -25,24 +25,15 @@ from inferwire.api.kserve.conventions import ParsedRequest, parse_request, renam
 from inferwire.api.kserve.responses import ChunkResponses, result_response
 from inferwire.api.kserve.tensors import infer_response
 from inferwire.api.peer_gone import write_or_await_cancellation
-from inferwire.api.status import status_code_for, to_rpc_status
-from inferwire.core.errors import InferwireError, InvalidArgumentError
+from inferwire.api.status import client_status
+from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
 
 log = logging.getLogger(__name__)
 
 # Responses waiting for the writer; beyond this, the requests' generation waits.
 OUTBOX_SIZE = 16
-INTERNAL_MESSAGE = "internal error; see the server log"
 _END = object()  # the reader is done: no request will add a response after its tasks
-
-
-def error_message(error: Exception) -> str:
-    """What a failed request's stream response says: the bounded status message."""
-    if isinstance(error, InferwireError) and status_code_for(error) != grpc.StatusCode.INTERNAL:
-        return to_rpc_status(error).details or ""
-    log.error("unhandled error in a ModelStreamInfer request", exc_info=error)
-    return INTERNAL_MESSAGE
 
 
 class StreamSession:
@@ -107,7 +98,7 @@ class StreamSession:
     async def _fail(self, request: oip.ModelInferRequest, error: Exception) -> None:
         await self._outbox.put(
             oip.ModelStreamInferResponse(
-                error_message=error_message(error),
+                error_message=client_status(error)[1],
                 infer_response=infer_response(request.model_name, request.id, ()),
             )
         )
