@@ -62,7 +62,7 @@ def run(options: RunOptions) -> ScenarioResult:
         ylabel="tokens/s",
         title=f"One stream, greedy, {max_tokens} tokens",
     )
-    rows = stream_table_rows([(("og.Engine directly", d), ("InferStream via inferwire", g))])
+    rows = stream_table_rows([("og.Engine directly", d), ("InferStream via inferwire", g)])
     return ScenarioResult(
         name=NAME,
         title="Engine overhead: one stream, InferStream vs og.Engine directly",

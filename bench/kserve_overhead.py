@@ -122,7 +122,7 @@ def run(options: RunOptions) -> ScenarioResult:
         ylabel="tokens/s",
         title=f"One stream, greedy, {max_tokens} tokens, through inferwire",
     )
-    rows = stream_table_rows([(("InferStream", n), ("ModelStreamInfer via tritonclient", k))])
+    rows = stream_table_rows([("InferStream", n), ("ModelStreamInfer via tritonclient", k)])
     return ScenarioResult(
         name=NAME,
         title="KServe v2 overhead: tritonclient ModelStreamInfer vs InferStream, one stream",
