@@ -3,6 +3,11 @@
 Each scenario writes <out>/<scenario>.json, .md and .png; then <out>/README.md is
 rewritten from every <scenario>.json in <out> (this run's and earlier ones): the machine,
 the targets table with each measured figure, and one line per scenario.
+
+A full (reference) run waits before each scenario for the machine to be quiet (load
+average at most 0.5 per CPU, bench/cpu.py) and refuses to write that scenario's result
+when it does not get quiet in time; the load before and after is recorded either way.
+`--quick` runs check the plumbing only: they record the load but never wait or refuse.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from bench.common import RESULTS, RunOptions, machine, markdown_table, write_json, write_markdown
+from bench.cpu import QUIET_LOAD_PER_CPU, load_per_cpu, wait_until_quiet
 
 # name -> module; in the order the suite runs them.
 SCENARIOS = {
@@ -48,6 +54,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--quick", action="store_true", help="smoke sizes: checks the plumbing, not the numbers"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"default: {RESULTS}")
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="full runs: how long to wait for a quiet machine before each scenario",
+    )
     args = parser.parse_args(argv)
     unknown = [name for name in args.scenarios if name not in SCENARIOS]
     if unknown:
@@ -55,10 +68,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run_scenario(module: ModuleType, options: RunOptions) -> float:
+class BusyMachineError(RuntimeError):
+    """The machine was not quiet enough for a reference result."""
+
+
+def run_scenario(module: ModuleType, options: RunOptions, quiet_wait_s: float) -> float:
+    if options.quick:
+        load_before = load_per_cpu()
+    else:
+        load_before = wait_until_quiet(quiet_wait_s)
+        if load_before > QUIET_LOAD_PER_CPU:
+            raise BusyMachineError(
+                f"load average {load_before:.2f} per CPU after waiting {quiet_wait_s:.0f} s "
+                f"(a reference result needs <= {QUIET_LOAD_PER_CPU}); nothing written"
+            )
     started = time.perf_counter()
     result = module.run(options)
-    write_json(options, result)
+    load = {"before_per_cpu": round(load_before, 2), "after_per_cpu": round(load_per_cpu(), 2)}
+    write_json(options, result, load)
     markdown = write_markdown(options, result)
     elapsed = time.perf_counter() - started
     ratios = ", ".join(f"{k} {v:.3f}" for k, v in result.ratios.items())
@@ -90,6 +117,7 @@ def write_summary(out_dir: Path) -> Path:
             d["baseline"],
             ", ".join(f"{k} {v:.3f}" for k, v in d["ratios"].items()),
             "quick" if d["quick"] else "full",
+            "{before_per_cpu} / {after_per_cpu}".format(**d["load"]) if "load" in d else "",
         ]
         for d in documents
     ]
@@ -116,7 +144,10 @@ def write_summary(out_dir: Path) -> Path:
         "",
         "## Scenarios",
         "",
-        markdown_table(["scenario", "baseline", "ratios", "sizes"], scenarios),
+        markdown_table(
+            ["scenario", "baseline", "ratios", "sizes", "load per CPU before / after"],
+            scenarios,
+        ),
         "",
     ]
     path = out_dir / "README.md"
@@ -133,8 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.scenarios or list(SCENARIOS):
         module = importlib.import_module(SCENARIOS[name])
         try:
-            total += run_scenario(module, options)
+            total += run_scenario(module, options, args.quiet_wait)
         except Exception as error:
+            if isinstance(error, BusyMachineError):
+                print(f"{name}: refused: {error}", file=sys.stderr, flush=True)
+                failed.append(name)
+                continue
             if type(error).__name__ in _MISSING_TOOL:
                 print(f"{name}: skipped: {error}", flush=True)
                 continue

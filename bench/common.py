@@ -189,13 +189,15 @@ class ScenarioResult:
     notes: list[str]
 
 
-def write_json(options: RunOptions, result: ScenarioResult) -> Path:
+def write_json(options: RunOptions, result: ScenarioResult, load: dict[str, float]) -> Path:
+    """`load`: the load average per CPU before and after the scenario (bench/cpu.py)."""
     path = options.out_dir / f"{result.name}.json"
     document = {
         "scenario": result.name,
         "title": result.title,
         "baseline": result.baseline,
         "quick": options.quick,
+        "load": load,
         "machine": machine(),
         "ratios": result.ratios,
         "targets": [t.as_dict() for t in result.targets],

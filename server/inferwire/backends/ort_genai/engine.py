@@ -66,6 +66,7 @@ from inferwire.backends.ort_genai.consumer import (
 from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PreparedRequest
 from inferwire.core.backend import GenerationEvents, GenerationProgress
+from inferwire.core.threads import name_this_thread
 from inferwire.core.types import FinishReason, GenerationParams, TextDelta
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,7 @@ class EngineScheduler:
         self.max_batch_size = settings.max_batch_size
         self._model = model
         self._static_batch_steps = settings.static_batch_steps
+        self._name = settings.name
         self._wakeup = threading.Condition()
         self._inbox: list[tuple[Command, _Row]] = []
         self._closing = False
@@ -229,6 +231,7 @@ class EngineScheduler:
     # ---- the scheduler thread -------------------------------------------
 
     def _run(self, started: threading.Event) -> None:
+        name_this_thread(f"engine-{self._name}")
         try:
             self._engine = og.Engine(self._model.model)
             self._buffer = self._engine.create_event_buffer(max(64, 4 * self.max_batch_size))

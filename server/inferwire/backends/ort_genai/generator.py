@@ -24,6 +24,7 @@ from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PreparedRequest
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.threads import name_this_thread
 from inferwire.core.types import (
     ConstraintKind,
     FinishReason,
@@ -61,7 +62,10 @@ class GeneratorPath:
         self._model = model
         self._adapter = adapter
         self._executor = ThreadPoolExecutor(
-            max_workers=max_concurrency, thread_name_prefix=f"ortgenai-{name}"
+            max_workers=max_concurrency,
+            thread_name_prefix=f"ortgenai-{name}",
+            initializer=name_this_thread,
+            initargs=(f"gen-{name}",),
         )
 
     def close(self) -> None:

@@ -1,0 +1,132 @@
+"""CPU time of a process, split by thread, read from /proc; and the machine's quiet check.
+
+CPU time is far steadier than wall time on a shared machine, so every scenario that
+compares a path with a baseline reports CPU per unit of work next to throughput.
+
+Per-thread time comes from /proc/<pid>/task/<tid>/schedstat (nanoseconds on the CPU);
+the process total from /proc/<pid>/stat (clock ticks, and it keeps the time of threads
+that have exited). Threads are grouped by what they do:
+- `event_loop`: the main thread (tid == pid), where grpc.aio and the servicer run;
+- `engine`: threads inferwire names `iw-*` (the engine scheduler, generator workers);
+- `grpc`: gRPC core's own threads (it names them);
+- `other`: everything else alive at the end, e.g. ONNX Runtime's intra-op pool;
+- `exited`: the process total less the threads still alive (threads that ended mid-run).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+_TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
+_GRPC_THREAD_PREFIXES = ("grpc", "default-executo", "resolver-execu", "event_engine", "timer")
+GROUPS = ("event_loop", "engine", "grpc", "other", "exited")
+QUIET_LOAD_PER_CPU = 0.5  # the issue's rule for a reference result
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """One reading of a process: its total CPU and each live thread's (ns)."""
+
+    total_ns: float
+    threads: dict[int, tuple[str, int]]  # tid -> (name, ns on the CPU)
+
+
+def _thread_ns(task: Path) -> tuple[str, int] | None:
+    try:
+        name = (task / "comm").read_text().strip()
+        on_cpu_ns = int((task / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None  # the thread ended while we read
+    return name, on_cpu_ns
+
+
+def snapshot(pid: int) -> CpuSnapshot:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    total_ns = (int(fields[11]) + int(fields[12])) * _TICK_NS  # utime + stime
+    threads = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        reading = _thread_ns(task)
+        if reading is not None:
+            threads[int(task.name)] = reading
+    return CpuSnapshot(total_ns, threads)
+
+
+def group_of(pid: int, tid: int, name: str) -> str:
+    if tid == pid:
+        return "event_loop"
+    if name.startswith("iw-"):
+        return "engine"
+    if name.startswith(_GRPC_THREAD_PREFIXES):
+        return "grpc"
+    return "other"
+
+
+@dataclass
+class CpuUsage:
+    """CPU used between two snapshots, in microseconds, total and by thread group."""
+
+    total_us: float
+    by_group: dict[str, float] = field(default_factory=dict)
+
+    def per(self, units: float) -> dict[str, float]:
+        """µs per unit of work (token, request), total and by group."""
+        if not units:
+            return {"total": 0.0, **{g: 0.0 for g in self.by_group}}
+        return {
+            "total": self.total_us / units,
+            **{group: us / units for group, us in self.by_group.items()},
+        }
+
+
+def usage_between(pid: int, before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage:
+    by_group = dict.fromkeys(GROUPS, 0.0)
+    live_ns = 0.0
+    for tid, (name, ns) in after.threads.items():
+        spent = ns - before.threads.get(tid, (name, 0))[1]
+        live_ns += spent
+        by_group[group_of(pid, tid, name)] += spent / 1e3
+    total_ns = after.total_ns - before.total_ns
+    # Ticks are coarse (10 ms): never let rounding make the exited share negative.
+    by_group["exited"] = max(0.0, total_ns - live_ns) / 1e3
+    return CpuUsage(max(total_ns, live_ns) / 1e3, by_group)
+
+
+class CpuMeter:
+    """`with CpuMeter(pid) as meter: ...`; then `meter.usage`."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.usage = CpuUsage(0.0)
+        self._before: CpuSnapshot | None = None
+
+    def __enter__(self) -> CpuMeter:
+        self._before = snapshot(self.pid)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        assert self._before is not None
+        self.usage = usage_between(self.pid, self._before, snapshot(self.pid))
+
+
+def load_per_cpu() -> float:
+    """The 1-minute load average per usable CPU."""
+    return os.getloadavg()[0] / len(os.sched_getaffinity(0))
+
+
+def wait_until_quiet(timeout_s: float, limit: float = QUIET_LOAD_PER_CPU) -> float:
+    """Wait (up to timeout_s) for the load per CPU to fall to `limit`; the last reading."""
+    deadline = time.monotonic() + timeout_s
+    load = load_per_cpu()
+    while load > limit and time.monotonic() < deadline:
+        time.sleep(5)
+        load = load_per_cpu()
+    return load
