@@ -105,6 +105,12 @@ class OrtGenAIOptions(BackendOptions):
     plus their tokens so far, together with the waiting ones); 0: a batch always runs to
     its end."""
 
+    stream_interval_ms: float = Field(default=1.0, ge=0, le=1000)
+    """With batching: engine, the least time between two hand-overs of generated text from
+    the engine thread to the server's event loop: tokens made meanwhile go out to a stream
+    as one message, which spares the loop a wake-up, a GIL hand-over and a write per token
+    (docs/performance.md). A stream's first token and its end go at once; 0: every step."""
+
 
 def builtin_model_path() -> Path:
     return Path(str(resources.files("inferwire") / "models" / "demo"))
@@ -168,7 +174,10 @@ class OrtGenAIBackend(Backend):
         engine = None
         if batched:
             settings = EngineSettings(
-                max_batch_size, self.options.static_batch_steps, self.model_name
+                max_batch_size,
+                self.options.static_batch_steps,
+                self.model_name,
+                self.options.stream_interval_ms / 1e3,
             )
             engine = await asyncio.to_thread(EngineScheduler, model, settings)
         per_request = GeneratorPath(model, self.max_concurrency, self.model_name)
