@@ -106,10 +106,10 @@ class OrtGenAIOptions(BackendOptions):
     its end."""
 
     stream_interval_ms: float = Field(default=1.0, ge=0, le=1000)
-    """With batching: engine, the least time between two hand-overs of generated text from
-    the engine thread to the server's event loop: tokens made meanwhile go out to a stream
-    as one message, which spares the loop a wake-up, a GIL hand-over and a write per token
-    (docs/performance.md). A stream's first token and its end go at once; 0: every step."""
+    """The least time between two hand-overs of a stream's text from the thread generating
+    it to the server's event loop: tokens made meanwhile go out as one message, which spares
+    the loop a wake-up, a GIL hand-over and a write per token (docs/performance.md). A
+    stream's first token and its end go at once; 0: every token."""
 
 
 def builtin_model_path() -> Path:
@@ -140,6 +140,10 @@ class OrtGenAIBackend(Backend):
         if self.options.path == BUILTIN_MODEL:
             return builtin_model_path()
         return Path(self.options.path).expanduser()
+
+    @property
+    def stream_interval_s(self) -> float:
+        return self.options.stream_interval_ms / 1e3
 
     @property
     def _state(self) -> _Loaded:
@@ -177,10 +181,12 @@ class OrtGenAIBackend(Backend):
                 max_batch_size,
                 self.options.static_batch_steps,
                 self.model_name,
-                self.options.stream_interval_ms / 1e3,
+                self.stream_interval_s,
             )
             engine = await asyncio.to_thread(EngineScheduler, model, settings)
-        per_request = GeneratorPath(model, self.max_concurrency, self.model_name)
+        per_request = GeneratorPath(
+            model, self.max_concurrency, self.model_name, stream_interval_s=self.stream_interval_s
+        )
         self._loaded = _Loaded(model, per_request, engine)
         log.info(
             "model loaded", extra={"model": self.model_name, "path": str(path), "device": device}

@@ -44,9 +44,16 @@ class Channel:
             self._waiter.set_result(None)
 
     def put_threadsafe(self, item: Item) -> None:
-        """`put`, from another thread; wakes the loop only if it has taken what came before."""
+        """`put`, from another thread."""
+        self.put_all_threadsafe([item])
+
+    def put_all_threadsafe(self, items: list[Item]) -> None:
+        """`put` each, from another thread; wakes the loop only if it has taken what came
+        before (else they go with that)."""
+        if not items:
+            return
         with self._lock:
-            self._handed.append(item)
+            self._handed.extend(items)
             if self._move_scheduled:
                 return
             self._move_scheduled = True
