@@ -139,13 +139,18 @@ def measure(options: RunOptions) -> dict[int, dict[str, dict[str, Any]]]:
             sides = {side: _Side() for side in SIDES}
             for round_index in range(rounds):
                 prompts = prompts_for(streams, offset=round_index)
-                sides["direct"].add(_direct(engine, prompts, max_tokens))
-                sides["floor"].add(
-                    asyncio.run(_streamed(floor_target, floor_pid, prompts, max_tokens))
-                )
-                for path, server in gateways.items():
-                    pid = server.process.pid
-                    sides[path].add(asyncio.run(_streamed(server.target, pid, prompts, max_tokens)))
+                # Every other round backwards, so that drift hits every side alike.
+                for side in SIDES if round_index % 2 == 0 else SIDES[::-1]:
+                    if side == "direct":
+                        measured = _direct(engine, prompts, max_tokens)
+                    else:
+                        pid, target = (
+                            (floor_pid, floor_target)
+                            if side == "floor"
+                            else (gateways[side].process.pid, gateways[side].target)
+                        )
+                        measured = asyncio.run(_streamed(target, pid, prompts, max_tokens))
+                    sides[side].add(measured)
             del engine
             points[streams] = _point(sides)
     return points
