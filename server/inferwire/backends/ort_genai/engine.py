@@ -404,7 +404,9 @@ class EngineScheduler:
         urgent = True  # an end or an error
         if isinstance(item, TextDelta):
             row.emitted += 1
-            urgent = row.emitted == 1
+            # A first token goes at once; and so does a row's text before its unread deltas
+            # near BUFFERED_DELTAS, which would preempt it for want of a hand-over.
+            urgent = row.emitted == 1 or row.unread >= RESUME_AT
         self._outbox.add(row.channel.loop, (row, item), urgent)
 
     def _release(self, row: _Row) -> None:
