@@ -26,6 +26,7 @@ from bench.cpu import QUIET_LOAD_PER_CPU, load_per_cpu, wait_until_quiet
 
 # name -> module; in the order the suite runs them.
 SCENARIOS = {
+    "cpu_per_token": "bench.cpu_per_token",
     "engine_overhead": "bench.engine_overhead",
     "concurrency_scaling": "bench.concurrency_scaling",
     "triton_overhead": "bench.triton_overhead",

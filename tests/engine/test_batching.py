@@ -2,19 +2,21 @@
 
 A server of its own serves the bundled model three times: `batched` and `steady`
 (batching: engine; `steady` is never preempted) and `solo` (batching: per_request), so
-the two paths run the same weights. A test checks that the default, auto, is per_request
-on this CPU model.
+the two paths run the same weights, and twice more (`held_*`) with a long
+`stream_interval_ms`. A test checks that the default, auto, is per_request on this CPU model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
 from inferwire.api.server import InferwireServer
+from inferwire.backends.ort_genai.generator import LOOKAHEAD_DELTAS
 from inferwire.config import load_settings
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
@@ -51,6 +53,14 @@ async def batching_server() -> AsyncIterator[InferwireServer]:
                     "max_concurrency": 8,
                     "options": {**builtin, "batching": "per_request"},
                 },
+                *(
+                    {
+                        "name": f"held_{batching}",
+                        "load_on_startup": True,
+                        "options": {**builtin, "batching": batching, "stream_interval_ms": 1000},
+                    }
+                    for batching in ("engine", "per_request")
+                ),
             ],
         )
     )
@@ -96,6 +106,29 @@ async def test_concurrent_greedy_streams_equal_their_solo_and_per_request_result
         assert end.usage == solo_end.usage == gen_end.usage
         assert end.finish_reason == solo_end.finish_reason == gen_end.finish_reason
         assert text
+
+
+@pytest.mark.parametrize(
+    ("held", "every_token"), [("held_engine", "steady"), ("held_per_request", "solo")]
+)
+async def test_a_long_stream_interval_sends_the_same_text_in_fewer_messages(
+    batching_stub, held, every_token
+):
+    """With stream_interval_ms 1000, a stream is its first token, then a message a second or
+    whenever the path's look-ahead fills (8 deltas on the per-request path, 16 on the
+    engine's), then what was held with the end, and the final message: a bound that holds
+    however fast the machine is, where every token would be a message without it."""
+    reference, reference_end, _ = await stream(
+        batching_stub, every_token, "Once upon a time", max_tokens=48, **GREEDY
+    )
+    started = time.monotonic()
+    text, end, count = await stream(
+        batching_stub, held, "Once upon a time", max_tokens=48, **GREEDY
+    )
+    elapsed_s = time.monotonic() - started
+    assert text == reference
+    assert end.usage.completion_tokens == reference_end.usage.completion_tokens > 8
+    assert count <= 3 + elapsed_s + end.usage.completion_tokens / LOOKAHEAD_DELTAS
 
 
 async def test_concurrent_sampled_streams_honour_max_tokens_and_stop(batching_stub):

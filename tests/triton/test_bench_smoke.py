@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import SCENARIOS
+from bench.cpu import GROUPS
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-TARGET_COUNT = 6  # the issue's targets table
+TARGET_COUNT = 11  # the issues' targets tables (issue 26's cpu_per_token adds 5)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,13 @@ def test_scenario_writes_json_markdown_and_png(results: Path, scenario: str) -> 
 
 def test_scenarios_measure_their_own_work(results: Path) -> None:
     """Greedy prompts give the same text on both paths; the mixed load saw each code."""
+    cpu = json.loads((results / "cpu_per_token.json").read_text())["data"]["points"]
+    assert set(cpu) == {"1", "16", "64"}
+    for point in cpu.values():
+        assert set(point) == {"direct", "floor", "engine", "per_request"}
+        assert all(side["tokens"] > 0 for side in point.values())
+        assert all(set(GROUPS) < side["cpu_us_per_token"].keys() for side in point.values())
+    assert cpu["1"]["engine"]["same_text_share"] == cpu["1"]["per_request"]["same_text_share"] == 1
     overhead = json.loads((results / "engine_overhead.json").read_text())["data"]
     assert overhead["same_text_share"] == 1.0
     kserve = json.loads((results / "kserve_overhead.json").read_text())["data"]

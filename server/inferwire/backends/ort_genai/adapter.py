@@ -87,7 +87,9 @@ class OrtGenAIAdapter(AdapterBackend):
             ) from None
         self._adapters = adapters
         adapter = ActiveAdapter(adapters, self.model_name)
-        self._path = GeneratorPath(model, self.max_concurrency, self.model_name, adapter)
+        self._path = GeneratorPath(
+            model, self.max_concurrency, self.model_name, adapter, self.base.stream_interval_s
+        )
 
     async def unload(self) -> None:
         path, self._path = self._path, None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
@@ -31,6 +32,11 @@ class Channel:
         self.loop = loop
         self._items: collections.deque[Item] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
+        # From another thread: items not yet moved to the loop, and whether a move is on its
+        # way (then a later item rides with it instead of waking the loop again).
+        self._handed: list[Item] = []
+        self._move_scheduled = False
+        self._lock = threading.Lock()
 
     def put(self, item: Item) -> None:
         self._items.append(item)
@@ -39,7 +45,26 @@ class Channel:
 
     def put_threadsafe(self, item: Item) -> None:
         """`put`, from another thread."""
-        self.loop.call_soon_threadsafe(self.put, item)
+        self.put_all_threadsafe([item])
+
+    def put_all_threadsafe(self, items: list[Item]) -> None:
+        """`put` each, from another thread; wakes the loop only if it has taken what came
+        before (else they go with that)."""
+        if not items:
+            return
+        with self._lock:
+            self._handed.extend(items)
+            if self._move_scheduled:
+                return
+            self._move_scheduled = True
+        self.loop.call_soon_threadsafe(self._move_handed)
+
+    def _move_handed(self) -> None:
+        with self._lock:
+            items, self._handed = self._handed, []
+            self._move_scheduled = False
+        for item in items:
+            self.put(item)
 
     async def get(self) -> Item:
         while not self._items:

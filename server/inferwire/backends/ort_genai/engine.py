@@ -36,9 +36,9 @@ How this scheduler uses that:
   is preempted the same way and parked, and it is begun again once the consumer has read
   down to `RESUME_AT`. So a stalled reader costs a bounded buffer and no batch slot.
 - Tokens are decoded to text here, on the scheduler thread, with one `TokenizerStream`
-  per request (kept across preemptions); the deltas of one step reach each event loop in
-  one `call_soon_threadsafe`. The consumer's side is `consumer.consume`, shared with the
-  per-request path.
+  per request (kept across preemptions); they reach each event loop at most once per
+  `stream_interval_ms` (first tokens and ends at once; delivery.py says why). The
+  consumer's side is `consumer.consume`, shared with the per-request path.
 - Cancellation (the consumer closing its stream: client cancel, deadline, stop string)
   reaches the engine before its next step: at most one more token is produced, counted
   through `GenerationProgress.generated_after_cancel`.
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -63,6 +62,7 @@ from inferwire.backends.ort_genai.consumer import (
     TokenTally,
     consume,
 )
+from inferwire.backends.ort_genai.delivery import Outbox
 from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PreparedRequest
 from inferwire.core.backend import GenerationEvents, GenerationProgress
@@ -96,6 +96,8 @@ class _Released:
 
 _RELEASED = _Released()
 
+_Delivery = tuple["_Row", Item | _Released]
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -106,6 +108,8 @@ class EngineSettings:
     # preempted; 0: a batch always runs to its end.
     static_batch_steps: int
     name: str  # the model's, for the thread's name
+    # The least time between two hand-overs to the event loop (delivery.py); 0: every step.
+    stream_interval_s: float = 0.0
 
 
 @dataclass(eq=False)
@@ -167,7 +171,7 @@ class EngineScheduler:
         self._waiting: collections.deque[_Row] = collections.deque()
         self._paused: set[_Row] = set()
         self._batch_steps = 0
-        self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[_Row, Item | _Released]]] = {}
+        self._outbox: Outbox[_Delivery] = Outbox(self._deliver, settings.stream_interval_s)
         self.failure: BaseException | None = None
         # The engine must be used from the thread that made it, so that thread makes it.
         started = threading.Event()
@@ -220,7 +224,7 @@ class EngineScheduler:
             self._wakeup.notify()
 
     @staticmethod
-    def _deliver(items: list[tuple[_Row, Item | _Released]]) -> None:
+    def _deliver(items: list[_Delivery]) -> None:
         for row, item in items:
             if isinstance(item, _Released):
                 if not row.released.done():
@@ -397,19 +401,20 @@ class EngineScheduler:
             row.engine_request = None
 
     def _emit(self, row: _Row, item: Item) -> None:
+        urgent = True  # an end or an error
         if isinstance(item, TextDelta):
             row.emitted += 1
-        self._outbox.setdefault(row.channel.loop, []).append((row, item))
+            # A first token goes at once; and so does a row's text before its unread deltas
+            # near BUFFERED_DELTAS, which would preempt it for want of a hand-over.
+            urgent = row.emitted == 1 or row.unread >= RESUME_AT
+        self._outbox.add(row.channel.loop, (row, item), urgent)
 
     def _release(self, row: _Row) -> None:
-        self._outbox.setdefault(row.channel.loop, []).append((row, _RELEASED))
+        self._outbox.add(row.channel.loop, (row, _RELEASED), urgent=True)
 
     def _flush(self) -> None:
-        for loop, items in self._outbox.items():
-            # A closed loop has nobody waiting.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._deliver, items)
-        self._outbox = {}
+        # Before the thread may wait for work, everything goes out.
+        self._outbox.flush(force=not self._running)
 
     def _warm_up(self) -> None:
         """One token, so the first real request does not pay the engine's first step."""

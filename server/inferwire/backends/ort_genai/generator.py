@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import onnxruntime_genai as og
 
-from inferwire.backends.ort_genai.consumer import Channel, TokenTally, consume
+from inferwire.backends.ort_genai.consumer import Channel, Item, TokenTally, consume
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
 from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PreparedRequest
@@ -58,9 +59,11 @@ class GeneratorPath:
         max_concurrency: int,
         name: str,
         adapter: ActiveAdapter | None = None,
+        stream_interval_s: float = 0.0,
     ) -> None:
         self._model = model
         self._adapter = adapter
+        self._stream_interval_s = stream_interval_s
         self._executor = ThreadPoolExecutor(
             max_workers=max_concurrency,
             thread_name_prefix=f"ortgenai-{name}",
@@ -78,6 +81,7 @@ class GeneratorPath:
         tally = TokenTally(progress, len(request.prompt_ids))
         run = _GeneratorRun(self._model, request, tally, channel, self._executor)
         run.adapter = self._adapter
+        run.interval_s = self._stream_interval_s
         return consume(channel, run, tally, request.coalesce)
 
 
@@ -100,6 +104,11 @@ class _GeneratorRun:
         self._credits = threading.Semaphore(LOOKAHEAD_DELTAS)
         self._stop = threading.Event()
         self.adapter: ActiveAdapter | None = None
+        # Deltas are handed to the loop at most once per interval (the first at once), as
+        # on the engine path (delivery.py says why); held ones go before waiting for credit.
+        self.interval_s = 0.0
+        self._held: list[Item] = []
+        self._next_hand_over = 0.0
 
     def start(self) -> asyncio.Future[None]:
         return self._channel.loop.run_in_executor(self._executor, self._run)
@@ -115,7 +124,7 @@ class _GeneratorRun:
         try:
             self._generate()
         except BaseException as exc:  # surfaced to the consumer, re-raised there
-            self._channel.put_threadsafe(exc)
+            self._hand_over(exc, at_once=True)
 
     def _generate(self) -> None:
         """Run the request to its end, emitting deltas then its end.
@@ -126,7 +135,7 @@ class _GeneratorRun:
         ends ride on a last delta with empty text. The end-of-sequence token has no text
         and no entry.
         """
-        model, request, emit = self._model, self._request, self._channel.put_threadsafe
+        model, request, emit = self._model, self._request, self._hand_over
         options = request.sampling.search_options(len(request.prompt_ids) + request.max_tokens)
         generator = _make_generator(model.model, request, options)
         if self.adapter is not None:
@@ -170,9 +179,23 @@ class _GeneratorRun:
                 pending.clear()
         if pending:
             emit(TextDelta("", generated, tuple(pending)))
-        emit(self._tally.end(finish))
+        emit(self._tally.end(finish), at_once=True)
+
+    def _hand_over(self, item: Item, at_once: bool = False) -> None:
+        self._held.append(item)
+        now = time.perf_counter()
+        if at_once or now >= self._next_hand_over:
+            self._next_hand_over = now + self.interval_s
+            self._release_held()
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        self._channel.put_all_threadsafe(held)
 
     def _wait_for_credit(self) -> None:
+        if self._credits.acquire(blocking=False):
+            return
+        self._release_held()  # the consumer cannot catch up on what it has not been given
         while not self._credits.acquire(timeout=0.1):
             if self._stop.is_set():
                 return

@@ -1,0 +1,67 @@
+"""The streaming floor: a bare grpc.aio server answering `InferStream` with one small
+`InferStreamResponse` per token, no interceptors, no servicer class, no engine.
+
+It reads the request (`parameters.max_tokens` is how many messages to send), then yields
+that many messages of a few bytes of text each, the last one carrying `finish_reason` and
+`usage` as inferwire's does, so the client code is the gateway's own. What it costs per
+message is what grpc.aio itself needs to stream a token: the floor for the gateway's event
+loop.
+
+Run as `python -m bench.stream_floor_server`; prints the bound port on stdout, then serves
+until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+
+import grpc
+
+from inferwire.v1 import inference_pb2 as pb
+
+SERVICE = "inferwire.v1.InferenceService"
+METHOD = "InferStream"
+PIECE = " tok"  # about the size of one decoded token
+
+
+async def stream(
+    request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
+) -> AsyncIterator[pb.InferStreamResponse]:
+    count = max(1, request.parameters.max_tokens)
+    for _ in range(count - 1):
+        yield pb.InferStreamResponse(request_id=request.request_id, model=request.model, text=PIECE)
+    last = pb.InferStreamResponse(
+        request_id=request.request_id,
+        model=request.model,
+        text=PIECE,
+        finish_reason=pb.FINISH_REASON_LENGTH,
+    )
+    last.usage.completion_tokens = count
+    yield last
+
+
+async def serve() -> None:
+    handler = grpc.unary_stream_rpc_method_handler(
+        stream,
+        request_deserializer=pb.InferStreamRequest.FromString,
+        response_serializer=pb.InferStreamResponse.SerializeToString,
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler(SERVICE, {METHOD: handler})]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await server.stop(0)
+
+
+if __name__ == "__main__":
+    asyncio.run(serve())
