@@ -115,6 +115,11 @@ class _BatchedStreamHandler(logging.StreamHandler[TextIO]):
         self.write_pending()
 
 
+# How long the writer sleeps when it has emptied the queue while lines keep coming: the most
+# a line waits to be written under load.
+BUSY_POLL_S = 0.01
+
+
 class _Flushed(threading.Event):
     """Put on the queue by `LogWriter.flush`: set once what was queued before it is written."""
 
@@ -133,14 +138,27 @@ class LogWriter(logging.handlers.QueueListener):
         self.output = handler
         self.hand_over = _HandOver(self.records)
         self._named = False
+        self._busy = False  # a record came since the writer last found the queue empty
 
     def dequeue(self, block: bool) -> Any:
         if not self._named:
             name_this_thread("log")
             self._named = True
-        if block and self.records.empty():
-            self.output.write_pending()  # nothing more to batch: write before waiting
-        return self.records.get(block)
+        while True:
+            try:
+                record = self.records.get_nowait()
+            except queue.Empty:
+                self.output.write_pending()  # nothing more to batch: write before waiting
+                if not self._busy:
+                    return self.records.get()  # idle: the next record wakes this thread
+                # Busy: sleep rather than wait. A record queued for a waiting thread
+                # wakes it, a cost the logging thread pays on every line; queued while
+                # this one sleeps, records wake nothing and are written in one batch.
+                self._busy = False
+                time.sleep(BUSY_POLL_S)
+                continue
+            self._busy = True
+            return record
 
     def handle(self, record: Any) -> None:
         if isinstance(record, _Flushed):
