@@ -7,7 +7,8 @@ Per-thread time comes from /proc/<pid>/task/<tid>/schedstat (nanoseconds on the 
 the process total from /proc/<pid>/stat (clock ticks, and it keeps the time of threads
 that have exited). Threads are grouped by what they do:
 - `event_loop`: the main thread (tid == pid), where grpc.aio and the servicer run;
-- `engine`: threads inferwire names `iw-*` (the engine scheduler, generator workers);
+- `log`: inferwire's log writer (`iw-log`, inferwire/log.py), which formats and writes lines;
+- `engine`: the other threads inferwire names `iw-*` (the engine scheduler, generator workers);
 - `grpc`: gRPC core's own threads (it names them);
 - `other`: everything else alive at the end, e.g. ONNX Runtime's intra-op pool;
 - `exited`: the process total less the threads still alive (threads that ended mid-run).
@@ -23,7 +24,8 @@ from types import TracebackType
 
 _TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 _GRPC_THREAD_PREFIXES = ("grpc", "default-executo", "resolver-execu", "event_engine", "timer")
-GROUPS = ("event_loop", "engine", "grpc", "other", "exited")
+GROUPS = ("event_loop", "engine", "log", "grpc", "other", "exited")
+_LOG_WRITER = "iw-log"
 QUIET_LOAD_PER_CPU = 0.5  # the rule for a reference result
 
 
@@ -58,6 +60,8 @@ def snapshot(pid: int) -> CpuSnapshot:
 def group_of(pid: int, tid: int, name: str) -> str:
     if tid == pid:
         return "event_loop"
+    if name == _LOG_WRITER:
+        return "log"
     if name.startswith("iw-"):
         return "engine"
     if name.startswith(_GRPC_THREAD_PREFIXES):

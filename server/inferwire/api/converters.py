@@ -134,6 +134,29 @@ def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
     return message
 
 
+class ModelStatusMessages:
+    """`model_status_to_proto`, kept per model while its status is the same object: the
+    core hands out a new ModelStatus whenever anything in it changes (ManagedModel.status),
+    so a status seen before gets the message made of it before."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, tuple[types.ModelStatus, pb.ModelStatus]] = {}
+
+    def of(self, status: types.ModelStatus) -> pb.ModelStatus:
+        found = self._by_name.get(status.name)
+        if found is None or found[0] is not status:
+            found = self._by_name[status.name] = (status, model_status_to_proto(status))
+        return found[1]
+
+    def keep_only(self, names: Iterable[str]) -> None:
+        """Forget the models not among `names` (run-time adapters that were removed)."""
+        kept = set(names)
+        self._by_name = {n: found for n, found in self._by_name.items() if n in kept}
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
 def health_to_proto(report: types.HealthReport) -> pb.HealthResponse:
     return pb.HealthResponse(
         serving=report.serving,

@@ -36,6 +36,7 @@ from inferwire.core.manager import BackendFactory, ModelManager
 from inferwire.core.metrics import MemoryMetrics, MetricsListener
 from inferwire.core.tracing import Tracer
 from inferwire.core.validation import RequestLimits
+from inferwire.log import flush_logs
 from inferwire.v1 import inference_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ def _native_stderr() -> Iterator[io.StringIO]:
     """
     collected = io.StringIO()
     with tempfile.TemporaryFile() as sink:
+        flush_logs()  # the log writer's thread: its queued lines go out first
         sys.stderr.flush()
         saved = os.dup(2)
         os.dup2(sink.fileno(), 2)

@@ -67,8 +67,9 @@ def serve(
     overrides = {k: v for k, v in given.items() if v is not None}
     try:
         settings = load_settings(config, **({"server": overrides} if overrides else {}))
-        configure_logging(settings.server.log_level, settings.server.log_format)
-        asyncio.run(run_server(settings))
+        # Every line is written before an error below is printed, and before exit.
+        with configure_logging(settings.server.log_level, settings.server.log_format):
+            asyncio.run(run_server(settings))
     except ConfigurationError as exc:
         typer.echo(f"error: invalid configuration: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -59,7 +59,8 @@ class Principal:
         return Scope.ADMIN in self.scopes or scope in self.scopes
 
     def may_use(self, model: str) -> bool:
-        return any(fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
+        # "*" (every token without a model list) matches anything: no pattern to run.
+        return "*" in self.models or any(fnmatch.fnmatchcase(model, p) for p in self.models)
 
     def require_model(self, model: str) -> None:
         """Raise PermissionDeniedError unless this principal may use `model`."""

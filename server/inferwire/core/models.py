@@ -155,6 +155,7 @@ class ManagedModel:
         # Ended requests by kind (see `request_ended`): [count, total seconds].
         self._durations = {kind: [0, 0.0] for kind in _STATISTICS}
         self._last_ended_unix_ms = 0
+        self._status: tuple[tuple[Any, ...], ModelStatus] | None = None  # see `status`
 
     @property
     def name(self) -> str:
@@ -188,6 +189,24 @@ class ManagedModel:
         self.last_used, self.last_used_wall = now, wall
 
     def status(self) -> ModelStatus:
+        """What ListModels says of the model. The same object until something it says
+        changes, so the gRPC layer keeps the message it made of it (api/converters.py)."""
+        key = (
+            self.state,
+            self.detail,
+            self.ready,
+            self.memory_detail,
+            self.charged.amount if self.charged is not None else 0,
+            self.last_used_wall,
+            # Capabilities describe the loaded model (the Backend contract): they change
+            # only with a load, which sets loaded_at.
+            self.loaded_at,
+        )
+        if self._status is None or self._status[0] != key:
+            self._status = (key, self._make_status())
+        return self._status[1]
+
+    def _make_status(self) -> ModelStatus:
         capabilities = self.backend.capabilities() if self.state is ModelState.READY else None
         detail = self.detail
         if self.state is ModelState.READY and not self.ready:
