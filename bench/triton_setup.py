@@ -1,13 +1,16 @@
-"""A real `tritonserver` with the `trtllm_unary` test model, and `inferwire serve` in front.
+"""A real `tritonserver` with the `trtllm_instant` test model, `inferwire serve` in front,
+and the bare Python proxy (bench/triton_proxy.py), each in its own process.
 
-`trtllm_unary` (tests/triton_models) takes TensorRT-LLM-style inputs and is not decoupled,
-so both tritonclient's unary `infer` and inferwire's Infer call it with one ModelInfer.
-Its per-token delay is set to 0, so the numbers show the callers' and the gateway's cost.
+`trtllm_instant` (tests/triton_models) takes TensorRT-LLM-style inputs, is not decoupled
+and answers at once (no per-token loop), so the numbers show the callers' and the
+gateways' cost, not the model's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,13 +21,21 @@ import numpy as np
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 from tests.support.triton import SKIP_REASON, TRITON_DIR, TritonServer, prepare_python_backend
 
-MODEL = "trtllm_unary"
+MODEL = "trtllm_instant"
 PROMPT = "the quick brown fox"
 MAX_TOKENS = 8
 
 
 class TritonMissingError(RuntimeError):
     """tritonserver is not installed here."""
+
+
+@dataclass
+class Proxy:
+    """bench.triton_proxy running in its own process."""
+
+    process: subprocess.Popen[str]
+    target: str
 
 
 @dataclass
@@ -43,29 +54,42 @@ def direct_tensors() -> list[tuple[str, np.ndarray, str]]:
 
 
 @contextlib.contextmanager
+def python_proxy(triton_url: str) -> Iterator[Proxy]:
+    """bench.triton_proxy in its own process, in front of `triton_url`."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.triton_proxy", triton_url], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        yield Proxy(process, f"127.0.0.1:{port}")
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
 def triton_and_gateway(max_concurrency: int) -> Iterator[TritonPair]:
     """Start Triton with the model loaded, then inferwire serving it as MODEL."""
     if TRITON_DIR is None:
         raise TritonMissingError(SKIP_REASON)
     prepare_python_backend(TRITON_DIR)
-    with tempfile.TemporaryDirectory() as scratch:
-        triton = TritonServer(
-            Path(scratch),
-            load_models=(MODEL,),
-            extra_env={"INFERWIRE_TRITON_TOKEN_DELAY_S": "0"},
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        TritonServer(Path(scratch), load_models=(MODEL,)) as triton,
+    ):
+        config = Path(scratch) / "inferwire.yaml"
+        config.write_text(
+            f"models:\n  - name: {MODEL}\n    backend: triton\n"
+            f"    load_on_startup: true\n    max_concurrency: {max_concurrency}\n"
+            f"    options: {{url: '{triton.url}'}}\n"
         )
-        triton.start()
+        gateway = start_serving_server("--config", str(config))
         try:
-            config = Path(scratch) / "inferwire.yaml"
-            config.write_text(
-                f"models:\n  - name: {MODEL}\n    backend: triton\n"
-                f"    load_on_startup: true\n    max_concurrency: {max_concurrency}\n"
-                f"    options: {{url: '{triton.url}'}}\n"
-            )
-            gateway = start_serving_server("--config", str(config))
-            try:
-                yield TritonPair(triton, gateway)
-            finally:
-                stop_server_process(gateway, graceful=True)
+            yield TritonPair(triton, gateway)
         finally:
-            triton.kill()
+            stop_server_process(gateway, graceful=True)

@@ -20,7 +20,7 @@ from bench.cpu import GROUPS
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-TARGET_COUNT = 11  # the issues' targets tables (issue 26's cpu_per_token adds 5)
+TARGET_COUNT = 12  # the issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,10 @@ def test_scenarios_measure_their_own_work(results: Path) -> None:
     assert all(p["same_text_share"] == 1.0 for p in scaling["points"].values())
     triton = json.loads((results / "triton_overhead.json").read_text())["data"]
     assert set(triton["points"]) == {"1", "8", "32"}
+    assert triton["same_text"] is True, triton["answers"]  # the proxy does inferwire's work
+    for point in triton["points"].values():
+        for gateway in ("bare_proxy", "through_inferwire"):
+            assert point[gateway]["cpu_us_per_request"]["total"] > 0
     codes = json.loads((results / "memory.json").read_text())["data"]["status_codes"]
     assert {"infer:OK", "infer_stream:OK", "no_model:INVALID_ARGUMENT"} <= codes.keys()
     assert "unknown_model:NOT_FOUND" in codes

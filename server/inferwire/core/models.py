@@ -104,6 +104,7 @@ def duplicate_name(specs: Iterable[ModelSpec]) -> str | None:
 # Reports a model's queued and running requests (the manager's metrics listener).
 LoadReporter = Callable[[str, int, int], None]
 
+_ANYONE = Claim()  # a request that names no tenant
 _STATISTICS = ("succeeded", "failed", "queued", "computed")
 _FINISHED = (Outcome.STOP, Outcome.STOP_SEQUENCE, Outcome.LENGTH)
 
@@ -278,16 +279,11 @@ class ManagedModel:
                 f"and {self.queued} queued (max_queue {self.spec.max_queue}); retry later"
             )
         self.requests_total += 1
-        self.queued += 1
-        self._changed_load()
         self.idle.clear()
         try:
-            try:
-                with tracer.span(QUEUE):
-                    await self.slots.acquire(claim or Claim())
-            finally:
-                self.queued -= 1
-                self._changed_load()
+            with tracer.span(QUEUE):
+                if not self.slots.try_acquire(claim or _ANYONE):
+                    await self._wait_for_slot(claim or _ANYONE)
             try:
                 self.running += 1
                 self._changed_load()
@@ -300,6 +296,17 @@ class ManagedModel:
         finally:
             if self.running == 0 and self.queued == 0:
                 self.idle.set()
+
+    async def _wait_for_slot(self, claim: Claim) -> None:
+        """Wait in the queue, counted in `queued` (a request that gets a slot at once is
+        never counted there)."""
+        self.queued += 1
+        self._changed_load()
+        try:
+            await self.slots.acquire(claim)
+        finally:
+            self.queued -= 1
+            self._changed_load()
 
     def _changed_load(self) -> None:
         self._report_load(self.spec.name, self.queued, self.running)

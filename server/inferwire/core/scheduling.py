@@ -67,12 +67,29 @@ class FairQueue:
         """No slot is free (a new request would wait)."""
         return self.free <= 0 or bool(self._waiting)
 
-    async def acquire(self, claim: Claim) -> None:
-        """Wait for a slot; cancelled, the request leaves the queue (or frees its slot)."""
+    def _stamp(self, claim: Claim) -> tuple[float, float]:
+        """The claim's virtual start and finish; the tenant's last finish moves to it."""
         key = (claim.priority, claim.tenant)
         start = max(self._virtual_time[claim.priority], self._last_finish.get(key, 0.0))
         finish = start + 1.0 / claim.weight
         self._last_finish[key] = finish
+        return start, finish
+
+    def try_acquire(self, claim: Claim) -> bool:
+        """Take a slot now if one is free and nobody waits (what `acquire` would grant at
+        once, with the same bookkeeping, without a ticket and its future); else False."""
+        if self.free <= 0 or self._waiting:
+            return False
+        start, _ = self._stamp(claim)
+        next(self._arrivals)
+        self.free -= 1
+        band = claim.priority
+        self._virtual_time[band] = max(self._virtual_time[band], start)
+        return True
+
+    async def acquire(self, claim: Claim) -> None:
+        """Wait for a slot; cancelled, the request leaves the queue (or frees its slot)."""
+        start, finish = self._stamp(claim)
         ticket = _Ticket(claim, self._clock(), start, finish, next(self._arrivals))
         self._waiting.append(ticket)
         self._dispatch()

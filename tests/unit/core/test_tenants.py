@@ -15,11 +15,13 @@ import pytest
 
 from inferwire.core.errors import PermissionDeniedError, QuotaExceededError
 from inferwire.core.manager import ModelManager, ModelSpec
+from inferwire.core.metrics import MetricsListener
 from inferwire.core.quotas import (
     GENERATED_TOKENS_PER_MINUTE,
     MAX_CONCURRENCY,
     REQUESTS_PER_MINUTE,
 )
+from inferwire.core.scheduling import Claim, FairQueue
 from inferwire.core.tenants import SchedulingSettings, TenantConfig, Tenants, TenantSettings
 from inferwire.core.types import InferenceRequest, Priority
 from inferwire.core.validation import RequestLimits
@@ -35,7 +37,13 @@ class FakeClock:
 
 
 class Harness:
-    def __init__(self, *tenants: TenantConfig, max_wait_s: float = 60.0, queue: int = 128):
+    def __init__(
+        self,
+        *tenants: TenantConfig,
+        max_wait_s: float = 60.0,
+        queue: int = 128,
+        metrics: MetricsListener | None = None,
+    ):
         self.clock = FakeClock()
         self.backends = FakeBackends()
         self.tenants = Tenants(
@@ -45,7 +53,11 @@ class Harness:
             name="m", backend=FAKE_BACKEND, load_on_startup=True, max_concurrency=1, max_queue=queue
         )
         self.manager = ModelManager(
-            [model], self.backends, RequestLimits(max_prompt_bytes=1024), tenants=self.tenants
+            [model],
+            self.backends,
+            RequestLimits(max_prompt_bytes=1024),
+            tenants=self.tenants,
+            metrics=metrics,
         )
         self.tasks: list[asyncio.Task[object]] = []
 
@@ -244,3 +256,62 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_the_slot_goes_on() -> Non
             await harness.settle(1)
         await asyncio.gather(*(t for t in harness.tasks if t is not gone))
     assert harness.admitted() == ["first", "kept"]
+
+
+class LoadReports:
+    """The model load (queued, running) each report said, in order (a MetricsListener)."""
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[int, int]] = []
+
+    def model_added(self, model: str) -> None:
+        pass
+
+    def request_finished(self, record: object) -> None:
+        pass
+
+    def load_changed(self, model: str, queued: int, running: int) -> None:
+        self.reports.append((queued, running))
+
+    def readiness_changed(self, model: str, ready: bool) -> None:
+        pass
+
+
+async def test_only_a_request_that_waits_for_its_slot_is_counted_as_queued() -> None:
+    load = LoadReports()
+    harness = Harness(metrics=load)
+    async with running(harness):
+        load.reports.clear()
+        with harness.holding_the_slot():
+            harness.submit("first")
+            await harness.settle(0)
+            harness.submit("second")
+            await harness.settle(1)
+        await asyncio.gather(*harness.tasks)
+    assert load.reports == [(0, 1), (1, 1), (1, 0), (0, 0), (0, 1), (0, 0)]
+    assert harness.admitted() == ["first", "second"]
+
+
+def test_a_free_slot_is_taken_at_once_with_the_stamps_a_granted_wait_gets() -> None:
+    """try_acquire moves the tenant's virtual finish as acquire does: after one request
+    taken at once, the tenant's next one queues behind another tenant's first."""
+    queue = FairQueue(slots=1)
+    assert queue.try_acquire(Claim("a"))
+    assert not queue.try_acquire(Claim("b"))  # full
+    granted: list[str] = []
+
+    async def wait(name: str) -> None:
+        await queue.acquire(Claim(name))
+        granted.append(name)
+
+    async def scenario() -> None:
+        tasks = [asyncio.create_task(wait(n)) for n in ("a", "b")]
+        await asyncio.sleep(0)
+        assert not queue.try_acquire(Claim("c"))  # others wait
+        for _ in tasks:
+            queue.release()
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())
+    assert granted == ["b", "a"]

@@ -22,18 +22,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tritonclient.grpc import InferResult, service_pb2
+from tritonclient.grpc import service_pb2
 
 from inferwire.backends.triton.adapter import TritonAdapter, TritonAdapterOptions
 from inferwire.backends.triton.chat import ChatTemplate
 from inferwire.backends.triton.conventions import TritonModelLayout, UsageSource, build_request
 from inferwire.backends.triton.discovery import DnsDiscovery, diff
 from inferwire.backends.triton.endpoints import EndpointPool, slow_ones
-from inferwire.backends.triton.logprobs import response_logprobs
 from inferwire.backends.triton.model_control import ModelControl
 from inferwire.backends.triton.options import TritonOptions
-from inferwire.backends.triton.streaming import DeltaTracker
-from inferwire.backends.triton.tensors import Outcome, absorb_counts, first_text
+from inferwire.backends.triton.streaming import DeltaTracker, ResponseReader
+from inferwire.backends.triton.tensors import Outcome
 from inferwire.core.backend import Backend, GenerationEvents, GenerationProgress
 from inferwire.core.errors import (
     BackendUnavailableError,
@@ -51,7 +50,6 @@ from inferwire.core.types import (
     GenerationRequest,
     ModelLimits,
     TextDelta,
-    TokenLogprob,
     Usage,
 )
 
@@ -320,21 +318,6 @@ class TritonBackend(Backend):
             message.parameters["timeout"].int64_param = int(timeout * 1e6)
         return message, timeout
 
-    @staticmethod
-    def _absorb(
-        response: service_pb2.ModelInferResponse,
-        tracker: DeltaTracker,
-        outcome: Outcome,
-        request: GenerationRequest,
-        pending: list[TokenLogprob],
-    ) -> str:
-        """Take in one response's counts and log-probabilities; return its new text."""
-        result = InferResult(response)
-        absorb_counts(result, outcome)
-        if request.params.logprobs:
-            pending.extend(response_logprobs(result, request.params.top_logprobs))
-        return tracker.feed(first_text(result.as_numpy("text_output")))
-
     async def _generate(
         self,
         request: GenerationRequest,
@@ -346,39 +329,37 @@ class TritonBackend(Backend):
         if layout is None:
             raise RuntimeError(f"model {self.model_name!r} is not loaded")
         message, timeout = self._message(layout, request, stream, lora_name)
-        tracker = DeltaTracker(self._stream_mode)
-        outcome = Outcome()
-        text: list[str] = []  # the deltas passed on, for a tokenizer's count
-        # Log-probabilities of tokens whose text has not been passed on yet.
-        pending: list[TokenLogprob] = []
-        responses = self._pool.responses(message, decoupled=layout.decoupled, timeout=timeout)
+        reader = ResponseReader(DeltaTracker(self._stream_mode), request, layout.outputs)
         finished = False
         try:
-            async with contextlib.aclosing(responses):
-                async for response in responses:
-                    if not response.outputs:
-                        continue  # e.g. the empty final response
-                    delta = self._absorb(response, tracker, outcome, request, pending)
-                    if not delta:
-                        continue
-                    progress.first_token()
-                    text.append(delta)
-                    yield TextDelta(delta, outcome.completion_tokens, tuple(pending))
-                    pending.clear()
-            if pending:
+            if layout.decoupled:
+                responses = self._pool.responses(message, decoupled=True, timeout=timeout)
+                async with contextlib.aclosing(responses):
+                    async for response in responses:
+                        if (event := reader.delta(response, progress)) is not None:
+                            yield event
+            else:
+                # One ModelInfer, awaited here: no stream, no generator in between.
+                response = await self._pool.infer(message, timeout=timeout)
+                if (event := reader.delta(response, progress)) is not None:
+                    yield event
+            if reader.pending:
                 # Tokens without text (an end-of-sequence token) still have their entries.
-                yield TextDelta("", outcome.completion_tokens, tuple(pending))
+                yield TextDelta("", reader.outcome.completion_tokens, tuple(reader.pending))
             finished = True
         finally:
             # Also when the stream is closed early (a stop string, our client left):
             # the request log and a stop-sequence result need the counts so far.
+            tracker = reader.tracker
             if self._stream_mode == "auto" and tracker.mode != "auto":
                 self._stream_mode = tracker.mode
-            usage = await self._usage(layout, request.prompt, "".join(text), outcome)
+            usage = await self._usage(layout, request.prompt, "".join(reader.text), reader.outcome)
             if not finished:  # the end's usage cannot reach the core: report it now
                 progress.counted(usage.prompt_tokens, usage.completion_tokens)
         if finished:
-            yield GenerationEnd(self._finish_reason(outcome, usage, request.max_tokens), usage)
+            yield GenerationEnd(
+                self._finish_reason(reader.outcome, usage, request.max_tokens), usage
+            )
 
     def _timeout(self, request: GenerationRequest) -> float | None:
         """Seconds Triton may take: our client's deadline less the margin, or

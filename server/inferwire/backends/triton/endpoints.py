@@ -209,6 +209,13 @@ class EndpointPool:
     def pick(self, exclude: Sequence[Endpoint] = ()) -> Endpoint:
         """Round-robin over the usable endpoints that are not slow, or over all usable
         ones when all are slow, or over every one when none looks usable."""
+        if len(self.endpoints) == 1 and not exclude:
+            # One server (the usual case): the same answer, without building the lists.
+            only = self.endpoints[0]
+            if not only.usable():
+                self._trouble()
+            next(self._rotation)
+            return only
         candidates = [ep for ep in self.endpoints if ep not in exclude]
         if not candidates:
             self._trouble()
@@ -303,13 +310,16 @@ class EndpointPool:
         while True:
             endpoint = self.pick(exclude=tried)
             tried.append(endpoint)
-            with self._in_flight(endpoint):
-                try:
-                    return await endpoint.stub.ModelInfer(
-                        message, metadata=(*self.metadata, *trace_metadata()), timeout=timeout
-                    )
-                except grpc.aio.AioRpcError as exc:
-                    self._move_on_or_raise(exc, endpoint, tried, received=False)
+            endpoint.in_flight += 1  # as _in_flight does, without a context manager per call
+            try:
+                return await endpoint.stub.ModelInfer(
+                    message, metadata=(*self.metadata, *trace_metadata()), timeout=timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                self._move_on_or_raise(exc, endpoint, tried, received=False)
+            finally:
+                endpoint.in_flight -= 1
+                self._close_if_idle(endpoint)
 
     async def responses(
         self, message: service_pb2.ModelInferRequest, *, decoupled: bool, timeout: float | None

@@ -1,12 +1,23 @@
-"""Stream output: each response's text as the delta since the previous response."""
+"""Reading responses: each one's text as the delta since the previous one, its counts and
+its log-probabilities."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Set
 
+from tritonclient.grpc import InferResult, service_pb2
+
+from inferwire.backends.triton.logprobs import response_logprobs
 from inferwire.backends.triton.options import StreamMode
+from inferwire.backends.triton.tensors import Outcome, absorb_counts, first_text, raw_first_text
+from inferwire.core.backend import GenerationProgress
+from inferwire.core.types import GenerationRequest, TextDelta, TokenLogprob
 
 log = logging.getLogger(__package__)
+
+# Outputs that carry a finish reason or token counts (tensors.absorb_counts).
+COUNT_OUTPUTS = frozenset({"finish_reason", "num_input_tokens", "num_output_tokens"})
 
 
 class DeltaTracker:
@@ -37,3 +48,46 @@ class DeltaTracker:
             self.mode = "delta"
         self._text += text
         return text
+
+
+class ResponseReader:
+    """One request's responses, read in turn into events.
+
+    The text is read from the raw output bytes; tritonclient's InferResult (numpy arrays)
+    only for a model with count outputs or a request for log-probabilities.
+    """
+
+    def __init__(
+        self, tracker: DeltaTracker, request: GenerationRequest, outputs: Set[str]
+    ) -> None:
+        self.tracker = tracker
+        self.request = request
+        self.counts = not COUNT_OUTPUTS.isdisjoint(outputs)
+        self.outcome = Outcome()
+        self.text: list[str] = []  # the deltas passed on, for a tokenizer's count
+        # Log-probabilities of tokens whose text has not been passed on yet.
+        self.pending: list[TokenLogprob] = []
+
+    def delta(
+        self, response: service_pb2.ModelInferResponse, progress: GenerationProgress
+    ) -> TextDelta | None:
+        """The event for one response: its new text and log-probabilities; None for none."""
+        if not response.outputs:
+            return None  # e.g. the empty final response
+        params = self.request.params
+        if self.counts or params.logprobs:
+            result = InferResult(response)
+            absorb_counts(result, self.outcome)
+            if params.logprobs:
+                self.pending.extend(response_logprobs(result, params.top_logprobs))
+        text = raw_first_text(response, "text_output")
+        if text is None:
+            text = first_text(InferResult(response).as_numpy("text_output"))
+        delta = self.tracker.feed(text)
+        if not delta:
+            return None
+        progress.first_token()
+        self.text.append(delta)
+        event = TextDelta(delta, self.outcome.completion_tokens, tuple(self.pending))
+        self.pending.clear()
+        return event

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,10 +61,9 @@ def add_input(
             f"input {tensor.name!r} has unsupported datatype {tensor.datatype}"
         )
     contents_field, convert = CONTENTS[tensor.datatype]
-    entry = message.inputs.add(name=tensor.name, datatype=tensor.datatype)
-    shape = [len(values)]
-    entry.shape.extend([1, *shape] if batched else shape)
-    getattr(entry.contents, contents_field).extend(convert(v) for v in values)
+    shape = (1, len(values)) if batched else (len(values),)
+    entry = message.inputs.add(name=tensor.name, datatype=tensor.datatype, shape=shape)
+    getattr(entry.contents, contents_field).extend([convert(v) for v in values])
 
 
 @dataclass
@@ -86,6 +86,24 @@ def first_text(array: Any) -> str:
         return ""
     value = flat[0]
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def raw_first_text(response: service_pb2.ModelInferResponse, name: str) -> str | None:
+    """The first element of the BYTES output `name`, read from the raw output bytes (a
+    4-byte little-endian length, then the bytes) without numpy; '' when the output is
+    absent or empty. None when the response does not carry it that way (another datatype,
+    or the `contents` field): read it through InferResult then."""
+    for index, output in enumerate(response.outputs):
+        if output.name != name:
+            continue
+        if output.datatype != "BYTES" or index >= len(response.raw_output_contents):
+            return None
+        raw = response.raw_output_contents[index]
+        if len(raw) < 4:
+            return ""
+        (length,) = struct.unpack_from("<I", raw)
+        return raw[4 : 4 + length].decode("utf-8", errors="replace")
+    return ""
 
 
 def absorb_counts(result: InferResult, outcome: Outcome) -> None:

@@ -143,3 +143,19 @@ def test_a_request_without_a_deadline_is_bounded_by_default():
     options = TritonOptions(url="127.0.0.1:1")
     assert options.request_timeout_s == 300
     assert TritonOptions(url="127.0.0.1:1", request_timeout_s=None).request_timeout_s is None
+
+
+async def test_one_endpoint_is_picked_whatever_its_health_and_trouble_is_reported():
+    pool = await open_pool(URLS[:1])
+    troubles: list[None] = []
+    pool.on_trouble = lambda: troubles.append(None)
+    try:
+        assert urls(pool, 2) == URLS[:1] * 2
+        assert troubles == []
+        pool.endpoints[0].healthy = False
+        assert urls(pool, 1) == URLS[:1]
+        assert len(troubles) == 1
+        with pytest.raises(BackendUnavailableError):
+            pool.pick(exclude=pool.endpoints)
+    finally:
+        await pool.close()

@@ -15,6 +15,7 @@ from inferwire.backends.triton.tensors import (
     absorb_counts,
     add_input,
     first_text,
+    raw_first_text,
 )
 from inferwire.core.errors import ModelNotReadyError
 
@@ -81,6 +82,28 @@ def test_first_text_decodes_the_first_element_and_is_empty_when_absent():
     assert first_text(result.as_numpy("missing")) == ""
     assert first_text(np.array([], dtype=np.object_)) == ""
     assert first_text(np.array([7], dtype=np.int32)) == "7"
+
+
+def test_raw_first_text_reads_what_first_text_reads_without_numpy():
+    message = response(
+        num_output_tokens=np.array([[3]], dtype=np.int32),
+        text_output=np.array([[b"caf\xc3\xa9", b"x"]], dtype=np.object_),
+    ).get_response()
+    assert raw_first_text(message, "text_output") == "café"
+    assert raw_first_text(message, "missing") == ""
+    empty = service_pb2.ModelInferResponse(raw_output_contents=[b""])
+    empty.outputs.add(name="text_output", datatype="BYTES", shape=[1, 0])
+    assert raw_first_text(empty, "text_output") == ""
+
+
+def test_raw_first_text_leaves_other_encodings_to_infer_result():
+    numbers = response(text_output=np.array([[7]], dtype=np.int32)).get_response()
+    assert raw_first_text(numbers, "text_output") is None
+    typed = service_pb2.ModelInferResponse()
+    typed.outputs.add(
+        name="text_output", datatype="BYTES", shape=[1]
+    ).contents.bytes_contents.append(b"hi")
+    assert raw_first_text(typed, "text_output") is None
 
 
 def test_counts_add_up_completion_tokens_across_responses():
