@@ -212,6 +212,7 @@ def _summarize(
         "added_ttft_p99_ms": percentile(first_token_late_ms, 0.99),
         "token_count_mismatches": sum(t.counted_tokens != t.usage_tokens for t in traces),
         "server_cpu_us_per_token": server_cpu.per(delivered),
+        "server_cpu_us_per_message": server_cpu.per(messages),
         "server_cores_busy": server_cpu.total_us / 1e6 / seconds,
         "client_cores_busy": client_cpu.total_us / 1e6 / seconds,
         "client_event_loop_busy": client_cpu.by_group["event_loop"] / 1e6 / seconds,
@@ -274,6 +275,7 @@ def run(options: RunOptions) -> ScenarioResult:
             "added TTFT p50 ms",
             "messages / token",
             "server CPU µs/token (event loop, grpc, other)",
+            "server CPU µs/message",
             "server cores",
             "client cores",
         ],
@@ -315,6 +317,7 @@ def _row(p: dict[str, Any]) -> list[str]:
         f"{p['added_ttft_p50_ms']:.2f}",
         f"{p['messages_per_token']:.2f}",
         f"{cpu['total']:.0f} ({cpu['event_loop']:.0f}, {cpu['grpc']:.0f}, {cpu['other']:.0f})",
+        f"{p['server_cpu_us_per_message']['total']:.0f}",
         f"{p['server_cores_busy']:.2f}",
         f"{p['client_cores_busy']:.2f}",
     ]
