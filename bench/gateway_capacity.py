@@ -215,6 +215,7 @@ def _summarize(
         "server_cpu_us_per_message": server_cpu.per(messages),
         "server_cores_busy": server_cpu.total_us / 1e6 / seconds,
         "client_cores_busy": client_cpu.total_us / 1e6 / seconds,
+        "client_cpu_us_per_token": client_cpu.per(delivered)["total"],
         "client_event_loop_busy": client_cpu.by_group["event_loop"] / 1e6 / seconds,
     }
 
