@@ -20,7 +20,8 @@ from bench.cpu import GROUPS
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-TARGET_COUNT = 12  # the issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2)
+# The issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2, gateway_capacity 2).
+TARGET_COUNT = 14
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +85,10 @@ def test_scenarios_measure_their_own_work(results: Path) -> None:
     codes = json.loads((results / "memory.json").read_text())["data"]["status_codes"]
     assert {"infer:OK", "infer_stream:OK", "no_model:INVALID_ARGUMENT"} <= codes.keys()
     assert "unknown_model:NOT_FOUND" in codes
+    capacity = json.loads((results / "gateway_capacity.json").read_text())["data"]
+    assert set(capacity["points"]) == {"16", "64", "256", "512"}
+    # Tokens counted from each message's words add up to every stream's usage.
+    assert all(p["token_count_mismatches"] == 0 for p in capacity["points"].values())
 
 
 def test_summary_has_the_machine_and_every_target(results: Path) -> None:

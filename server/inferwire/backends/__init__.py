@@ -17,8 +17,9 @@ from inferwire.core.manager import ModelSpec
 
 ENTRY_POINT_GROUP = "inferwire.backends"
 
-# backend name -> (module, class, the third-party module it needs, pip extra)
-_BUILTIN: dict[str, tuple[str, str, str, str]] = {
+# backend name -> (module, class, the third-party module it needs, pip extra); None: it
+# needs none.
+_BUILTIN: dict[str, tuple[str, str, str | None, str]] = {
     "onnxruntime-genai": (
         "inferwire.backends.ort_genai",
         "OrtGenAIBackend",
@@ -26,6 +27,7 @@ _BUILTIN: dict[str, tuple[str, str, str, str]] = {
         "onnxruntime-genai",
     ),
     "triton": ("inferwire.backends.triton", "TritonBackend", "tritonclient.grpc.aio", "triton"),
+    "simulator": ("inferwire.backends.simulator", "SimulatorBackend", None, ""),
 }
 
 
@@ -38,10 +40,11 @@ def backend_class(name: str) -> type[Backend]:
     """Resolve a backend name; raise a clear start-up error if it cannot be used."""
     if name in _BUILTIN:
         module_name, class_name, sdk_module, extra = _BUILTIN[name]
-        try:
-            importlib.import_module(sdk_module)
-        except ImportError:
-            raise MissingDependencyError(name, sdk_module, extra) from None
+        if sdk_module is not None:
+            try:
+                importlib.import_module(sdk_module)
+            except ImportError:
+                raise MissingDependencyError(name, sdk_module, extra) from None
         cls = getattr(importlib.import_module(module_name), class_name)
     else:
         cls = _plugin_class(name)
