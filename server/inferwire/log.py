@@ -208,6 +208,10 @@ def configure_logging(level: str = "INFO", fmt: str = "auto") -> LogWriter:
         _writer.stop()
     if fmt == "auto":
         fmt = "text" if sys.stderr.isatty() else "json"
+    # Neither formatter prints a record's thread, process or process name; each costs a
+    # call (`current_thread`, `getpid`, a look into multiprocessing) on every record, made
+    # on the thread that logs: for the access line, the event loop.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = _BatchedStreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     _writer = LogWriter(handler)
