@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 
 from inferwire.core.adapters import Adapters, AdapterSettings, AdapterSource
@@ -30,7 +31,7 @@ from inferwire.core.models import (
     duplicate_name,
 )
 from inferwire.core.quotas import TokenCharge
-from inferwire.core.record import Outcome, RequestRecord, new_request_id
+from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.residency import Residency
 from inferwire.core.tenants import Tenants, admitted
 from inferwire.core.tracing import GENERATE, NO_TRACER, Tracer
@@ -311,7 +312,7 @@ class ModelManager:
         return RequestRecord(
             tenant=tenant.name,
             tenant_label=tenant.label,
-            request_id=request.request_id or new_request_id(),
+            request_id=request.request_id or uuid.uuid4().hex,
             model=request.model,
             deadline=request.deadline,
             configured=request.model in self._models,

@@ -13,8 +13,6 @@ a cancel.
 from __future__ import annotations
 
 import enum
-import os
-import random
 import time
 from dataclasses import dataclass, field
 
@@ -24,21 +22,6 @@ from inferwire.core.types import FinishReason, Timing, Usage
 # grpc cancels an RPC on its own deadline timer; the deadline here is the handler's start
 # plus the time remaining then, so a cancellation by that timer can read a little early.
 DEADLINE_TIMER_SLACK_S = 0.01
-
-
-# Request ids are random UUIDs (version 4) in hex, as `uuid.uuid4().hex` makes them, but
-# drawn from a generator seeded from os.urandom once per process (and again in a forked
-# child) rather than a getrandom call per request. They name a request for tracing and
-# logs; nothing treats them as a secret.
-_ids = random.Random()
-os.register_at_fork(after_in_child=_ids.seed)
-_UUID4_CLEAR = ~(0xF000 << 64 | 0xC000 << 48)  # the version nibble, the variant's two bits
-_UUID4_SET = 0x4000 << 64 | 0x8000 << 48  # version 4, RFC 4122 variant
-
-
-def new_request_id() -> str:
-    """A new random request id: 32 hex digits, a version-4 UUID."""
-    return format(_ids.getrandbits(128) & _UUID4_CLEAR | _UUID4_SET, "032x")
 
 
 class Outcome(enum.Enum):
