@@ -1,7 +1,7 @@
 """The engine path (og.Engine batching) against the per-request generator, on the bundled model.
 
-A server of its own serves the bundled model three times: `batched` and `steady`
-(batching: engine; `steady` is never preempted) and `solo` (batching: per_request), so
+A server of its own serves the bundled model four times: `batched`, `patient` and
+`steady` (batching: engine; `steady` is never preempted) and `solo` (per_request), so
 the two paths run the same weights, and twice more (`held_*`) with a long
 `stream_interval_ms`. A test checks that the default, auto, is per_request on this CPU model.
 """
@@ -43,6 +43,13 @@ async def batching_server() -> AsyncIterator[InferwireServer]:
                 {
                     # Never preempted: its rows keep the batch they started in.
                     "name": "steady",
+                    "load_on_startup": True,
+                    "max_concurrency": 8,
+                    "options": {**builtin, "batching": "engine", "static_batch_steps": 0},
+                },
+                {
+                    # Preempted only when waiting requests would double its batch.
+                    "name": "patient",
                     "load_on_startup": True,
                     "max_concurrency": 8,
                     "options": {**builtin, "batching": "engine", "static_batch_steps": 1_000_000},
@@ -241,33 +248,36 @@ async def test_a_stalled_reader_is_parked_and_resumes_where_it_left_off(
     assert rest[-1].usage == alone_end.usage
 
 
-async def test_a_short_request_is_not_held_behind_a_long_batch(batching_stub, request_log):
-    """A static engine batch is preempted for waiting requests (static_batch_steps), so a
-    short request finishes while a long one still runs, and the long one's output does not
-    change."""
+@pytest.mark.parametrize("model", ["batched", "patient"])
+async def test_a_short_request_is_not_held_behind_a_long_batch(
+    batching_stub, request_log, model: str
+):
+    """A static engine batch is preempted for waiting requests, so a short request
+    finishes while a long one still runs: on `batched` after static_batch_steps, and on
+    `patient` (a million steps) because one waiting request doubles a batch of one."""
     long_call = batching_stub.InferStream(
         pb.InferStreamRequest(
-            model="batched",
+            model=model,
             prompt="Hello",
-            request_id="long-runner",
+            request_id=f"long-runner-{model}",
             parameters=pb.GenerationParameters(max_tokens=1000, **GREEDY),
         )
     )
     await long_call.read()
     short = await batching_stub.Infer(
         pb.InferRequest(
-            model="batched", prompt="My lord", parameters=pb.GenerationParameters(max_tokens=8)
+            model=model, prompt="My lord", parameters=pb.GenerationParameters(max_tokens=8)
         )
     )
     assert short.usage.completion_tokens > 0
     long_call.cancel()
 
     async def logged() -> bool:
-        return request_log.for_request("long-runner") is not None
+        return request_log.for_request(f"long-runner-{model}") is not None
 
     await wait_until(logged)
     # Still running when the short one had finished: it was cancelled, not completed.
-    assert request_log.for_request("long-runner").outcome == "cancelled"
+    assert request_log.for_request(f"long-runner-{model}").outcome == "cancelled"
 
 
 async def test_the_default_on_a_cpu_model_is_a_generator_per_request(batching_stub):

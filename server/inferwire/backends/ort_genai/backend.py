@@ -102,8 +102,8 @@ class OrtGenAIOptions(BackendOptions):
     static_batch_steps: int = Field(default=32, ge=0)
     """With batching: engine on a static-batching engine (every CPU model), the steps a
     batch runs while other requests wait before its rows are preempted (begun again, prompt
-    plus their tokens so far, together with the waiting ones); 0: a batch always runs to
-    its end."""
+    plus their tokens so far, together with the waiting ones). Waiting requests that would
+    at least double the batch preempt it at once. 0: a batch always runs to its end."""
 
     stream_interval_ms: float = Field(default=1.0, ge=0, le=1000)
     """The least time between two hand-overs of a stream's text from the thread generating

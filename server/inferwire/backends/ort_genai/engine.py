@@ -25,10 +25,12 @@ How this scheduler uses that:
 
 - Commands from the event loop (start, cancel, resume) are applied between `run` steps.
   On a dynamic engine a started row joins the running batch at once. On a static engine
-  it waits for the batch to drain; to bound that head-of-line blocking, a batch that has
-  run `static_batch_steps` steps while others wait is *preempted*: its rows are
-  cancelled and begun again (prompt plus their tokens so far) in the next batch,
-  together with the waiting requests. The re-prefill is the price, and outputs are not
+  it waits for the batch to drain; to bound that head-of-line blocking, a batch is
+  *preempted* when it has run `static_batch_steps` steps while others wait, or at once
+  when the waiting requests would at least double it (requests sent together arrive one
+  by one): its rows are cancelled and begun again (prompt plus their tokens so far) in
+  the next batch, together with the waiting requests. `static_batch_steps: 0` never
+  preempts. The re-prefill is the price, and outputs are not
   batch-invariant: a re-formed batch pads rows differently, so a greedy near-tie in a
   batch-mate can flip (docs/ort_genai_batching.md).
 - A row of a shared batch cannot pause for a slow consumer. Each row buffers at most
@@ -298,7 +300,7 @@ class EngineScheduler:
             if (
                 self._waiting
                 and self._static_batch_steps
-                and self._batch_steps >= self._static_batch_steps
+                and (self._batch_would_double() or self._batch_steps >= self._static_batch_steps)
             ):
                 for row in self._running.values():
                     self._preempt(row, requeue=True)
@@ -307,6 +309,19 @@ class EngineScheduler:
             self._batch_steps = 0
         while self._waiting and len(self._running) < self.max_batch_size:
             self._begin(self._waiting.popleft())
+
+    def _batch_would_double(self) -> bool:
+        """Whether the waiting requests that fit would at least double the running batch.
+
+        Requests that arrive together reach this thread one by one, and a static batch
+        begun with the first of them would hold the others back until it drained (or ran
+        `static_batch_steps`). Re-forming costs a prefill of each running row's prompt and
+        tokens so far, worth it when the batch grows this much; and since each re-forming
+        at least doubles a batch that only shrinks as rows finish, arrivals that never stop
+        cannot keep re-forming it.
+        """
+        room = self.max_batch_size - len(self._running)
+        return min(room, len(self._waiting)) >= len(self._running)
 
     def _begin(self, row: _Row) -> None:
         try:
