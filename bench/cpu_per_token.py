@@ -23,14 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
+from bench.baseline_servers import baseline_server
 from bench.common import RunOptions, ScenarioResult, Series, at_least, at_most, ratio, write_plot
 from bench.cpu import GROUPS, CpuMeter, CpuUsage
 from bench.streams import (
@@ -54,25 +52,6 @@ def _max_tokens(options: RunOptions, streams: int) -> int:
     if streams == 1:
         return options.size(256, 16)
     return options.size(64, 8)
-
-
-@contextlib.contextmanager
-def floor_server() -> Iterator[tuple[int, str]]:
-    """bench.stream_floor_server in its own process; yields (its pid, its target)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.stream_floor_server"], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline())
-        yield process.pid, f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @dataclass
@@ -128,7 +107,8 @@ def measure(options: RunOptions) -> dict[int, dict[str, dict[str, Any]]]:
     rounds = options.size(3, 1)
     points: dict[int, dict[str, dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
-        floor_pid, floor_target = stack.enter_context(floor_server())
+        floor = stack.enter_context(baseline_server("bench.stream_floor_server"))
+        floor_pid, floor_target = floor.pid, floor.target
         gateways = {
             path: stack.enter_context(gateway_server(max(STREAMS), batching=path)) for path in PATHS
         }

@@ -8,10 +8,11 @@ until SIGTERM or SIGINT.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 
 import grpc
+
+from bench.baseline_servers import serve_until_signalled
 
 
 async def serve(method: str) -> None:
@@ -28,15 +29,7 @@ async def serve(method: str) -> None:
             )
         ]
     )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    print(port, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await server.stop(0)
+    await serve_until_signalled(server)
 
 
 if __name__ == "__main__":

@@ -15,15 +15,12 @@ in the machine's load hits both alike; the figures sum the rounds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
+from bench.baseline_servers import BaselineProcess, baseline_server
 from bench.common import (
     RunOptions,
     ScenarioResult,
@@ -44,33 +41,6 @@ CONCURRENCY = (1, 8, 32)
 TARGET_CONCURRENCY = 32
 METHOD = "/inferwire.v1.InferenceService/ListModels"
 ECHO, INFERWIRE = "bare_echo", "inferwire_list_models"
-
-
-@dataclass
-class EchoProcess:
-    pid: int
-    target: str
-
-
-@contextlib.contextmanager
-def echo_server(method: str) -> Iterator[EchoProcess]:
-    """bench.echo_server in its own process."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.echo_server", method],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline())
-        yield EchoProcess(process.pid, f"127.0.0.1:{port}")
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 @dataclass
@@ -115,7 +85,7 @@ class Server:
 
 
 async def _measure_all(
-    echo: EchoProcess, gateway_pid: int, gateway_target: str, options: RunOptions
+    echo: BaselineProcess, gateway_pid: int, gateway_target: str, options: RunOptions
 ) -> dict[int, dict[str, Tally]]:
     requests = options.size(2000, 100)
     rounds = options.size(4, 2)
@@ -161,7 +131,7 @@ def _cpu_cell(summary: dict[str, Any]) -> str:
 def run(options: RunOptions) -> ScenarioResult:
     gateway = start_serving_server()
     try:
-        with echo_server(METHOD) as echo:
+        with baseline_server("bench.echo_server", METHOD) as echo:
             tallies = asyncio.run(_measure_all(echo, gateway.process.pid, gateway.target, options))
     finally:
         stop_server_process(gateway, graceful=True)

@@ -14,11 +14,11 @@ until SIGTERM or SIGINT.
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import AsyncIterator
 
 import grpc
 
+from bench.baseline_servers import serve_until_signalled
 from inferwire.v1 import inference_pb2 as pb
 
 SERVICE = "inferwire.v1.InferenceService"
@@ -52,15 +52,7 @@ async def serve() -> None:
     server.add_generic_rpc_handlers(
         [grpc.method_handlers_generic_handler(SERVICE, {METHOD: handler})]
     )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    print(port, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await server.stop(0)
+    await serve_until_signalled(server)
 
 
 if __name__ == "__main__":

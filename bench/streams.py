@@ -182,10 +182,14 @@ def gateway_server(max_concurrency: int, batching: str = "engine") -> Iterator[S
 
 
 async def _one_stream(
-    stub: inference_pb2_grpc.InferenceServiceStub, prompt: str, max_tokens: int, started: float
+    stub: inference_pb2_grpc.InferenceServiceStub,
+    prompt: str,
+    max_tokens: int,
+    started: float,
+    model: str,
 ) -> StreamRun:
     request = pb.InferStreamRequest(
-        model=GATEWAY_MODEL,
+        model=model,
         prompt=prompt,
         parameters=pb.GenerationParameters(max_tokens=max_tokens, temperature=0.0),
     )
@@ -203,11 +207,16 @@ async def _one_stream(
 
 
 async def gateway_batch(
-    stub: inference_pb2_grpc.InferenceServiceStub, prompts: Sequence[str], max_tokens: int
+    stub: inference_pb2_grpc.InferenceServiceStub,
+    prompts: Sequence[str],
+    max_tokens: int,
+    model: str = GATEWAY_MODEL,
 ) -> BatchRun:
     """Start one InferStream per prompt at once; wait for all of them."""
     started = time.perf_counter()
-    runs = await asyncio.gather(*(_one_stream(stub, p, max_tokens, started) for p in prompts))
+    runs = await asyncio.gather(
+        *(_one_stream(stub, p, max_tokens, started, model) for p in prompts)
+    )
     return BatchRun(list(runs), time.perf_counter() - started)
 
 

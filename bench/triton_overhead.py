@@ -231,7 +231,7 @@ def run(options: RunOptions) -> ScenarioResult:
             "bare_proxy": proxy.target,
             "through_inferwire": pair.gateway.target,
         }
-        pids = {"bare_proxy": proxy.process.pid, "through_inferwire": pair.gateway.process.pid}
+        pids = {"bare_proxy": proxy.pid, "through_inferwire": pair.gateway.process.pid}
         answers = asyncio.run(_answers(urls))
         for concurrency in CONCURRENCY:
             measured = asyncio.run(_measure(urls, pids, concurrency, requests, warmup, rounds))

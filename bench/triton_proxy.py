@@ -14,13 +14,13 @@ serves until SIGTERM or SIGINT.
 from __future__ import annotations
 
 import asyncio
-import signal
 import struct
 import sys
 
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from bench.baseline_servers import serve_until_signalled
 from inferwire.v1 import inference_pb2 as pb
 
 DEFAULT_MAX_TOKENS = 16
@@ -78,15 +78,7 @@ async def serve(triton_url: str) -> None:
             )
         ]
     )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    print(port, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await server.stop(0)
+    await serve_until_signalled(server)
     await channel.close()
 
 

@@ -9,8 +9,6 @@ gateways' cost, not the model's.
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.baseline_servers import BaselineProcess, baseline_server
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 from tests.support.triton import SKIP_REASON, TRITON_DIR, TritonServer, prepare_python_backend
 
@@ -28,14 +27,6 @@ MAX_TOKENS = 8
 
 class TritonMissingError(RuntimeError):
     """tritonserver is not installed here."""
-
-
-@dataclass
-class Proxy:
-    """bench.triton_proxy running in its own process."""
-
-    process: subprocess.Popen[str]
-    target: str
 
 
 @dataclass
@@ -53,23 +44,9 @@ def direct_tensors() -> list[tuple[str, np.ndarray, str]]:
     ]
 
 
-@contextlib.contextmanager
-def python_proxy(triton_url: str) -> Iterator[Proxy]:
+def python_proxy(triton_url: str) -> contextlib.AbstractContextManager[BaselineProcess]:
     """bench.triton_proxy in its own process, in front of `triton_url`."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.triton_proxy", triton_url], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        port = int(process.stdout.readline())
-        yield Proxy(process, f"127.0.0.1:{port}")
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    return baseline_server("bench.triton_proxy", triton_url)
 
 
 @contextlib.contextmanager

@@ -37,10 +37,10 @@ from bench.streams import (
     DirectEngine,
     StreamRun,
     compare_texts,
+    gateway_batch,
     prompts_for,
     summarize,
 )
-from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from scripts.gpu_check.model import decode_step_bytes
 from scripts.gpu_check.report import write_report
@@ -127,35 +127,13 @@ def serving(model_dir: Path, device: str, max_concurrency: int) -> Iterator[Serv
             stop_server_process(server, graceful=True)
 
 
-async def _stream(
-    stub: inference_pb2_grpc.InferenceServiceStub, prompt: str, max_tokens: int, started: float
-) -> StreamRun:
-    request = pb.InferStreamRequest(
-        model=MODEL_NAME,
-        prompt=prompt,
-        parameters=pb.GenerationParameters(max_tokens=max_tokens, temperature=0.0),
-    )
-    pieces: list[str] = []
-    first = 0.0
-    tokens = 0
-    async for message in stub.InferStream(request):
-        if message.text:
-            first = first or time.perf_counter()
-            pieces.append(message.text)
-        if message.HasField("usage"):
-            tokens = message.usage.completion_tokens
-    return StreamRun("".join(pieces), tokens, first - started, time.perf_counter() - started)
-
-
 async def gateway_batches(target: str, prompts: list[list[str]], max_tokens: int) -> list[BatchRun]:
     """Each entry of `prompts` is one batch of streams started together."""
     batches = []
     async with grpc.aio.insecure_channel(target) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         for batch in prompts:
-            started = time.perf_counter()
-            runs = await asyncio.gather(*(_stream(stub, p, max_tokens, started) for p in batch))
-            batches.append(BatchRun(list(runs), time.perf_counter() - started))
+            batches.append(await gateway_batch(stub, batch, max_tokens, MODEL_NAME))
     return batches
 
 
