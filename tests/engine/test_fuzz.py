@@ -86,8 +86,15 @@ class Fuzzed:
             code = grpc.StatusCode.OK  # our own cancel after the first status
         CODES[f"{method.rsplit('/', 1)[1]} {code.name}"] += 1
         if code not in CLEAN:
-            log = "".join(self.server.log_lines[-20:])
-            pytest.fail(f"{method} ended {code.name}: {details}\n--- server log tail ---\n{log}")
+            # Access lines say little when the server went away: its exit status and its
+            # other lines do (a CI run once saw the server vanish here, silently).
+            other = [line for line in self.server.log_lines if '"rpc finished"' not in line]
+            log = "".join(self.server.log_lines[-5:] + other[-15:])
+            exit_status = self.server.process.poll()
+            pytest.fail(
+                f"{method} ended {code.name}: {details}\n"
+                f"--- server exit status: {exit_status}; log tail ---\n{log}"
+            )
 
 
 @pytest.fixture(scope="module")
