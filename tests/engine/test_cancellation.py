@@ -66,7 +66,10 @@ async def test_passed_deadline_is_deadline_exceeded_and_stops_generation(slow_st
     record = await finished_record(request_log, "too-slow")
     assert record.cancelled
     assert record.tokens_after_cancel <= 1
-    assert record.completion_tokens < MAX_TOKENS // 5
+    # Unread, the stream held what the reader's HTTP/2 window and grpc's write buffer take:
+    # a bound in bytes, so in tokens it depends on how many share a message (1 ms of
+    # tokens do, stream_interval_ms). Unbounded, the model makes all 1000 in about 0.5 s.
+    assert record.completion_tokens < MAX_TOKENS // 2
 
 
 async def test_unary_deadline_while_queued_is_deadline_exceeded(stub, slow_stub):
