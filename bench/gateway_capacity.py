@@ -17,9 +17,8 @@ counted from the words of each message's text (every simulator token is one word
 leading space), checked against the stream's final usage, so deltas the gateway
 coalesced into one message count as the tokens they carry.
 
-Streams go over one channel (one HTTP/2 connection) per 64 streams: the server's default
-`max_concurrent_streams` is 100 per connection, and a connection per few dozen streams
-is what many clients behind a load balancer look like. All channels share this
+Streams go over one channel (one HTTP/2 connection) per 64 streams: a connection per few
+dozen streams is what many clients behind a load balancer look like. All channels share this
 process's one event loop and grpc completion queue, so more of them cost the client
 little.
 """

@@ -20,6 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2_grpc
 
 from inferwire.v1 import inference_pb2_grpc
+from tests.support import figures
 
 os.environ.setdefault("INFERWIRE_SERVER__METRICS_ADDRESS", "127.0.0.1:0")
 
@@ -42,3 +43,11 @@ def stub(channel: grpc.aio.Channel) -> inference_pb2_grpc.InferenceServiceStub:
 @pytest.fixture
 def health_stub(channel: grpc.aio.Channel) -> health_pb2_grpc.HealthStub:
     return health_pb2_grpc.HealthStub(channel)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print what the tests measured but do not assert (tests.support.figures)."""
+    for title, lines in figures.FIGURES.items():
+        terminalreporter.write_sep("-", title)
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -110,8 +110,17 @@ class TransportSettings(BaseModel):
 
     max_metadata_bytes: int = Field(default=16 * 1024, ge=1024)
     """Largest request metadata block (headers); bigger ones are refused."""
-    max_concurrent_streams: int = Field(default=100, ge=1)
-    """Concurrent RPCs per HTTP/2 connection; further calls wait on the client."""
+    max_concurrent_streams: int = Field(default=4096, ge=1)
+    """Concurrent RPCs per HTTP/2 connection. A client that knows the limit queues further
+    calls; a burst sent on a new connection before the client has read the limit is
+    refused beyond it (UNAVAILABLE, REFUSED_STREAM; grpc's C-core clients do not retry
+    it), so this is set above any burst one client sends: the admission queue
+    (`max_queue`), not HTTP/2, is what answers a call the server cannot take now."""
+    max_pending_calls: int = Field(default=16384, ge=1)
+    """Calls that arrived and wait for the server to pick them up (grpc's request matcher,
+    over all connections); beyond it grpc cancels new ones (CANCELLED). grpc's own default,
+    1,000 (3,000 hard), cancels part of a burst of a thousand streams before admission can
+    answer RESOURCE_EXHAUSTED."""
     keepalive_min_ping_interval_s: float = Field(default=60.0, gt=0)
     """Shortest interval between client pings; pinging faster earns strikes."""
     keepalive_max_ping_strikes: int = Field(default=2, ge=0)

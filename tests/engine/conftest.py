@@ -12,7 +12,6 @@ import pytest
 
 from inferwire.api.server import InferwireServer
 from inferwire.v1 import inference_pb2_grpc
-from tests.support import figures
 from tests.support.engine import SLOW_READER_OPTIONS, RequestLogRecords, make_settings
 from tests.support.process import ServerProcess, start_server_process, stop_server_process
 
@@ -55,11 +54,3 @@ def server_process() -> Iterator[ServerProcess]:
         yield server
     finally:
         stop_server_process(server)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Print what the reliability tests measured but do not assert (tests.support.figures)."""
-    for title, lines in figures.FIGURES.items():
-        terminalreporter.write_sep("-", title)
-        for line in lines:
-            terminalreporter.write_line(line)

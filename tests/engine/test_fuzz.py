@@ -87,14 +87,8 @@ class Fuzzed:
         CODES[f"{method.rsplit('/', 1)[1]} {code.name}"] += 1
         if code not in CLEAN:
             # Access lines say little when the server went away: its exit status and its
-            # other lines do (a CI run once saw the server vanish here, silently).
-            other = [line for line in self.server.log_lines if '"rpc finished"' not in line]
-            log = "".join(self.server.log_lines[-5:] + other[-15:])
-            exit_status = self.server.process.poll()
-            pytest.fail(
-                f"{method} ended {code.name}: {details}\n"
-                f"--- server exit status: {exit_status}; log tail ---\n{log}"
-            )
+            # other lines do, a crash's faulthandler stack first.
+            pytest.fail(f"{method} ended {code.name}: {details}\n{self.server.exit_report()}")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,13 @@ from tritonclient.grpc import service_pb2_grpc
 
 from inferwire.api.kserve.tensors import bytes_output
 from inferwire.v1 import inference_pb2 as pb
-from tests.support.oip import run_kserve_client, run_tritonclient_program
+from tests.support.oip import (
+    bool_input,
+    kserve_request,
+    run_kserve_client,
+    run_tritonclient_program,
+    text_input,
+)
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 from tests.support.waiting import wait_until
 
@@ -79,30 +85,6 @@ def test_the_kserve_sdk_checks_readiness_and_infers(bundled):
 
 
 # ---- the in-process server (tests/support/engine.py) ----------------------------------
-
-
-def text_input(prompt: str, name: str = "text_input") -> oip.ModelInferRequest.InferInputTensor:
-    tensor = oip.ModelInferRequest.InferInputTensor(name=name, datatype="BYTES", shape=[1])
-    tensor.contents.bytes_contents.append(prompt.encode())
-    return tensor
-
-
-def bool_input(name: str, value: bool) -> oip.ModelInferRequest.InferInputTensor:
-    tensor = oip.ModelInferRequest.InferInputTensor(name=name, datatype="BOOL", shape=[1])
-    tensor.contents.bool_contents.append(value)
-    return tensor
-
-
-def kserve_request(
-    prompt: str, sampling: dict | None = None, stream: bool = False, **kwargs
-) -> oip.ModelInferRequest:
-    inputs = [text_input(prompt), bool_input("stream", stream)]
-    if sampling is not None:
-        inputs.append(text_input(json.dumps(sampling), "sampling_parameters"))
-    inputs.append(bool_input("exclude_input_in_output", True))
-    for flag in ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens"):
-        inputs.append(bool_input(flag, True))
-    return oip.ModelInferRequest(model_name=kwargs.pop("model", "demo"), inputs=inputs, **kwargs)
 
 
 def outputs(response: oip.ModelInferResponse) -> dict:

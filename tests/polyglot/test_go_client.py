@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from inferwire.v1 import inference_pb2 as pb
@@ -62,3 +64,25 @@ def test_go_example_infers_streams_checks_health_reads_bad_request_and_chats(
         timeout=60,
     )
     assert_example_output(result.stdout)
+
+
+@pytest.mark.timeout(600)
+def test_a_thousand_go_streams_on_one_connection_end_ok_or_resource_exhausted(live_server):
+    # grpc-go, like grpc's C core, does not retry a stream the server's HTTP/2 refused
+    # (REFUSED_STREAM, from a burst beyond max_concurrent_streams on a new connection):
+    # 869 of 1,000 ended UNAVAILABLE at the old default of 100 streams per connection.
+    go = require_tool("go")
+    run_checked(
+        [go, "build", "-buildvcs=false", "-o", "bin/burst", "./cmd/burst"],
+        cwd=GO_CLIENT,
+        timeout=540,
+    )
+    result = run_checked(
+        [str(GO_CLIENT / "bin" / "burst"), "-streams", "1000", live_server.target, "demo"],
+        cwd=GO_CLIENT,
+        timeout=300,
+    )
+    codes = json.loads(result.stdout)
+    assert sum(codes.values()) == 1000, codes
+    assert set(codes) <= {"OK", "ResourceExhausted"}, codes
+    assert codes.get("OK", 0) >= 64, codes  # at least the admission queue's worth ran

@@ -21,6 +21,7 @@ from tests.support.process import ServerProcess
 
 CLIENT = CLIENTS / "typescript"
 HUGE_NAME_SCRIPT = Path(__file__).parent / "scripts" / "grpcjs_huge_model_name.js"
+BURST_SCRIPT = Path(__file__).parent / "scripts" / "grpcjs_burst.js"
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +70,23 @@ def test_grpc_js_gets_bounded_errors_for_a_huge_model_name_and_keeps_its_connect
             assert (outcome["code"], outcome["fields"]) == ("INVALID_ARGUMENT", ["model"]), outcome
         assert outcome["message_bytes"] < 512, outcome
         assert outcome["next_call_ok"], outcome
+
+
+@pytest.mark.timeout(900)
+def test_a_thousand_grpc_js_streams_on_one_channel_end_ok_or_resource_exhausted(
+    built_client: Path, live_server: ServerProcess
+) -> None:
+    # At the old default of 100 streams per connection, 776 of 1,000 ended UNAVAILABLE
+    # (REFUSED_STREAM, which grpc-js does not retry).
+    result = run_checked(
+        [
+            *(require_tool("node"), str(BURST_SCRIPT), str(built_client)),
+            *(live_server.target, "demo", "1000", "16"),
+        ],
+        cwd=built_client,
+        timeout=300,
+    )
+    codes = json.loads(result.stdout)
+    assert sum(codes.values()) == 1000, codes
+    assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes
+    assert codes.get("OK", 0) >= 64, codes

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tritonclient.grpc import service_pb2 as oip
 
 KSERVE_VERSION = "0.21.0"
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,3 +74,27 @@ def kserve_sdk_run(code: str, *args: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def text_input(prompt: str, name: str = "text_input") -> oip.ModelInferRequest.InferInputTensor:
+    tensor = oip.ModelInferRequest.InferInputTensor(name=name, datatype="BYTES", shape=[1])
+    tensor.contents.bytes_contents.append(prompt.encode())
+    return tensor
+
+
+def bool_input(name: str, value: bool) -> oip.ModelInferRequest.InferInputTensor:
+    tensor = oip.ModelInferRequest.InferInputTensor(name=name, datatype="BOOL", shape=[1])
+    tensor.contents.bool_contents.append(value)
+    return tensor
+
+
+def kserve_request(
+    prompt: str, sampling: dict | None = None, stream: bool = False, **kwargs
+) -> oip.ModelInferRequest:
+    inputs = [text_input(prompt), bool_input("stream", stream)]
+    if sampling is not None:
+        inputs.append(text_input(json.dumps(sampling), "sampling_parameters"))
+    inputs.append(bool_input("exclude_input_in_output", True))
+    for flag in ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens"):
+        inputs.append(bool_input(flag, True))
+    return oip.ModelInferRequest(model_name=kwargs.pop("model", "demo"), inputs=inputs, **kwargs)

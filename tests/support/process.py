@@ -17,8 +17,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 INFERWIRE = Path(sys.executable).with_name("inferwire")
 # Servers started here serve metrics on a free port, so several can run at once; a
-# caller's `env` may set another address.
-DEFAULT_ENV = {"INFERWIRE_SERVER__METRICS_ADDRESS": "127.0.0.1:0"}
+# caller's `env` may set another address. A crash prints its Python stack (faulthandler),
+# which `ServerProcess.exit_report` shows.
+DEFAULT_ENV = {"INFERWIRE_SERVER__METRICS_ADDRESS": "127.0.0.1:0", "PYTHONFAULTHANDLER": "1"}
 
 
 @dataclass
@@ -30,6 +31,22 @@ class ServerProcess:
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def exit_report(self, lines: int = 15) -> str:
+        """How the process ended (None: still running) and what it said: the faulthandler's
+        stack after a crash, else its last lines other than access lines."""
+        status = self.process.poll()
+        if status is not None and status < 0:
+            status_text = f"{status} (signal {-status})"
+        else:
+            status_text = str(status)
+        text = self.log_lines
+        crash = next((i for i, line in enumerate(text) if "Fatal Python error" in line), None)
+        if crash is not None:
+            shown = text[crash:]
+        else:
+            shown = [line for line in text if 'finished"' not in line][-lines:]
+        return f"server exit status: {status_text}\n" + "".join(shown)
 
 
 def start_server_process(

@@ -110,7 +110,7 @@ def _as(principal: Principal) -> Callable[[Behaviour], Behaviour]:
     @contextlib.contextmanager
     def scope(request: Any, context: Any) -> Iterator[Call]:
         _PRINCIPAL.set(principal)  # each RPC runs in a task of its own
-        yield request, context, None
+        yield request, context
 
     return lambda behaviour: calls_within(behaviour, scope)
 
@@ -182,7 +182,7 @@ class CertificateTenantInterceptor(grpc.aio.ServerInterceptor):
                 if (tenant := self._tenant_by_subject.get(subject)) is not None:
                     _PRINCIPAL.set(dataclasses.replace(principal, name=subject, tenant_name=tenant))
                     break
-        yield request, context, None
+        yield request, context
 
 
 def auth_interceptors(

@@ -1,21 +1,39 @@
-"""Rebuilding a grpc method handler around new behaviour, for the server's interceptors."""
+"""Rebuilding a grpc method handler around new behaviour, for the server's interceptors.
+
+The rule every wrapper here keeps: **a grpc.aio call's context is used only while the
+call's handler task runs.** When that task ends, grpc.aio releases the core call
+(`grpc_call_unref`, and the context's call pointer becomes NULL); `context.peer()`,
+`auth_context()`, `write()` or `abort()` after that reads freed memory and kills the
+process with SIGSEGV. Python-side state (`code()`, `details()`, `time_remaining()`)
+survives, but nothing here relies on it either. Two things keep the rule:
+- `calls_within` never hands grpc an async generator: it drives a streaming handler's
+  generator itself and closes it in the call's task. Had grpc iterated it, a client that
+  cancels while grpc awaits a write leaves the generator suspended at its `yield`; the
+  event loop closes it later, after the call is gone, and every scope's exit (the access
+  line, the span) would then run against a released call (issue 31).
+- What the access line, metrics and tracing need from the call is read when it starts
+  (`observe._ObservedRpc`).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 import grpc
+
+from inferwire.api.peer_gone import write_or_await_cancellation
 
 Behaviour = Callable[..., Any]
 Deserializer = Callable[[bytes], Any]
 # What an interceptor calls for the handler of the next interceptor (or the servicer).
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Any]]
 # Around one call: given its request and context, a context manager that yields the
-# request and context to call the behaviour with, and a hook for each streamed response.
-Call = tuple[Any, Any, Callable[[], None] | None]
+# request and context to call the behaviour with.
+Call = tuple[Any, Any]
 Scope = Callable[[Any, Any], AbstractContextManager[Call]]
 
 
@@ -82,22 +100,23 @@ class RebuildingInterceptor(grpc.aio.ServerInterceptor):
 def calls_within(behaviour: Behaviour, scope: Scope) -> Behaviour:
     """`behaviour` with each call run inside `scope(request, context)`.
 
-    The scope sees whatever the call raises. An async generator stays one, so grpc.aio
-    still streams its responses, and the scope's hook (if any) sees each of them.
+    The scope sees whatever the call raises, and always exits in the call's own task. A
+    streaming handler written as an async generator becomes a coroutine that writes each
+    response with the scope's `context.write` (grpc's reader-writer form) and closes the
+    generator before it returns, however the call ends (see the module's rule).
     """
     if inspect.isasyncgenfunction(behaviour):
 
-        async def generate(request: Any, context: Any) -> AsyncIterator[Any]:
-            with scope(request, context) as (request, context, each_response):
-                async for response in behaviour(request, context):
-                    if each_response is not None:
-                        each_response()
-                    yield response
+        async def write_each(request: Any, context: Any) -> None:
+            with scope(request, context) as (request, context):
+                async with contextlib.aclosing(behaviour(request, context)) as responses:
+                    async for response in responses:
+                        await write_or_await_cancellation(context, response)
 
-        return generate
+        return write_each
 
     async def call(request: Any, context: Any) -> Any:
-        with scope(request, context) as (request, context, _):
+        with scope(request, context) as (request, context):
             return await behaviour(request, context)
 
     return call

@@ -9,11 +9,12 @@ announcing NOT_SERVING at shutdown instead of holding the drain open.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from inferwire.api.peer_gone import write_or_await_cancellation
 from inferwire.api.status import MAX_MESSAGE_BYTES, bounded
 from inferwire.core.validation import model_name_problem
 from inferwire.v1 import inference_pb2
@@ -85,7 +86,9 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
 
     async def Watch(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[health_pb2.HealthCheckResponse]:
+    ) -> None:
+        # Written with `context.write`, not as an async generator, on every listener (the
+        # separate health port has no interceptors): see the rule in api/handlers.py.
         last_sent: int | None = None
         seen_version = -1
         while True:
@@ -95,7 +98,9 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
                 status = self._statuses.get(request.service, SERVICE_UNKNOWN)
                 shutting_down = self._shutting_down
             if status != last_sent:
-                yield health_pb2.HealthCheckResponse(status=status)
+                await write_or_await_cancellation(
+                    context, health_pb2.HealthCheckResponse(status=status)
+                )
                 last_sent = status
             if shutting_down:
                 return

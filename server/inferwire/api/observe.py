@@ -35,7 +35,7 @@ from inferwire.api.handlers import (
     split_method,
 )
 from inferwire.api.metrics import GRPC_TYPE, PrometheusMetrics
-from inferwire.api.status import GO_CODE_NAME, MAX_FIELD_BYTES, bounded, rpc_code
+from inferwire.api.status import GO_CODE_NAME, MAX_FIELD_BYTES, bounded, deadline_of, rpc_code
 from inferwire.core.record import Outcome, RequestRecord
 
 try:  # the inferwire[otel] extra
@@ -99,6 +99,10 @@ class _ObservedRpc:
         self.trace_id = ""  # the request's trace, when tracing is on
         self.started = time.perf_counter()
         self._raw_context = context
+        # Read now, while the call is live: by the time the access line is written the
+        # client may have gone and grpc released the call (see api/handlers.py's rule).
+        self.peer = context.peer() if access_log.isEnabledFor(logging.INFO) else ""
+        self.deadline = deadline_of(context)
         series.started()
 
     def counting_context(self) -> _CountingContext:
@@ -119,12 +123,8 @@ class _ObservedRpc:
         self.series.handling(elapsed)
         _write_access_line(self, request, code, elapsed)
 
-    @property
-    def peer(self) -> str:
-        return self._raw_context.peer()
-
     def _code(self, error: BaseException | None) -> grpc.StatusCode:
-        code = rpc_code(self._raw_context, error)
+        code = rpc_code(self._raw_context, self.deadline, error)
         outcome = self.record.outcome if self.record is not None else None
         # The request's record decided cancelled or deadline once, from its deadline.
         if outcome is Outcome.CANCELLED and code is grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -289,7 +289,7 @@ class ObservingInterceptor(RebuildingInterceptor):
                 requests = request
             error: BaseException | None = None
             try:
-                yield requests, rpc.counting_context(), series.sent
+                yield requests, rpc.counting_context() if response_streaming else context
                 if not response_streaming:
                     series.sent()  # the unary response, returned once the call succeeded
             except BaseException as raised:

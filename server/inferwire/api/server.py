@@ -92,6 +92,10 @@ def build_manager(
     )
 
 
+# How long an arrived call may wait for the server to pick it up (see transport_options).
+UNREQUESTED_CALL_LIMIT_S = 3600
+
+
 def transport_options(transport: TransportSettings) -> list[tuple[str, int]]:
     """The grpc channel arguments for the `server.transport` limits."""
     options = [
@@ -100,6 +104,12 @@ def transport_options(transport: TransportSettings) -> list[tuple[str, int]]:
         ("grpc.max_metadata_size", transport.max_metadata_bytes),
         ("grpc.absolute_max_metadata_size", transport.max_metadata_bytes),
         ("grpc.max_concurrent_streams", transport.max_concurrent_streams),
+        ("grpc.server.max_pending_requests", transport.max_pending_calls),
+        ("grpc.server.max_pending_requests_hard_limit", transport.max_pending_calls),
+        # grpc cancels a call that waited this long for the server to pick it up (its
+        # default, 30 s, cancels part of a burst of thousands on a busy loop, unseen by
+        # admission and unlogged); the caller's deadline is what should end such a wait.
+        ("grpc.server_max_unrequested_time_in_server", UNREQUESTED_CALL_LIMIT_S),
         (
             "grpc.http2.min_ping_interval_without_data_ms",
             round(transport.keepalive_min_ping_interval_s * 1e3),

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar, cast
 
@@ -229,13 +230,23 @@ def maps_errors(method: Callable[..., Any]) -> bool:
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 
+def deadline_of(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
+    """The call's deadline on the `time.monotonic` clock, or None; read when the RPC starts
+    (see the rule in api/handlers.py)."""
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
+
+
 def rpc_code(
-    context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None
+    context: grpc.aio.ServicerContext[Any, Any],
+    deadline: float | None,
+    error: BaseException | None,
 ) -> grpc.StatusCode:
-    """The status an RPC ended with, given what escaped its handler (None: nothing)."""
+    """The status an RPC ended with, given what escaped its handler (None: nothing) and its
+    `deadline_of`. Called as the handler's task ends: `code()` is the status a handler set
+    or aborted with, kept on the Python side."""
     if isinstance(error, asyncio.CancelledError | GeneratorExit):
-        remaining = context.time_remaining()
-        deadline_passed = remaining is not None and remaining <= 0
+        deadline_passed = deadline is not None and time.monotonic() >= deadline
         return grpc.StatusCode.DEADLINE_EXCEEDED if deadline_passed else grpc.StatusCode.CANCELLED
     if error is not None and not isinstance(error, grpc.aio.AbortError):
         return grpc.StatusCode.UNKNOWN

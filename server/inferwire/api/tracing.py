@@ -27,7 +27,7 @@ from inferwire.api.handlers import (
     rebuild_handler,
     split_method,
 )
-from inferwire.api.status import rpc_code
+from inferwire.api.status import deadline_of, rpc_code
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.record import RequestRecord
 
@@ -189,23 +189,26 @@ class TracingInterceptor(RebuildingInterceptor):
         @contextlib.contextmanager
         def scope(request: Any, context: Any) -> Iterator[Call]:
             span = self._start(service, method, metadata)
+            deadline = deadline_of(context)
             error: BaseException | None = None
             try:
                 with otel_trace.use_span(
                     span, record_exception=False, set_status_on_exception=False
                 ):
-                    yield request, context, None
+                    yield request, context
             except BaseException as raised:
                 error = raised
                 raise
             finally:
-                self._end(span, context, error)
+                self._end(span, context, deadline, error)
 
         return calls_within(behaviour, scope)
 
     @staticmethod
-    def _end(span: otel_trace.Span, context: Any, error: BaseException | None) -> None:
-        code = rpc_code(context, error)
+    def _end(
+        span: otel_trace.Span, context: Any, deadline: float | None, error: BaseException | None
+    ) -> None:
+        code = rpc_code(context, deadline, error)
         span.set_attribute("rpc.grpc.status_code", code.value[0])
         if code in SERVER_ERRORS:
             why = context.details() if error is None else f"{type(error).__name__}: {error}"

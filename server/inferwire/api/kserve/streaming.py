@@ -65,9 +65,12 @@ class StreamSession:
                 self._requests.add(task)
                 task.add_done_callback(self._requests.discard)
             await asyncio.gather(*self._requests)
-        finally:
-            # Never blocks for long: the writer keeps taking until it sees the end.
-            await self._outbox.put(_END)
+        except asyncio.CancelledError:
+            raise  # `run` cancelled us: nobody writes any more, and a full outbox never frees
+        except BaseException:
+            await self._outbox.put(_END)  # the writer is still taking: it sees the end
+            raise
+        await self._outbox.put(_END)
 
     async def _serve(self, request: oip.ModelInferRequest) -> None:
         parsed: ParsedRequest | None = None
