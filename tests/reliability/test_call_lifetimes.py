@@ -34,7 +34,11 @@ models:
   - {name: demo, load_on_startup: true, options: {path: builtin}}
   - {name: spare, options: {path: builtin}}
   - {name: wide, load_on_startup: true, max_queue: 1100, options: {path: builtin}}
-  - {name: narrow, load_on_startup: true, max_concurrency: 2, max_queue: 4, options: {path: builtin}}
+  - name: narrow
+    load_on_startup: true
+    max_concurrency: 2
+    max_queue: 4
+    options: {path: builtin}
 """
 PLAIN = "server:\n  grace_period_s: 1\n" + MODELS
 ADMIN_TOKEN, WRONG_TOKEN = "iwt_lifetimes_admin", "iwt_not_a_known_token"
