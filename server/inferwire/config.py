@@ -35,7 +35,7 @@ from inferwire.backends import backend_class
 from inferwire.core.adapters import AdapterSettings, adapter_spec, check_adapter_options
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.memory import MemorySettings
-from inferwire.core.models import ModelSpec, duplicate_name
+from inferwire.core.specs import ModelSpec, duplicate_name
 from inferwire.core.tenants import SchedulingSettings, TenantConfig, Tenants, TenantSettings
 
 DEFAULT_MODEL_NAME = "demo"

@@ -34,16 +34,20 @@ async def test_model_health_follows_unload_and_load(stub, health_stub):
     await stub.UnloadModel(pb.UnloadModelRequest(model="spare"))
 
 
-async def test_unloading_a_startup_model_makes_the_server_not_serving(stub, health_stub):
+async def test_a_deliberately_unloaded_startup_model_no_longer_counts_for_the_server(
+    stub, health_stub
+):
+    # An operator freed one model: the pod stays in service (Triton's readiness counts the
+    # models that should be loaded; after an explicit unload this one no longer should).
     await stub.UnloadModel(pb.UnloadModelRequest(model="tight"))
     try:
         assert await check(health_stub, "model/tight") == NOT_SERVING
-        assert await check(health_stub, "") == NOT_SERVING
-        assert await check(health_stub, "inferwire.v1.InferenceService") == NOT_SERVING
+        assert await check(health_stub, "") == SERVING
+        assert await check(health_stub, "inferwire.v1.InferenceService") == SERVING
     finally:
         await stub.LoadModel(pb.LoadModelRequest(model="tight"))
+    assert await check(health_stub, "model/tight") == SERVING
     assert await check(health_stub, "") == SERVING
-    assert await check(health_stub, "inferwire.v1.InferenceService") == SERVING
 
 
 @pytest.mark.parametrize("service", ["model/no-such-model", "no.such.Service", "model/"])

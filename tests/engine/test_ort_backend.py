@@ -1,20 +1,26 @@
 """The onnxruntime-genai backend on its own, below the gRPC layer."""
 
 import contextlib
+import sys
+from collections import Counter
+from typing import Any
 
 import onnxruntime_genai as og
 import pytest
 
 from inferwire.backends import create_backend
 from inferwire.backends.ort_genai import OrtGenAIBackend, builtin_model_path
+from inferwire.core.backend import Backend
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.generation import join
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.record import RequestRecord
 from inferwire.core.types import (
+    ChatMessage,
     GenerationEnd,
     GenerationParams,
     GenerationRequest,
+    InferenceRequest,
     ModelState,
     TextDelta,
 )
@@ -102,3 +108,58 @@ async def test_corrupt_model_fails_its_load_and_the_model_turns_failed(tmp_path)
     status = manager.model_status("corrupt")
     assert status.state is ModelState.FAILED
     assert status.detail.startswith("load failed:")
+
+
+class BackendEntries:
+    """Counts the calls made into a backend object from outside it (a method of its own
+    calling another is not an entry): what the core asks of it."""
+
+    def __init__(self, backend: object) -> None:
+        self.counts: Counter[str] = Counter()
+        for name in dir(type(backend)):
+            if name.startswith("_") or isinstance(getattr(type(backend), name), property):
+                continue
+            method = getattr(backend, name)
+            if callable(method):
+                setattr(backend, name, self._counting(backend, name, method))
+
+    def _counting(self, backend: object, name: str, method: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if sys._getframe(1).f_locals.get("self") is not backend:
+                self.counts[name] += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+async def test_one_request_enters_the_backend_once_to_generate_and_once_more_for_chat():
+    built: list[Backend] = []
+
+    def factory(spec: ModelSpec) -> Backend:
+        built.append(create_backend(spec))
+        return built[-1]
+
+    manager = ModelManager(
+        [ModelSpec(name="demo", load_on_startup=True, options={"path": "builtin"})],
+        factory,
+        RequestLimits(max_prompt_bytes=1024),
+    )
+    await manager.start()
+    try:
+        entries = BackendEntries(built[0])
+        params = GenerationParams(max_tokens=8)
+        _, chunks = manager.infer_stream(InferenceRequest("s", "demo", "ROMEO:", params=params))
+        assert [c async for c in chunks][-1].finish_reason is not None
+        assert entries.counts == {"infer_stream": 1}  # limits and capabilities: its facts
+        entries.counts.clear()
+        await manager.infer(InferenceRequest("u", "demo", "ROMEO:", params=params))
+        assert entries.counts == {"infer": 1}
+        entries.counts.clear()
+        chat = (ChatMessage("user", "Good morrow!"),)
+        _, chunks = manager.infer_stream(
+            InferenceRequest("c", "demo", "", params=params, messages=chat)
+        )
+        assert [c async for c in chunks][-1].finish_reason is not None
+        assert entries.counts == {"render_chat": 1, "infer_stream": 1}
+    finally:
+        await manager.close()

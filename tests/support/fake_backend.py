@@ -31,6 +31,7 @@ from inferwire.core.types import (
     FinishReason,
     GenerationEnd,
     GenerationRequest,
+    ModelFacts,
     ModelLimits,
     TextDelta,
     TokenLogprob,
@@ -106,11 +107,12 @@ class FakeBackend(Backend):
     def adapter(self, model_name: str, options: dict[str, Any], max_concurrency: int) -> Backend:
         return FakeAdapter(model_name, options, max_concurrency, self)
 
-    async def load(self) -> None:
+    async def load(self) -> ModelFacts:
         self.calls.loads += 1
         await self.load_gate.passed()
         if self.load_error is not None:
             raise self.load_error
+        return self.loaded_facts(self.limits_, self.capabilities())
 
     async def reconcile(self) -> None:
         self.calls.reconciles += 1
@@ -119,6 +121,7 @@ class FakeBackend(Backend):
 
     async def unload(self) -> None:
         self.calls.unloads += 1
+        self.facts = None
 
     async def release(self) -> None:
         self.calls.releases += 1
@@ -167,6 +170,7 @@ class FakeBackend(Backend):
         return self.health_
 
     def capabilities(self) -> Capabilities:
+        """What a load reports from this fake's switches (read when it loads)."""
         return Capabilities(
             streaming=True,
             max_concurrency=self.max_concurrency,
@@ -177,9 +181,6 @@ class FakeBackend(Backend):
             logprobs=self.supports_logprobs,
             constrained_output=self.supports_constraints,
         )
-
-    def limits(self) -> ModelLimits:
-        return self.limits_
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         if not self.chat_template:
@@ -220,6 +221,29 @@ class FakeBackends:
 
 
 @contextlib.asynccontextmanager
+async def switched(
+    served: tuple[InferwireServer, FakeBackends], model: str, **switches: bool
+) -> AsyncIterator[FakeBackend]:
+    """Turn features of a loaded fake on (`chat_template=True`, ...) for the block, and off
+    after it: the model is loaded again each time, since what a model is (its facts) is
+    read when it loads."""
+    server, backends = served
+    backend = backends[model]
+
+    async def reload(value: bool | None) -> None:
+        await server.manager.unload(model)
+        for name, on in switches.items():
+            setattr(backend, name, on if value is None else value)
+        await server.manager.load(model)
+
+    await reload(None)
+    try:
+        yield backend
+    finally:
+        await reload(False)
+
+
+@contextlib.asynccontextmanager
 async def serving_fakes(
     settings: Settings, tracer_provider: object = None
 ) -> AsyncIterator[tuple[InferwireServer, FakeBackends]]:
@@ -247,7 +271,7 @@ class FakeAdapter(AdapterBackend):
     base: FakeBackend
     tag = ""
 
-    async def load(self) -> None:
+    async def load_adapter(self) -> None:
         content = Path(self.options.adapter_file).read_bytes()
         if not content.startswith(b"FAKE-ADAPTER "):
             raise ModelNotReadyError(f"adapter file {self.options.adapter_file!r} is corrupt")

@@ -1,13 +1,14 @@
-"""Bearer-token authentication and scopes for gRPC calls.
+"""Bearer-token authentication and scopes for gRPC calls, through the edge's `Callers`.
 
 Two checks, in two places, because they need different things:
-- **The service-level check** (is there a valid token, does it have the RPC's scope) is
-  an interceptor: it needs only the method name and the metadata, it runs before the
-  request is even deserialised, and it covers every service the server hosts, including
-  ones added later, with an explicit list of open services (health, reflection).
+- **The service-level check** (is there a valid token, does it have the RPC's scope, which
+  tenant does a client certificate name) is an interceptor: it needs only the method name,
+  the metadata and the connection's certificate, it runs before the servicer, and it
+  covers every service the server hosts, including ones added later, with an explicit
+  list of open services (health, reflection).
 - **The model-level check** (does the token cover this model) needs the request's
-  `model`, which an interceptor would have to deserialise itself. It runs in the
-  servicer, through `current_principal()`, inside the one error mapping.
+  `model`. It runs in the servicer, through `current_principal()`, inside the one error
+  mapping.
 
 The interceptor hands the principal to the servicer in a context variable, set by a
 wrapper around the RPC's handler: each RPC runs in its own task, so it sees only its own.
@@ -15,28 +16,25 @@ wrapper around the RPC's handler: each RPC runs in its own task, so it sees only
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-import dataclasses
-from collections.abc import Awaitable, Callable, Iterator
+import inspect
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-from inferwire.api.handlers import Behaviour, Call, calls_within, rebuild_handler, split_method
+from inferwire.api.handlers import (
+    Behaviour,
+    HandlerCache,
+    RebuildingInterceptor,
+    rebuild_handler,
+    split_method,
+)
 from inferwire.api.status import to_rpc_status
 from inferwire.config import AuthSettings
-from inferwire.core.auth import (
-    ANONYMOUS,
-    UNRESTRICTED,
-    Principal,
-    Scope,
-    TokenStore,
-    anonymous_principal,
-    authorize,
-    identify,
-)
+from inferwire.core.auth import UNRESTRICTED, Principal, Scope
 from inferwire.core.errors import InferwireError
+from inferwire.edge.callers import Callers
 from inferwire.v1 import inference_pb2 as pb
 
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
@@ -84,69 +82,12 @@ def current_principal() -> Principal:
     return _PRINCIPAL.get()
 
 
-def bearer_token(metadata: tuple[tuple[str, str | bytes], ...] | None) -> str | None:
-    """The token of an `authorization: Bearer <token>` header, or None when there is none."""
+def authorization_of(metadata: tuple[tuple[str, str | bytes], ...] | None) -> str | None:
+    """The call's `authorization` metadata value, if it sent one."""
     for key, value in metadata or ():
         if key == "authorization" and isinstance(value, str):
-            scheme, _, token = value.strip().partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
+            return value
     return None
-
-
-def _refusing(error: InferwireError) -> Callable[[Behaviour], Behaviour]:
-    status = to_rpc_status(error)  # the mapped code and a bounded message
-
-    def wrap(_: Behaviour) -> Behaviour:
-        async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-            await context.abort(status.code, status.details, status.trailing_metadata)
-
-        return refuse
-
-    return wrap
-
-
-def _as(principal: Principal) -> Callable[[Behaviour], Behaviour]:
-    @contextlib.contextmanager
-    def scope(request: Any, context: Any) -> Iterator[Call]:
-        _PRINCIPAL.set(principal)  # each RPC runs in a task of its own
-        yield request, context
-
-    return lambda behaviour: calls_within(behaviour, scope)
-
-
-class TokenAuthInterceptor(grpc.aio.ServerInterceptor):
-    """Requires a bearer token with the RPC's scope on every service but the open ones."""
-
-    def __init__(self, store: TokenStore, settings: AuthSettings) -> None:
-        self._store = store
-        self._anonymous = anonymous_principal(Scope(s) for s in settings.anonymous_scopes)
-        self._open_services = frozenset(settings.open_services)
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        service, method = split_method(handler_call_details.method)
-        if handler is None or service in self._open_services:
-            return handler
-        if service == KSERVE_SERVICE and method in KSERVE_OPEN_RPCS:
-            return handler
-        scope = _SCOPES_BY_SERVICE.get(service, {}).get(method, Scope.ADMIN)
-        try:
-            token = bearer_token(handler_call_details.invocation_metadata)
-            principal = identify(self._store, self._anonymous, token)
-            principal = authorize(principal, scope, method)
-        except InferwireError as error:
-            # The observing interceptor writes the refused call's access line.
-            return rebuild_handler(handler, _refusing(error))
-        return rebuild_handler(handler, _as(principal))
-
-
-Details = grpc.HandlerCallDetails
-Continuation = Callable[[Details], Awaitable[Any]]
 
 
 def certificate_subjects(context: Any) -> list[str]:
@@ -159,46 +100,79 @@ def certificate_subjects(context: Any) -> list[str]:
     return subjects
 
 
-class CertificateTenantInterceptor(grpc.aio.ServerInterceptor):
-    """Maps a mutual-TLS client's certificate subject to its tenant.
+class AuthInterceptor(RebuildingInterceptor):
+    """Runs every call as its principal (edge/callers.py), refusing it before its handler
+    runs when its credentials do not allow the method; the open services, and KServe's
+    open RPCs, run as anyone."""
 
-    Runs inside the token check: a call that sent a token keeps the token's tenant; one
-    without (anonymous) becomes the certificate's subject, counted against its tenant.
-    """
+    def __init__(self, callers: Callers, open_services: frozenset[str]) -> None:
+        self._callers = callers
+        self._open_services = open_services
+        self._rebuilt = HandlerCache()
 
-    def __init__(self, tenant_by_subject: dict[str, str]) -> None:
-        self._tenant_by_subject = dict(tenant_by_subject)
+    def rebuilt(self, handler: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        # The handler is the same for every call of a method; the principal is per call.
+        method = handler_call_details.method
+        rebuilt = self._rebuilt.get(method, handler)
+        if rebuilt is None:
+            service, name = split_method(method)
+            scope = self._scope_of(service, name)
+            rebuilt = self._rebuilt.put(
+                method, handler, rebuild_handler(handler, lambda b: self._as_caller(b, scope, name))
+            )
+        return rebuilt
 
-    async def intercept_service(self, continuation: Continuation, details: Details) -> Any:
-        handler = await continuation(details)
-        wrap: Callable[[Behaviour], Behaviour] = lambda b: calls_within(b, self._scope)  # noqa: E731
-        return None if handler is None else rebuild_handler(handler, wrap)
+    def _scope_of(self, service: str, method: str) -> Scope | None:
+        """What `service/method` needs; None: it is open."""
+        if service in self._open_services:
+            return None
+        if service == KSERVE_SERVICE and method in KSERVE_OPEN_RPCS:
+            return None
+        return _SCOPES_BY_SERVICE.get(service, {}).get(method, Scope.ADMIN)
 
-    @contextlib.contextmanager
-    def _scope(self, request: Any, context: Any) -> Iterator[Call]:
-        principal = current_principal()
-        if principal.name == ANONYMOUS:
-            for subject in certificate_subjects(context):
-                if (tenant := self._tenant_by_subject.get(subject)) is not None:
-                    _PRINCIPAL.set(dataclasses.replace(principal, name=subject, tenant_name=tenant))
-                    break
-        yield request, context
+    def _as_caller(self, behaviour: Behaviour, scope: Scope | None, name: str) -> Behaviour:
+        callers = self._callers
+
+        async def principal_or_refusal(context: Any) -> None:
+            try:
+                principal = callers.caller(
+                    authorization_of(context.invocation_metadata()),
+                    scope,
+                    name,
+                    lambda: certificate_subjects(context),
+                )
+            except InferwireError as error:
+                # Refused before its handler; the observing interceptor writes its access line.
+                status = to_rpc_status(error)
+                await context.abort(status.code, status.details, status.trailing_metadata)
+            _PRINCIPAL.set(principal)  # each RPC runs in a task of its own
+
+        if inspect.isasyncgenfunction(behaviour):
+
+            async def streamed(request: Any, context: Any) -> AsyncIterator[Any]:
+                await principal_or_refusal(context)
+                async for response in behaviour(request, context):
+                    yield response
+
+            return streamed
+
+        async def called(request: Any, context: Any) -> Any:
+            await principal_or_refusal(context)
+            return await behaviour(request, context)
+
+        return called
 
 
 def auth_interceptors(
     settings: AuthSettings, tenants: frozenset[str] | set[str] | None = None
 ) -> list[grpc.aio.ServerInterceptor]:
-    """The interceptors `settings` asks for: none without a tokens file (everything open)
-    and without certificate tenants. `tenants`: the names tokens may give as their tenant.
+    """The interceptor `settings` asks for: none without a tokens file and without
+    certificate tenants (every call open). `tenants`: the names tokens may give as their
+    tenant.
 
     Raises ConfigurationError when the tokens file is missing or invalid.
     """
-    interceptors: list[grpc.aio.ServerInterceptor] = []
-    if settings.tokens_file is not None:
-        store = TokenStore(
-            settings.tokens_file, tenants=None if tenants is None else frozenset(tenants)
-        )
-        interceptors.append(TokenAuthInterceptor(store, settings))
-    if settings.certificate_tenants:
-        interceptors.append(CertificateTenantInterceptor(settings.certificate_tenants))
-    return interceptors
+    callers = Callers(settings, None if tenants is None else frozenset(tenants))
+    if not callers.checks_anything:
+        return []
+    return [AuthInterceptor(callers, frozenset(settings.open_services))]

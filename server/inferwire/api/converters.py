@@ -134,27 +134,27 @@ def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
     return message
 
 
-class ModelStatusMessages:
-    """`model_status_to_proto`, kept per model while its status is the same object: the
-    core hands out a new ModelStatus whenever anything in it changes (ManagedModel.status),
-    so a status seen before gets the message made of it before."""
+class ListedModels:
+    """ListModels' one cache: the last answer and the statuses it was made of. A model's
+    `version` moves with every change but its last use, so under traffic the answer is
+    kept while the versions are the same, and only its `last_used` times are brought up to
+    date (grpc serializes the message as the handler returns, before another call runs)."""
 
     def __init__(self) -> None:
-        self._by_name: dict[str, tuple[types.ModelStatus, pb.ModelStatus]] = {}
+        self._statuses: tuple[types.ModelStatus, ...] = ()
+        self._response = pb.ListModelsResponse()
 
-    def of(self, status: types.ModelStatus) -> pb.ModelStatus:
-        found = self._by_name.get(status.name)
-        if found is None or found[0] is not status:
-            found = self._by_name[status.name] = (status, model_status_to_proto(status))
-        return found[1]
-
-    def keep_only(self, names: Iterable[str]) -> None:
-        """Forget the models not among `names` (run-time adapters that were removed)."""
-        kept = set(names)
-        self._by_name = {n: found for n, found in self._by_name.items() if n in kept}
-
-    def __len__(self) -> int:
-        return len(self._by_name)
+    def answer(self, statuses: Iterable[types.ModelStatus]) -> pb.ListModelsResponse:
+        listed, self._statuses = self._statuses, tuple(statuses)
+        if [s.version for s in listed] != [s.version for s in self._statuses]:
+            self._response = pb.ListModelsResponse(
+                models=[model_status_to_proto(s) for s in self._statuses]
+            )
+            return self._response
+        for message, was, now in zip(self._response.models, listed, self._statuses, strict=True):
+            if now.last_used != was.last_used and now.last_used is not None:
+                message.last_used.FromNanoseconds(round(now.last_used * 1e9))
+        return self._response
 
 
 def health_to_proto(report: types.HealthReport) -> pb.HealthResponse:

@@ -15,8 +15,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inferwire.api.peer_gone import write_or_await_cancellation
-from inferwire.api.status import MAX_MESSAGE_BYTES, bounded
 from inferwire.core.validation import model_name_problem
+from inferwire.edge.errors import MAX_MESSAGE_BYTES, bounded
 from inferwire.v1 import inference_pb2
 
 SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
-import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from typing import Any
@@ -35,15 +33,15 @@ from inferwire.api.handlers import (
     split_method,
 )
 from inferwire.api.metrics import GRPC_TYPE, PrometheusMetrics
-from inferwire.api.status import GO_CODE_NAME, MAX_FIELD_BYTES, bounded, deadline_of, rpc_code
+from inferwire.api.status import GO_CODE_NAME, deadline_of, rpc_code
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.edge.access import access_logged, write_access_line
 
 try:  # the inferwire[otel] extra
     from opentelemetry.trace import get_current_span
 except ImportError:
     get_current_span = None  # type: ignore[assignment]
 
-access_log = logging.getLogger("inferwire.access")
 # Their access line says `request finished`, whether or not the core saw the request;
 # every other RPC's says `rpc finished`.
 INFERENCE_METHODS = frozenset(
@@ -101,7 +99,7 @@ class _ObservedRpc:
         self._raw_context = context
         # Read now, while the call is live: by the time the access line is written the
         # client may have gone and grpc released the call (see api/handlers.py's rule).
-        self.peer = context.peer() if access_log.isEnabledFor(logging.INFO) else ""
+        self.peer = context.peer() if access_logged() else ""
         self.deadline = deadline_of(context)
         series.started()
 
@@ -168,66 +166,26 @@ def _first_set(request: Any, names: tuple[str, ...]) -> Any:
 def _write_access_line(
     rpc: _ObservedRpc, request: Any, code: grpc.StatusCode, elapsed_s: float
 ) -> None:
-    if not access_log.isEnabledFor(logging.INFO):
+    if not access_logged():
         return
-    record = rpc.record
-    principal = current_principal()
-    fields: dict[str, Any] = {
-        "method": rpc.method,
-        "peer": rpc.peer,
-        "code": code.name,
-        "principal": principal.name,
-    }
-    if record is None:
-        # Refused before the core saw it (no token, no access to the model, undecodable),
-        # or not an inference request at all.
+    request_id = model = ""
+    if rpc.record is None:  # the core did not see it: what the request itself names
         id_names, model_names = _field_names(request)
-        request_id = _first_set(request, id_names)
-        model = _first_set(request, model_names)
-        fields |= {
-            "request_id": bounded(request_id, MAX_FIELD_BYTES)
-            if isinstance(request_id, str)
-            else "",
-            "model": bounded(model, MAX_FIELD_BYTES) if isinstance(model, str) else "",
-            "tenant": principal.tenant,
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-        }
-    else:
-        fields |= {
-            "request_id": bounded(record.request_id, MAX_FIELD_BYTES),
-            "model": bounded(record.model, MAX_FIELD_BYTES),
-            "tenant": record.tenant,
-            "priority": record.priority,
-            "outcome": record.outcome.value,
-            "prompt_tokens": record.prompt_tokens,
-            "completion_tokens": record.completion_tokens,
-            "cancelled": record.outcome.cancelled,
-            "tokens_after_cancel": record.tokens_after_cancel,
-            "queue_ms": round(record.queue_s * 1e3, 3),
-        }
-        if record.text is not None:
-            fields |= {"prompt": record.prompt, "text": "".join(record.text)}
-    if rpc.trace_id:
-        fields["trace_id"] = rpc.trace_id
-    fields["duration_ms"] = round(elapsed_s * 1e3, 3)
-    message = "request finished" if rpc.method in INFERENCE_METHODS else "rpc finished"
-    # `logger.info` less its search of the stack for the caller, which costs about as much
-    # as formatting the line (the record names this function as where it was made), and
-    # less `makeRecord`'s check of each field against the record's own attributes: these
-    # field names are fixed, and none is one of them.
-    line = logging.getLogRecordFactory()(
-        access_log.name,
-        logging.INFO,
-        __file__,
-        sys._getframe().f_lineno,
-        message,
-        (),
-        None,
-        _write_access_line.__name__,
+        found_id, found_model = _first_set(request, id_names), _first_set(request, model_names)
+        request_id = found_id if isinstance(found_id, str) else ""
+        model = found_model if isinstance(found_model, str) else ""
+    write_access_line(
+        rpc.method,
+        rpc.peer,
+        code.name,
+        current_principal(),
+        rpc.record,
+        elapsed_s,
+        inference=rpc.method in INFERENCE_METHODS,
+        request_id=request_id,
+        model=model,
+        trace_id=rpc.trace_id,
     )
-    line.__dict__.update(fields)
-    access_log.handle(line)
 
 
 class ObservingInterceptor(RebuildingInterceptor):

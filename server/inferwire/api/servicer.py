@@ -13,10 +13,11 @@ import grpc
 from inferwire.api.auth import current_principal
 from inferwire.api.converters import (
     FINISH_REASON,
-    ModelStatusMessages,
+    ListedModels,
     health_to_proto,
     logprobs_to_proto,
     messages_from_proto,
+    model_status_to_proto,
     request_from_proto,
     timing_to_proto,
     usage_to_proto,
@@ -26,7 +27,6 @@ from inferwire.api.status import maps_errors_on_every_rpc
 from inferwire.core.adapters import AdapterSource
 from inferwire.core.lifecycle import Trigger
 from inferwire.core.manager import ModelManager
-from inferwire.core.types import ModelStatus
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
@@ -37,9 +37,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
 
     def __init__(self, manager: ModelManager) -> None:
         self._manager = manager
-        self._status_messages = ModelStatusMessages()
-        # The last ListModels answer and the statuses it was made of (see ListModels).
-        self._listed: tuple[tuple[ModelStatus, ...], pb.ListModelsResponse] | None = None
+        self._listed = ListedModels()
 
     async def LoadModel(
         self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
@@ -51,14 +49,14 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         status, evicted = await self._manager.load_evicting(
             request.model, Trigger.EXPLICIT, adapter
         )
-        return pb.LoadModelResponse(model=self._status_messages.of(status), evicted=evicted)
+        return pb.LoadModelResponse(model=model_status_to_proto(status), evicted=evicted)
 
     async def UnloadModel(
         self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.UnloadModelResponse:
         current_principal().require_model(request.model)
         status = await self._manager.unload(request.model)
-        return pb.UnloadModelResponse(model=self._status_messages.of(status))
+        return pb.UnloadModelResponse(model=model_status_to_proto(status))
 
     async def Infer(
         self, request: pb.InferRequest, context: grpc.aio.ServicerContext
@@ -126,15 +124,6 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListModelsResponse:
-        # The core's statuses are the same objects until a model changes, so an unchanged
-        # list is answered with the message made for it before (grpc only reads it).
         principal = current_principal()
         statuses = self._manager.list_models()
-        visible = tuple(s for s in statuses if principal.may_use(s.name))
-        listed = self._listed
-        if listed is None or listed[0] != visible:
-            if len(self._status_messages) > len(statuses):
-                self._status_messages.keep_only(s.name for s in statuses)
-            response = pb.ListModelsResponse(models=[self._status_messages.of(s) for s in visible])
-            listed = self._listed = (visible, response)
-        return listed[1]
+        return self._listed.answer(s for s in statuses if principal.may_use(s.name))

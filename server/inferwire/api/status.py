@@ -1,4 +1,5 @@
-"""The one place where domain errors become gRPC status codes, and statuses are bounded.
+"""Where domain errors become gRPC statuses: the edge's ErrorReply (edge/errors.py, the one
+table and the bounds) written as a status with google.rpc details.
 
 Every RPC of a servicer goes through `map_errors`: `maps_errors_on_every_rpc`
 wraps each method the service descriptor names, and refuses a class that lacks
@@ -11,90 +12,34 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf import any_pb2
 from google.protobuf.descriptor import ServiceDescriptor
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from inferwire.core import errors
-
-log = logging.getLogger(__name__)
-
-# Error kind -> status code, as in the design's table. Subclasses inherit their
-# parent's code; anything not listed is INTERNAL with a generic message.
-STATUS_CODE_BY_ERROR: dict[type[errors.InferwireError], grpc.StatusCode] = {
-    # A request field is invalid; details carry google.rpc.BadRequest.
-    errors.InvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
-    # The backend (e.g. Triton) refused the request as invalid; its message says why.
-    errors.BackendInvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
-    # The model is not configured (or not on its backend).
-    errors.ModelNotFoundError: grpc.StatusCode.NOT_FOUND,
-    # The model is known but not READY: fail closed.
-    errors.ModelNotReadyError: grpc.StatusCode.FAILED_PRECONDITION,
-    # The backend cannot be reached or is unhealthy.
-    errors.BackendUnavailableError: grpc.StatusCode.UNAVAILABLE,
-    # The backend cancelled the request by itself.
-    errors.BackendCancelledError: grpc.StatusCode.CANCELLED,
-    # Concurrency slots and the wait queue are full.
-    errors.QueueFullError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    # A model does not fit its memory budget; for a request, details carry RetryInfo.
-    errors.MemoryExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    # A tenant is over a quota; details carry QuotaFailure and RetryInfo.
-    errors.QuotaExceededError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    # The request's deadline passed.
-    errors.DeadlineExceededError: grpc.StatusCode.DEADLINE_EXCEEDED,
-    # No valid credentials.
-    errors.UnauthenticatedError: grpc.StatusCode.UNAUTHENTICATED,
-    # Credentials lack the needed scope.
-    errors.PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
-    # A model of that name exists with another definition.
-    errors.AlreadyExistsError: grpc.StatusCode.ALREADY_EXISTS,
-    # An RPC (or a feature of one) this server does not offer.
-    errors.NotSupportedError: grpc.StatusCode.UNIMPLEMENTED,
-}
+from inferwire.edge.errors import (
+    MAX_DESCRIPTION_BYTES,
+    MAX_DETAILS_BYTES,
+    Code,
+    ErrorReply,
+    error_reply,
+)
 
 
-def status_code_for(error: BaseException) -> grpc.StatusCode:
-    for kind in type(error).__mro__:
-        code = STATUS_CODE_BY_ERROR.get(kind)
-        if code is not None:
-            return code
-    return grpc.StatusCode.INTERNAL
-
-
-# Client input reaches statuses through messages and field descriptions (a model name,
-# a stop string, a backend's echo of the prompt). Every status is cut to these sizes, so
-# grpc-message plus grpc-status-details-bin stay far below the 8 KiB of metadata that
-# clients accept, even after percent-encoding (up to 3x) and base64 (4/3).
-MAX_MESSAGE_BYTES = 512
-MAX_FIELD_BYTES = 128
-MAX_DESCRIPTION_BYTES = 256
-MAX_DETAILS_BYTES = 2048
-
-
-def bounded(text: str, max_bytes: int) -> str:
-    """`text` when it fits in `max_bytes` of UTF-8; else its head, an ellipsis and its length."""
-    encoded = text.encode()
-    if len(encoded) <= max_bytes:
-        return text
-    suffix = f"… ({len(text)} characters)"
-    head = encoded[: max_bytes - len(suffix.encode())].decode(errors="ignore")
-    return head + suffix
-
-
-def bad_request(violations: list[errors.FieldViolation]) -> error_details_pb2.BadRequest:
-    """The violations as google.rpc.BadRequest, each bounded, all within MAX_DETAILS_BYTES."""
+def bad_request(violations: Sequence[errors.FieldViolation]) -> error_details_pb2.BadRequest:
+    """Bounded violations (ErrorReply's) as google.rpc.BadRequest, all within
+    MAX_DETAILS_BYTES: those that do not fit are counted in a last entry."""
     details = error_details_pb2.BadRequest()
     for index, violation in enumerate(violations):
         entry = error_details_pb2.BadRequest.FieldViolation(
-            field=bounded(violation.field, MAX_FIELD_BYTES),
-            description=bounded(violation.description, MAX_DESCRIPTION_BYTES),
+            field=violation.field, description=violation.description
         )
         if details.ByteSize() + entry.ByteSize() + 8 > MAX_DETAILS_BYTES - MAX_DESCRIPTION_BYTES:
             details.field_violations.add(
@@ -106,47 +51,39 @@ def bad_request(violations: list[errors.FieldViolation]) -> error_details_pb2.Ba
     return details
 
 
-def to_rpc_status(error: errors.InferwireError) -> grpc.Status:
-    code = status_code_for(error)
-    status = status_pb2.Status(
-        code=getattr(code_pb2, code.name), message=bounded(str(error), MAX_MESSAGE_BYTES)
-    )
-    if isinstance(error, errors.InvalidArgumentError) and error.violations:
-        detail = any_pb2.Any()
-        detail.Pack(bad_request(error.violations))
-        status.details.append(detail)
-    if isinstance(error, errors.QuotaExceededError):
+def reply_status(reply: ErrorReply) -> grpc.Status:
+    """An ErrorReply as a grpc status: the code, the message, and google.rpc details
+    (BadRequest, QuotaFailure, RetryInfo)."""
+    status = status_pb2.Status(code=int(reply.code), message=reply.message)
+    details: list[Message] = []
+    if reply.violations:
+        details.append(bad_request(reply.violations))
+    if reply.quota is not None:
         failure = error_details_pb2.QuotaFailure()
-        failure.violations.add(
-            subject=bounded(f"tenant:{error.tenant}", MAX_FIELD_BYTES),
-            description=f"{error.limit} exceeded",
-        )
-        detail = any_pb2.Any()
-        detail.Pack(failure)
-        status.details.append(detail)
-    if error.retry_delay_s is not None:
+        failure.violations.add(subject=reply.quota.subject, description=reply.quota.description)
+        details.append(failure)
+    if reply.retry_delay_s is not None:
         retry = error_details_pb2.RetryInfo()
-        retry.retry_delay.FromNanoseconds(round(error.retry_delay_s * 1e9))
-        detail = any_pb2.Any()
-        detail.Pack(retry)
-        status.details.append(detail)
+        retry.retry_delay.FromNanoseconds(round(reply.retry_delay_s * 1e9))
+        details.append(retry)
+    for detail in details:
+        packed = any_pb2.Any()
+        packed.Pack(detail)
+        status.details.append(packed)
     return rpc_status.to_status(status)
 
 
-INTERNAL_MESSAGE = "internal error; see the server log"
+def to_rpc_status(error: errors.InferwireError) -> grpc.Status:
+    return reply_status(error_reply(error))
 
 
 def client_status(error: Exception) -> tuple[grpc.StatusCode, str, tuple[Any, ...]]:
-    """The code, message and trailing metadata a client gets for `error`: its mapped status,
-    or for an unexpected error a generic INTERNAL, its stack trace logged here, never sent."""
-    if (
-        isinstance(error, errors.InferwireError)
-        and status_code_for(error) != grpc.StatusCode.INTERNAL
-    ):
-        status = to_rpc_status(error)
-        return status.code, status.details or "", tuple(status.trailing_metadata or ())
-    log.exception("unhandled error in RPC", exc_info=error)
-    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE, ()
+    """The code, message and trailing metadata a client gets for `error` (error_reply)."""
+    reply = error_reply(error)
+    if reply.code is Code.INTERNAL:
+        return grpc.StatusCode.INTERNAL, reply.message, ()
+    status = reply_status(reply)
+    return status.code, status.details or "", tuple(status.trailing_metadata or ())
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:

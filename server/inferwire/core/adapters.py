@@ -12,6 +12,7 @@ until it is unloaded (or the server restarts).
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,8 +32,9 @@ from inferwire.core.errors import (
     PermissionDeniedError,
 )
 from inferwire.core.memory import Footprint
-from inferwire.core.models import ManagedModel, ModelSpec
-from inferwire.core.types import BackendHealth, Capabilities, ChatMessage, ModelLimits, ModelState
+from inferwire.core.models import ManagedModel
+from inferwire.core.specs import ModelSpec
+from inferwire.core.types import BackendHealth, ChatMessage, ModelFacts, ModelState
 from inferwire.core.validation import require_model_name
 
 
@@ -56,7 +58,7 @@ class AdapterSource:
 
 class AdapterBackend(Backend):
     """The backend of an adapter model: the base's backend answers what the model is
-    (limits, tokenizer, chat template); subclasses load the adapter and generate."""
+    (its facts, tokenizer, chat template); subclasses load the adapter and generate."""
 
     def __init__(
         self, model_name: str, options: dict[str, Any], max_concurrency: int, base: Backend
@@ -64,16 +66,23 @@ class AdapterBackend(Backend):
         super().__init__(model_name, options, max_concurrency)
         self.base = base
 
+    async def load(self) -> ModelFacts:
+        """Load the adapter on the base's loaded model; its facts are the base's."""
+        facts = self.base.facts
+        if facts is None:
+            raise ModelNotReadyError(f"its base model {self.base.model_name!r} is not loaded")
+        await self.load_adapter()
+        self.facts = facts
+        return facts
+
+    @abc.abstractmethod
+    async def load_adapter(self) -> None:
+        """Make the adapter ready on the base's loaded model; raise a domain error if not."""
+
     async def health(self) -> BackendHealth:
         health = await self.base.health()
         base = self.base.model_name
         return BackendHealth(health.healthy, f"adapter on {base!r}: {health.detail}")
-
-    def capabilities(self) -> Capabilities:
-        return self.base.capabilities()
-
-    def limits(self) -> ModelLimits:
-        return self.base.limits()
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         return self.base.render_chat(messages)
@@ -116,9 +125,9 @@ class Adapters:
         self,
         models: dict[str, ManagedModel],
         settings: AdapterSettings,
-        managed: Callable[[ModelSpec, Backend], ManagedModel],
+        managed: Callable[[ModelSpec, Backend, ManagedModel | None], ManagedModel],
     ) -> None:
-        """`managed`: makes the manager's ManagedModel of a spec and its backend."""
+        """`managed`: makes the manager's ManagedModel of a spec, its backend and its base."""
         self._models = models
         self._managed = managed
         self._allowed = [Path(os.path.realpath(d)) for d in settings.allowed_dirs]
@@ -134,10 +143,7 @@ class Adapters:
             )
         spec = adapter_spec(base.spec, spec)
         backend = base.backend.adapter(spec.name, spec.options, spec.max_concurrency)
-        model = self._managed(spec, backend)
-        model.base = base
-        base.adapters.append(model)
-        return model
+        return self._managed(spec, backend, base)
 
     def registration(self, name: str, source: AdapterSource) -> ModelSpec | None:
         """The spec to register `name` from `source`; None when it is registered already
@@ -215,7 +221,7 @@ class Adapters:
         self._registered.discard(model.name)
         del self._models[model.name]
         if model.base is not None:
-            model.base.adapters.remove(model)
+            model.base.adapter_removed(model)
         return True
 
 

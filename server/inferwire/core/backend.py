@@ -1,9 +1,13 @@
 """The interface every backend implements; the core owns it, backends import it.
 
 A backend serves exactly one configured model. The model manager owns its
-lifecycle: it calls `load` once, then `infer` or `infer_stream` for any number
-of concurrent requests (up to the model's `max_concurrency`), `health` from the
-health watcher, and finally `unload` once no request is in flight.
+lifecycle: it calls `load` once, which returns the loaded model's `ModelFacts`
+(limits, capabilities, defaults: what cannot change until it unloads), then
+`infer` or `infer_stream` for any number of concurrent requests (up to the model's
+`max_concurrency`), `health` from the health watcher, and finally `unload` once no
+request is in flight. A request enters the backend once to be generated, and once
+more before that only when its chat messages need the model's template
+(`render_chat`): everything else the core needs it read from the facts.
 
 The core validates each request, renders its prompt, resolves max_tokens and
 matches stop strings; a backend only turns a `GenerationRequest` into text.
@@ -30,6 +34,7 @@ from inferwire.core.types import (
     ChatMessage,
     GenerationEnd,
     GenerationRequest,
+    ModelFacts,
     ModelLimits,
     TextDelta,
 )
@@ -91,6 +96,7 @@ class Backend(abc.ABC):
         self.model_name = model_name
         self.max_concurrency = max_concurrency
         self.options = self.parse_options(model_name, options)
+        self.facts: ModelFacts | None = None  # what the last load found (`loaded_facts`)
 
     @classmethod
     def parse_options(cls, model_name: str, options: dict[str, Any]) -> BackendOptions:
@@ -106,12 +112,23 @@ class Backend(abc.ABC):
             ) from None
 
     @abc.abstractmethod
-    async def load(self) -> None:
-        """Make the model ready to serve. Raise a domain error on failure.
+    async def load(self) -> ModelFacts:
+        """Make the model ready to serve; return what is fixed for it while it is loaded
+        (`loaded_facts` builds it). Raise a domain error on failure.
 
         The manager reports a failure as `model 'x' failed to load: <message>`, so the
         message says why without naming the model again.
         """
+
+    def loaded_facts(self, limits: ModelLimits, capabilities: Capabilities) -> ModelFacts:
+        """The facts of a model just loaded with these limits and capabilities, with what
+        the options every backend shares (`BackendOptions`) make of them; kept as `facts`
+        too, for the adapter models that run on this one."""
+        default_max_tokens = min(self.options.default_max_tokens, limits.max_output_tokens)
+        self.facts = ModelFacts(
+            limits, capabilities, default_max_tokens, self.options.context_separator
+        )
+        return self.facts
 
     def footprint(self) -> Footprint | None:
         """What the model will hold once loaded, estimated before loading, and on which
@@ -168,14 +185,6 @@ class Backend(abc.ABC):
     async def health(self) -> BackendHealth:
         """Whether the loaded model can serve right now."""
 
-    @abc.abstractmethod
-    def capabilities(self) -> Capabilities:
-        """What the loaded model can do."""
-
-    @abc.abstractmethod
-    def limits(self) -> ModelLimits:
-        """Request limits of the loaded model."""
-
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt the model's chat template makes of `messages`, the reply opened.
 
@@ -198,7 +207,3 @@ class Backend(abc.ABC):
             f"model {self.model_name!r} has no tokenizer in the gateway; backend "
             f"{self.name!r} does not tokenize"
         )
-
-    def default_max_tokens(self) -> int:
-        """max_tokens for requests that leave it unset."""
-        return min(self.options.default_max_tokens, self.limits().max_output_tokens)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from inferwire.core.backend import Backend, GenerationEvents
+from inferwire.core.backend import GenerationEvents
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.models import ManagedModel
 from inferwire.core.record import RequestRecord
 from inferwire.core.stop_sequences import HeldLogprobs, StopSequenceMatcher
 from inferwire.core.types import (
@@ -22,6 +23,7 @@ from inferwire.core.types import (
     GenerationParams,
     GenerationRequest,
     InferenceRequest,
+    ModelFacts,
     ModelLimits,
     TextDelta,
     TokenLogprob,
@@ -35,24 +37,24 @@ def render_prompt(prompt: str, context: Sequence[str], separator: str) -> str:
 
 
 def generation_request(
-    model: str, backend: Backend, request: InferenceRequest, request_id: str
+    model: ManagedModel, facts: ModelFacts, request: InferenceRequest, request_id: str
 ) -> GenerationRequest:
     """The backend's view of a shape-validated request, under the ID its record uses (made
-    up when the caller sent none); raise for a limit the model sets."""
-    limits = backend.limits()
+    up when the caller sent none); raise for a limit the model sets. Only chat messages
+    enter the backend (its template renders them): the rest comes from the model's facts."""
     params = request.params
-    violations = list(_limit_violations(model, params, limits))
-    violations += _capability_violations(model, params, backend.capabilities())
+    violations = list(_limit_violations(model.name, params, facts.limits))
+    violations += _capability_violations(model.name, params, facts.capabilities)
     if violations:
         raise InvalidArgumentError(violations)
     if request.messages:
-        prompt = backend.render_chat(request.messages)
+        prompt = model.backend.render_chat(request.messages)
     else:
-        prompt = render_prompt(request.prompt, request.context, backend.options.context_separator)
+        prompt = render_prompt(request.prompt, request.context, facts.context_separator)
     return GenerationRequest(
         request_id=request_id,
         prompt=prompt,
-        max_tokens=backend.default_max_tokens() if params.max_tokens is None else params.max_tokens,
+        max_tokens=facts.default_max_tokens if params.max_tokens is None else params.max_tokens,
         params=params,
         deadline=request.deadline,
         has_context=bool(request.context),

@@ -82,27 +82,24 @@ class Lifecycle:
                 return []
             require_base_ready(model)
             evicted = await self.residency.make_room(model, wait_s, self._evict)
-            model.state, model.detail, model.load_error = ModelState.LOADING, "", ""
+            model.load_started()
             await self._publish_health()
             started = time.perf_counter()
             try:
                 with self.residency.measuring(model):
-                    await model.backend.load()
+                    facts = await model.backend.load()
                 health = await model.backend.health()
             except BaseException as exc:
                 self.residency.release(model)
                 if not isinstance(exc, Exception):  # cancelled: the server is stopping
-                    model.state = ModelState.UNLOADED
+                    model.unloaded()
                     raise
                 error = await self._failed(model, exc)
                 if error is exc:
                     raise
                 raise error from exc
             seconds = time.perf_counter() - started
-            model.loaded_at, model.failed_at = time.monotonic(), None
-            model.used(model.loaded_at, time.time())
-            model.state, model.detail = ModelState.READY, health.detail
-            model.backend_healthy = health.healthy
+            model.loaded(facts, health)
             await self._publish_health()
             self.residency.metrics.model_loaded(model.name, trigger.value, seconds)
             log.info(
@@ -118,9 +115,7 @@ class Lifecycle:
 
     async def _failed(self, model: ManagedModel, exc: Exception) -> InferwireError:
         """Record a failed load; the error to raise for it."""
-        model.load_error = str(exc)
-        model.state, model.detail = ModelState.FAILED, f"load failed: {exc}"
-        model.backend_healthy, model.failed_at = False, time.monotonic()
+        model.load_failed(str(exc))
         await self._publish_health()
         # Engine errors (a corrupt file, out of memory) are the operator's to fix,
         # like configuration errors: report them all as a failed precondition.
@@ -141,11 +136,12 @@ class Lifecycle:
         """
         async with model.lifecycle_lock:
             if model.state in (ModelState.UNLOADED, ModelState.FAILED):
-                model.state = ModelState.UNLOADED
+                model.unloaded()  # deliberately: a failed model no longer counts (serving)
+                await self._publish_health()
                 return
             if not shutting_down:
                 require_no_adapters(model)
-            model.state, model.detail = ModelState.UNLOADING, ""
+            model.unloading()
             await self._publish_health()
             await model.idle.wait()
             try:
@@ -156,7 +152,7 @@ class Lifecycle:
             log.info("model unloaded", extra={"model": model.name, "reason": why or "requested"})
 
     def _unloaded(self, model: ManagedModel, why: str) -> None:
-        model.state, model.backend_healthy, model.detail = ModelState.UNLOADED, False, why
+        model.unloaded(why)
         self.residency.release(model)
 
     async def _evict(self, victim: ManagedModel, for_model: str) -> bool:
@@ -167,7 +163,7 @@ class Lifecycle:
         async with victim.lifecycle_lock:
             if victim.state is not ModelState.READY or victim.busy:
                 return False
-            victim.state, victim.detail = ModelState.UNLOADING, ""
+            victim.unloading()
             try:
                 await victim.backend.unload()
             finally:
@@ -196,19 +192,18 @@ class Lifecycle:
         if load is None or load.cancelling():
             load = asyncio.create_task(self._load_on_demand(model), name=f"load {model.name}")
             self._on_demand[model.name] = load
-        model.load_waiters += 1  # a model with waiters is not evicted
         try:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            try:
-                await asyncio.wait_for(asyncio.shield(load), remaining)
-            except TimeoutError:
-                if (shortage := self.residency.waiting_for_memory(model)) is not None:
-                    raise shortage from None
-                raise DeadlineExceededError(
-                    f"model {model.name!r} was still loading at the request's deadline"
-                ) from None
+            with model.awaiting_load():  # a model with waiters is not evicted
+                remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                try:
+                    await asyncio.wait_for(asyncio.shield(load), remaining)
+                except TimeoutError:
+                    if (shortage := self.residency.waiting_for_memory(model)) is not None:
+                        raise shortage from None
+                    raise DeadlineExceededError(
+                        f"model {model.name!r} was still loading at the request's deadline"
+                    ) from None
         finally:
-            model.load_waiters -= 1
             if not model.load_waiters and self.residency.waiting_for_memory(model):
                 load.cancel()  # nobody waits for the memory any more
         return time.perf_counter() - started

@@ -23,16 +23,11 @@ from inferwire.core.generation import generation_request, join, stop_at_sequence
 from inferwire.core.lifecycle import HealthHooks, Lifecycle, Trigger
 from inferwire.core.memory import MemorySettings
 from inferwire.core.metrics import MemoryMetrics, MetricsListener, NoMemoryMetrics, NoMetrics
-from inferwire.core.models import (
-    FAILURE_COOLDOWN_S,
-    ManagedModel,
-    ModelSpec,
-    backend_health_reports,
-    duplicate_name,
-)
+from inferwire.core.models import FAILURE_COOLDOWN_S, ManagedModel, backend_health_reports
 from inferwire.core.quotas import TokenCharge
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.residency import Residency
+from inferwire.core.specs import ModelSpec, duplicate_name
 from inferwire.core.tenants import Tenants, admitted
 from inferwire.core.tracing import GENERATE, NO_TRACER, Tracer
 from inferwire.core.types import (
@@ -121,13 +116,16 @@ class ModelManager:
         health = HealthHooks(self._publish_health, self._refresh_health)
         self._lifecycle = Lifecycle(residency, health, self._failure_cooldown_s)
 
-    def _managed(self, spec: ModelSpec, backend: Backend) -> ManagedModel:
+    def _managed(
+        self, spec: ModelSpec, backend: Backend, base: ManagedModel | None = None
+    ) -> ManagedModel:
         return ManagedModel(
             spec,
             backend,
             self._metrics.load_changed,
             self._tenants.scheduling.max_wait_s,
             self._tenants.clock,
+            base,
         )
 
     def _model_added(self, name: str) -> None:
@@ -345,8 +343,8 @@ class ModelManager:
             with admitted(self._tenants, request, record) as admission:
                 model.used(time.monotonic(), time.time())
                 record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
-                model.require_ready()
-                job = generation_request(model.name, model.backend, request, record.request_id)
+                facts = model.require_ready()
+                job = generation_request(model, facts, request, record.request_id)
                 async with model.slot(self._tracer, admission.claim):
                     record.admitted = time.perf_counter()
                     with self._tracer.span(GENERATE):
@@ -391,10 +389,11 @@ class ModelManager:
 
     @property
     def serving(self) -> bool:
-        """The server accepts work and every start-up model is ready."""
-        return self._accepting and all(
-            m.ready for m in self._models.values() if m.spec.load_on_startup
-        )
+        """The server accepts work and every model meant to be loaded now is ready: the
+        start-up models and those loaded since, less those deliberately unloaded or evicted
+        since (as Triton's readiness counts the models that should be loaded). A model whose
+        load failed, or whose backend lost it, still counts until it is unloaded."""
+        return self._accepting and all(m.ready for m in self._models.values() if m.wanted)
 
     def health_statuses(self) -> dict[str, bool]:
         """Readiness keyed by model name, plus '' for the whole server."""

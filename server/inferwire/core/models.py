@@ -1,20 +1,21 @@
 """One configured model as the manager holds it: its state, its slots and queue, its counters.
 
-The manager (core/manager.py) decides when a model loads, unloads and serves; a
-`ManagedModel` keeps what that takes, and admits requests under the model's
-concurrency limit through its bounded wait queue.
+The manager (core/manager.py) decides when a model loads, unloads and serves; the
+lifecycle (core/lifecycle.py) and residency (core/residency.py) carry it out. A
+`ManagedModel` is the one owner of what that leaves behind: its fields are read-only from
+outside, and each change goes through one of its methods (load started, loaded, failed,
+unloading, unloaded, charged, used, ...), which moves its `version`. It also admits
+requests under the model's concurrency limit through its bounded wait queue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from inferwire.core.backend import Backend
 from inferwire.core.errors import (
@@ -23,20 +24,21 @@ from inferwire.core.errors import (
     ModelNotReadyError,
     QueueFullError,
 )
-from inferwire.core.memory import ByteSize, Footprint
+from inferwire.core.memory import Footprint
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.scheduling import Claim, FairQueue
+from inferwire.core.specs import ModelSpec
 from inferwire.core.tracing import QUEUE, Tracer
 from inferwire.core.types import (
     BackendHealth,
     BackendHealthReport,
     Durations,
     InferenceStatistics,
+    ModelFacts,
     ModelHealthReport,
     ModelState,
     ModelStatus,
 )
-from inferwire.core.validation import model_name_problem
 
 log = logging.getLogger("inferwire.core.manager")  # health changes: the manager's log
 
@@ -46,67 +48,16 @@ log = logging.getLogger("inferwire.core.manager")  # health changes: the manager
 FAILURES_BEFORE_NOT_READY = 3
 FAILURE_COOLDOWN_S = 5.0
 
-
-class ModelSpec(BaseModel):
-    """A model as declared in the configuration: one entry of the `models:` list.
-
-    The configuration (`inferwire.config.ModelConfig`) is this class plus the check of
-    `options` against the backend's own options type; the manager takes it as it is.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    name: str
-    """The name clients use; also the grpc.health.v1 service `model/<name>`. Up to 128
-    letters, digits, '.', '_' and '-', starting with a letter or digit."""
-    backend: str = "onnxruntime-genai"
-    """Backend that serves the model: onnxruntime-genai (embedded) or triton."""
-    adapter_of: str | None = None
-    """Makes this an adapter model: a LoRA adapter served on the named base model, which
-    must be configured (not itself an adapter). Its `options` are the adapter's: the
-    base's backend says which (docs/adapters.md); `backend` is the base's."""
-    load_on_startup: bool = False
-    """Load when the server starts; the server reports SERVING only once it is READY."""
-    max_concurrency: int = Field(default=8, ge=1)
-    """Requests the model runs at once."""
-    max_queue: int = Field(default=64, ge=0)
-    """Requests that may wait for a slot; beyond that, RESOURCE_EXHAUSTED."""
-    options: dict[str, Any] = Field(default_factory=dict)
-    """Backend-specific settings, validated by the backend; unknown keys are an error."""
-    pinned: bool = False
-    """Never evicted to make room for another model (explicit unloads still work)."""
-    on_demand: bool = False
-    """Infer, InferStream and Tokenize load the model when it is not resident."""
-    idle_unload_s: float | None = Field(default=None, gt=0)
-    """Unload the model after this long without a request (scale it to zero)."""
-    memory_bytes: ByteSize | None = None
-    """The model's declared footprint on its device (KiB/MiB/GiB or bytes); unset: the
-    backend's estimate."""
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, name: str) -> str:
-        if (problem := model_name_problem(name)) is not None:
-            raise ValueError(problem)
-        return name
-
-
-def duplicate_name(specs: Iterable[ModelSpec]) -> str | None:
-    """Why `specs` cannot be served together (a name declared twice), or None."""
-    seen: set[str] = set()
-    for spec in specs:
-        if spec.name in seen:
-            return f"model {spec.name!r} is declared twice"
-        seen.add(spec.name)
-    return None
-
-
 # Reports a model's queued and running requests (the manager's metrics listener).
 LoadReporter = Callable[[str, int, int], None]
 
 _ANYONE = Claim()  # a request that names no tenant
 _STATISTICS = ("succeeded", "failed", "queued", "computed")
 _FINISHED = (Outcome.STOP, Outcome.STOP_SEQUENCE, Outcome.LENGTH)
+_GONE = (ModelState.UNLOADED, ModelState.FAILED)
+# Every change of every model takes the next number, so a version names one model's one
+# state: a model registered again (a run-time adapter) never repeats an earlier version.
+_VERSIONS = itertools.count(1)
 
 _NOT_READY_HINT = {
     ModelState.UNLOADED: "call LoadModel first",
@@ -123,120 +74,260 @@ class ManagedModel:
         report_load: LoadReporter,
         max_wait_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        base: ManagedModel | None = None,
     ) -> None:
-        """`max_wait_s`: when a waiting batch request ages up (core/scheduling.py)."""
+        """`max_wait_s`: when a waiting batch request ages up (core/scheduling.py);
+        `base`: an adapter model's base model."""
         self.spec = spec
         self.backend = backend
-        self.state = ModelState.UNLOADED
-        self.detail = ""
-        self.load_error = ""  # why the last load failed, in the backend's words
-        self.backend_healthy = False
-        self.lifecycle_lock = asyncio.Lock()
+        self.lifecycle_lock = asyncio.Lock()  # serialises this model's loads and unloads
         self.slots = FairQueue(spec.max_concurrency, max_wait_s, clock)
-        self.running = 0
-        self.queued = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        self._state = ModelState.UNLOADED
+        self._detail = ""
+        self._load_error = ""  # why the last load failed, in the backend's words
+        self._backend_healthy = False
+        self._facts: ModelFacts | None = None  # what the loaded model is (Backend.load)
+        # Whether the server's readiness waits for this model: a start-up model, or one
+        # loaded since, until it is deliberately unloaded (or evicted); see `serving`.
+        self._wanted = spec.load_on_startup
+        self._running = 0
+        self._queued = 0
         self.requests_total = 0
         self.generated_tokens_total = 0
-        self.backend_failures = 0  # consecutive requests that failed in the backend
-        self.failing_since: float | None = None  # when those failures took readiness away
+        self._backend_failures = 0  # consecutive requests that failed in the backend
+        self._failing_since: float | None = None  # when those failures took readiness away
         # Residency (core/residency.py): what the model holds against its budget while it
         # is LOADING, READY or UNLOADING, and when it was loaded and last used.
-        self.charged: Footprint | None = None
-        self.memory_detail = ""  # the footprint's estimate and measured delta, once loaded
-        self.loaded_at = 0.0  # time.monotonic()
-        self.last_used: float | None = None  # time.monotonic()
-        self.last_used_wall: float | None = None  # time.time(), for ListModels
-        self.failed_at: float | None = None  # when its last load failed (time.monotonic())
-        self.load_waiters = 0  # requests waiting for it to load on demand
-        self.base: ManagedModel | None = None  # an adapter model's base
-        self.adapters: list[ManagedModel] = []  # a base model's adapter models
+        self._charged: Footprint | None = None
+        self._memory_detail = ""  # the footprint's estimate and measured delta, once loaded
+        self._loaded_at = 0.0  # time.monotonic()
+        self._last_used: float | None = None  # time.monotonic()
+        self._last_used_wall: float | None = None  # time.time(), for ListModels
+        self._failed_at: float | None = None  # when its last load failed (time.monotonic())
+        self._load_waiters = 0  # requests waiting for it to load on demand
+        self._base = base
+        self._adapters: list[ManagedModel] = []  # a base model's adapter models
+        if base is not None:
+            base._adapters.append(self)
         self._report_load = report_load
         # Ended requests by kind (see `request_ended`): [count, total seconds].
         self._durations = {kind: [0, 0.0] for kind in _STATISTICS}
         self._last_ended_unix_ms = 0
-        self._status: tuple[tuple[Any, ...], ModelStatus] | None = None  # see `status`
+        self._version = next(_VERSIONS)
+        self._status: tuple[tuple[int, float | None], ModelStatus] | None = None
+
+    # ---- what it is now (read-only) --------------------------------------------------
 
     @property
     def name(self) -> str:
         return self.spec.name
 
     @property
+    def state(self) -> ModelState:
+        return self._state
+
+    @property
+    def detail(self) -> str:
+        return self._detail
+
+    @property
+    def load_error(self) -> str:
+        return self._load_error
+
+    @property
+    def backend_healthy(self) -> bool:
+        return self._backend_healthy
+
+    @property
+    def facts(self) -> ModelFacts | None:
+        """What the loaded model is; None while it is not READY."""
+        return self._facts
+
+    @property
+    def version(self) -> int:
+        """Moves with every change `status` reports, but `last_used`."""
+        return self._version
+
+    @property
+    def wanted(self) -> bool:
+        return self._wanted
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    @property
+    def charged(self) -> Footprint | None:
+        return self._charged
+
+    @property
+    def loaded_at(self) -> float:
+        return self._loaded_at
+
+    @property
+    def last_used(self) -> float | None:
+        return self._last_used
+
+    @property
+    def failed_at(self) -> float | None:
+        return self._failed_at
+
+    @property
+    def load_waiters(self) -> int:
+        return self._load_waiters
+
+    @property
+    def base(self) -> ManagedModel | None:
+        return self._base
+
+    @property
+    def adapters(self) -> tuple[ManagedModel, ...]:
+        return tuple(self._adapters)
+
+    @property
     def ready(self) -> bool:
         return (
-            self.state is ModelState.READY and self.backend_healthy and self.failing_since is None
+            self._state is ModelState.READY
+            and self._backend_healthy
+            and self._failing_since is None
         )
 
     @property
     def serves(self) -> bool:
         """A request for it would succeed: it is ready, or an on-demand model that is not
         loaded and whose last load did not fail (model/<name> health)."""
-        if self.state is ModelState.READY or not self.spec.on_demand:
+        if self._state is ModelState.READY or not self.spec.on_demand:
             return self.ready
-        return self.state is not ModelState.FAILED
+        return self._state is not ModelState.FAILED
 
     @property
     def busy(self) -> bool:
         """Requests run, queue or wait for it to load: it is not evicted."""
-        return self.running > 0 or self.queued > 0 or self.load_waiters > 0
+        return self._running > 0 or self._queued > 0 or self._load_waiters > 0
 
     def loaded_adapters(self) -> list[str]:
         """This base's adapter models that hold (or are taking) the base's model."""
-        gone = (ModelState.UNLOADED, ModelState.FAILED)
-        return [a.name for a in self.adapters if a.state not in gone]
+        return [a.name for a in self._adapters if a._state not in _GONE]
+
+    # ---- its lifecycle (core/lifecycle.py) -------------------------------------------
+
+    def _changed(self) -> None:
+        self._version = next(_VERSIONS)
+
+    def load_started(self) -> None:
+        self._state, self._detail, self._load_error = ModelState.LOADING, "", ""
+        self._changed()
+
+    def loaded(self, facts: ModelFacts, health: BackendHealth) -> None:
+        self._loaded_at, self._failed_at = time.monotonic(), None
+        self.used(self._loaded_at, time.time())
+        self._state, self._facts, self._wanted = ModelState.READY, facts, True
+        self._detail, self._backend_healthy = health.detail, health.healthy
+        self._changed()
+
+    def load_failed(self, error: str) -> None:
+        self._state, self._detail, self._load_error = (
+            ModelState.FAILED,
+            f"load failed: {error}",
+            error,
+        )
+        self._backend_healthy, self._failed_at, self._facts = False, time.monotonic(), None
+        self._changed()
+
+    def unloading(self) -> None:
+        self._state, self._detail = ModelState.UNLOADING, ""
+        self._changed()
+
+    def unloaded(self, why: str | None = None) -> None:
+        """Not loaded any more, deliberately (an unload, an eviction, an idle unload, a
+        load cancelled at shutdown); `why`: the detail to report (None: kept)."""
+        self._state, self._backend_healthy, self._facts = ModelState.UNLOADED, False, None
+        self._wanted = False
+        if why is not None:
+            self._detail = why
+        self._changed()
+
+    @contextlib.contextmanager
+    def awaiting_load(self) -> Iterator[None]:
+        """A request waits for this model to load on demand: it is not evicted meanwhile."""
+        self._load_waiters += 1
+        try:
+            yield
+        finally:
+            self._load_waiters -= 1
+
+    def adapter_removed(self, adapter: ManagedModel) -> None:
+        """A run-time adapter model of this base is gone (core/adapters.py)."""
+        self._adapters.remove(adapter)
+
+    # ---- its memory (core/residency.py) ----------------------------------------------
+
+    def charge(self, footprint: Footprint | None) -> None:
+        self._charged = footprint
+        self._changed()
+
+    def discharge(self) -> Footprint | None:
+        """Hold nothing against the budget any more; returns what it held."""
+        charged, self._charged, self._memory_detail = self._charged, None, ""
+        self._changed()
+        return charged
+
+    def measured(self, memory_detail: str) -> None:
+        """The footprint's estimate and the memory measured around its load."""
+        self._memory_detail = memory_detail
+        self._changed()
+
+    # ---- what it reports ---------------------------------------------------------------
 
     def used(self, now: float, wall: float) -> None:
-        self.last_used, self.last_used_wall = now, wall
+        """A request arrived or ended: eviction order and idle unloads go by it."""
+        self._last_used, self._last_used_wall = now, wall
 
     def status(self) -> ModelStatus:
-        """What ListModels says of the model. The same object until something it says
-        changes, so the gRPC layer keeps the message it made of it (api/converters.py)."""
-        key = (
-            self.state,
-            self.detail,
-            self.ready,
-            self.memory_detail,
-            self.charged.amount if self.charged is not None else 0,
-            self.last_used_wall,
-            # Capabilities describe the loaded model (the Backend contract): they change
-            # only with a load, which sets loaded_at.
-            self.loaded_at,
-        )
+        """What ListModels says of the model: the same object while neither its version
+        nor its last use moved."""
+        key = (self._version, self._last_used_wall)
         if self._status is None or self._status[0] != key:
             self._status = (key, self._make_status())
         return self._status[1]
 
     def _make_status(self) -> ModelStatus:
-        capabilities = self.backend.capabilities() if self.state is ModelState.READY else None
-        detail = self.detail
-        if self.state is ModelState.READY and not self.ready:
+        facts = self._facts if self._state is ModelState.READY else None
+        detail = self._detail
+        if self._state is ModelState.READY and not self.ready:
             # READY is the lifecycle (loaded); the detail says it cannot serve right now.
             detail = f"not serving: {detail}"
-        if self.state is ModelState.READY and self.memory_detail:
-            detail = f"{detail}; {self.memory_detail}" if detail else self.memory_detail
+        if self._state is ModelState.READY and self._memory_detail:
+            detail = f"{detail}; {self._memory_detail}" if detail else self._memory_detail
         return ModelStatus(
             self.spec.name,
             self.spec.backend,
-            self.state,
+            self._state,
             detail,
-            capabilities,
+            facts.capabilities if facts is not None else None,
             pinned=self.spec.pinned,
             on_demand=self.spec.on_demand,
-            resident_bytes=self.charged.amount if self.charged is not None else 0,
-            last_used=self.last_used_wall,
+            resident_bytes=self._charged.amount if self._charged is not None else 0,
+            last_used=self._last_used_wall,
             base_model=self.spec.adapter_of or "",
+            version=self._version,
         )
 
     def health_report(self) -> ModelHealthReport:
         return ModelHealthReport(
             name=self.spec.name,
             backend=self.spec.backend,
-            state=self.state,
+            state=self._state,
             ready=self.ready,
-            detail=self.detail,
-            inflight=self.running,
-            queued=self.queued,
+            detail=self._detail,
+            inflight=self._running,
+            queued=self._queued,
             requests_total=self.requests_total,
             generated_tokens_total=self.generated_tokens_total,
         )
@@ -261,22 +352,26 @@ class ManagedModel:
             name=self.spec.name, **durations, last_inference_unix_ms=self._last_ended_unix_ms
         )
 
-    def require_ready(self) -> None:
-        """Fail closed: refuse work unless the model is loaded."""
-        if self.state is not ModelState.READY:
-            hint = _NOT_READY_HINT.get(self.state, f"its last load failed: {self.load_error}")
+    # ---- admission ---------------------------------------------------------------------
+
+    def require_ready(self) -> ModelFacts:
+        """Fail closed: refuse work unless the model is loaded; what it is, when it is."""
+        facts = self._facts
+        if self._state is not ModelState.READY or facts is None:
+            hint = _NOT_READY_HINT.get(self._state, f"its last load failed: {self._load_error}")
             raise ModelNotReadyError(
-                f"model {self.spec.name!r} is {self.state.value}, not READY: {hint}"
+                f"model {self.spec.name!r} is {self._state.value}, not READY: {hint}"
             )
+        return facts
 
     @contextlib.asynccontextmanager
     async def slot(self, tracer: Tracer, claim: Claim | None = None) -> AsyncIterator[None]:
         """Run under the model's concurrency limit, waiting in its bounded queue if needed:
         priority first, then fairly between tenants (`claim`)."""
-        if self.slots.saturated and self.queued >= self.spec.max_queue:
+        if self.slots.saturated and self._queued >= self.spec.max_queue:
             raise QueueFullError(
                 f"model {self.spec.name!r} is at capacity: {self.spec.max_concurrency} running "
-                f"and {self.queued} queued (max_queue {self.spec.max_queue}); retry later"
+                f"and {self._queued} queued (max_queue {self.spec.max_queue}); retry later"
             )
         self.requests_total += 1
         self.idle.clear()
@@ -285,31 +380,33 @@ class ManagedModel:
                 if not self.slots.try_acquire(claim or _ANYONE):
                     await self._wait_for_slot(claim or _ANYONE)
             try:
-                self.running += 1
+                self._running += 1
                 self._changed_load()
                 self.require_ready()  # it may have started unloading while this one waited
                 yield
             finally:
-                self.running -= 1
+                self._running -= 1
                 self._changed_load()
                 self.slots.release()
         finally:
-            if self.running == 0 and self.queued == 0:
+            if self._running == 0 and self._queued == 0:
                 self.idle.set()
 
     async def _wait_for_slot(self, claim: Claim) -> None:
         """Wait in the queue, counted in `queued` (a request that gets a slot at once is
         never counted there)."""
-        self.queued += 1
+        self._queued += 1
         self._changed_load()
         try:
             await self.slots.acquire(claim)
         finally:
-            self.queued -= 1
+            self._queued -= 1
             self._changed_load()
 
     def _changed_load(self) -> None:
-        self._report_load(self.spec.name, self.queued, self.running)
+        self._report_load(self.spec.name, self._queued, self._running)
+
+    # ---- its health --------------------------------------------------------------------
 
     def checked(self, health: BackendHealth | BaseException, now: float, cooldown_s: float) -> bool:
         """Take in a health check's answer (or its failure); True when what the model
@@ -318,21 +415,23 @@ class ManagedModel:
             healthy, detail = False, f"health check failed: {health}"
         else:
             healthy, detail = health.healthy, health.detail
-        if self.state is not ModelState.READY:
+        if self._state is not ModelState.READY:
             return False
         changed = False
-        if healthy and self.failing_since is not None and now - self.failing_since >= cooldown_s:
+        if healthy and self._failing_since is not None and now - self._failing_since >= cooldown_s:
             # Half-open: a healthy check after the cool-down lets requests try again.
-            self.failing_since, self.backend_failures = None, 0
+            self._failing_since, self._backend_failures = None, 0
             changed = True
-        if healthy != self.backend_healthy or detail != self.detail:
-            if healthy != self.backend_healthy:
+        if healthy != self._backend_healthy or detail != self._detail:
+            if healthy != self._backend_healthy:
                 log.warning(
                     "model health changed",
                     extra={"model": self.name, "healthy": healthy, "detail": detail},
                 )
-            self.backend_healthy, self.detail = healthy, detail
+            self._backend_healthy, self._detail = healthy, detail
             changed = True
+        if changed:
+            self._changed()
         return changed
 
     def request_failed(self, error: Exception) -> bool:
@@ -342,19 +441,21 @@ class ManagedModel:
         """
         if isinstance(error, InferwireError) and not isinstance(error, BackendUnavailableError):
             return False  # the request's fault (or a limit), not the backend's
-        self.backend_failures += 1
-        if self.backend_failures < FAILURES_BEFORE_NOT_READY or self.failing_since is not None:
+        self._backend_failures += 1
+        if self._backend_failures < FAILURES_BEFORE_NOT_READY or self._failing_since is not None:
             return False
-        self.failing_since = time.monotonic()
-        self.detail = f"the last {self.backend_failures} requests failed ({error})"
+        self._failing_since = time.monotonic()
+        self._detail = f"the last {self._backend_failures} requests failed ({error})"
+        self._changed()
         return True
 
     def request_succeeded(self) -> bool:
         """Count a request that succeeded; True when it gave the model's readiness back."""
-        self.backend_failures = 0
-        if self.failing_since is None:
+        self._backend_failures = 0
+        if self._failing_since is None:
             return False
-        self.failing_since = None
+        self._failing_since = None
+        self._changed()
         return True
 
 

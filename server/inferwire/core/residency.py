@@ -203,14 +203,13 @@ class Residency:
     # ---- charges --------------------------------------------------------------------
 
     def charge(self, model: ManagedModel, footprint: Footprint | None) -> None:
-        model.charged = footprint
+        model.charge(footprint)
         if footprint is not None:
             self._changed(model, footprint)
 
     def release(self, model: ManagedModel) -> None:
         """`model` no longer holds memory (unloaded, or its load failed)."""
-        charged, model.charged = model.charged, None
-        model.memory_detail = ""
+        charged = model.discharge()
         if charged is not None:
             self._changed(model, charged)
         self.memory_may_have_freed()
@@ -266,4 +265,4 @@ class Residency:
                 },
             )
         self._overlapped.discard(model.name)
-        model.memory_detail = f"{estimate}; {measured} at load"
+        model.measured(f"{estimate}; {measured} at load")

@@ -240,6 +240,18 @@ class ModelLimits:
 
 
 @dataclass(frozen=True)
+class ModelFacts:
+    """What is fixed for a loaded model. `Backend.load` returns it, the core keeps it on the
+    model until the model unloads, and no request asks the backend again (TGI's router
+    reads its model's `Info` once, the same way)."""
+
+    limits: ModelLimits
+    capabilities: Capabilities  # `chat`: the model has a chat template
+    default_max_tokens: int  # for requests that leave max_tokens unset
+    context_separator: str  # joins context passages, and separates them from the prompt
+
+
+@dataclass(frozen=True)
 class BackendHealth:
     """Whether a backend's loaded model can serve right now, and why not."""
 
@@ -261,6 +273,9 @@ class ModelStatus:
     resident_bytes: int = 0  # held against its device's budget (a Triton pool: 1)
     last_used: float | None = None  # time.time() of its last request (or load)
     base_model: str = ""  # an adapter model's base; empty for a base model
+    # Changes with everything above but `last_used`, and is never the same for two
+    # models: the api edge keeps the message it made of a status while this is unchanged.
+    version: int = 0
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from inferwire.api.status import MAX_MESSAGE_BYTES, bounded, to_rpc_status
+from inferwire.api.status import to_rpc_status
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotFoundError
+from inferwire.edge.errors import MAX_MESSAGE_BYTES, bounded
 from inferwire.v1 import inference_pb2 as pb
 from tests.support.status import bad_request_fields
 

@@ -11,8 +11,9 @@ import logging
 import grpc
 import pytest
 
-from inferwire.api.status import STATUS_CODE_BY_ERROR, map_errors
+from inferwire.api.status import map_errors
 from inferwire.core import errors
+from inferwire.edge.errors import CODE_BY_ERROR
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
@@ -80,7 +81,7 @@ async def test_unexpected_errors_are_internal_without_details_and_logged(raising
     assert error.value.code() == grpc.StatusCode.INTERNAL
     assert "secret" not in error.value.details()
     assert "Traceback" not in error.value.details()
-    logged = [r for r in caplog.records if r.name == "inferwire.api.status"]
+    logged = [r for r in caplog.records if r.name == "inferwire.edge.errors"]
     assert logged and "secret internal detail" in str(logged[-1].exc_info[1])
 
 
@@ -92,4 +93,4 @@ def test_every_domain_error_kind_has_a_row():
     }
     # Configuration errors stop the server at start-up; they never reach a client.
     unmapped = {errors.InferwireError, errors.ConfigurationError, errors.MissingDependencyError}
-    assert kinds - unmapped == set(STATUS_CODE_BY_ERROR)
+    assert kinds - unmapped == set(CODE_BY_ERROR)

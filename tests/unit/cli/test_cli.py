@@ -7,9 +7,7 @@ the server keeps the event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from typer.testing import CliRunner, Result
 
 from inferwire import __version__
 from inferwire.cli import app
+from tests.support.fake_backend import switched
 
 runner = CliRunner()
 UNREACHABLE = {"INFERWIRE_ADDRESS": "127.0.0.1:1"}  # never called: the CLI refuses first
@@ -148,20 +147,8 @@ async def test_the_prompt_comes_verbatim_from_standard_input_or_a_file(fake_serv
 # Chat, log-probabilities, constraints and tokenize
 
 
-@contextlib.contextmanager
-def fake_features(fake_server: Any, **switches: bool) -> Iterator[Any]:
-    backend = fake_server[1]["m"]
-    for name, value in switches.items():
-        setattr(backend, name, value)
-    try:
-        yield backend
-    finally:
-        for name in switches:
-            setattr(backend, name, False)
-
-
 async def test_infer_chat_sends_the_system_and_chat_messages_in_order(fake_server):
-    with fake_features(fake_server, chat_template=True) as backend:
+    async with switched(fake_server, "m", chat_template=True) as backend:
         result = await call(
             fake_server, "infer", "m", "--system", "Verona.", "--chat", "user: Hi:there"
         )
@@ -171,7 +158,7 @@ async def test_infer_chat_sends_the_system_and_chat_messages_in_order(fake_serve
 
 
 async def test_infer_logprobs_prints_one_line_per_token_with_its_alternatives(fake_server):
-    with fake_features(fake_server, supports_logprobs=True) as backend:
+    async with switched(fake_server, "m", supports_logprobs=True) as backend:
         result = await call(fake_server, "infer", "m", "hi", "--logprobs", "2", "--stream")
     assert result.exit_code == 0, result.output
     assert result.stdout == "Hello, world\n"
@@ -194,7 +181,7 @@ async def test_infer_sends_the_constraint_given(fake_server, tmp_path, kind):
         path = tmp_path / "constraint"
         path.write_text(text)
         args = [f"--{kind.replace('_', '-')}", str(path)]
-    with fake_features(fake_server, supports_constraints=True) as backend:
+    async with switched(fake_server, "m", supports_constraints=True) as backend:
         result = await call(fake_server, "infer", "m", "hi", *args)
     assert result.exit_code == 0, result.output
     constraint = backend.calls.requests[-1].params.constraint
@@ -225,7 +212,7 @@ async def test_tokenize_prints_the_count_and_the_ids(fake_server):
 
 
 async def test_tokenize_chat_prints_the_rendered_prompt(fake_server):
-    with fake_features(fake_server, chat_template=True):
+    async with switched(fake_server, "m", chat_template=True):
         result = await call(fake_server, "tokenize", "m", "--chat", "user: Hi")
     assert result.exit_code == 0, result.output
     rendered = "user: Hi\nassistant: "

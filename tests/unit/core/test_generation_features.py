@@ -4,10 +4,8 @@ model's chat template against the pipeline that writes it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-from collections.abc import Iterator
 
 import grpc
 import numpy as np
@@ -22,7 +20,7 @@ from inferwire.core import types
 from inferwire.v1 import inference_pb2 as pb
 from scripts.demo_model import chat
 from scripts.demo_model.card import TEMPLATE as CARD_TEMPLATE
-from tests.support.fake_backend import FakeBackend
+from tests.support.fake_backend import switched
 from tests.support.status import bad_request_fields
 
 CHAT = [
@@ -99,21 +97,9 @@ def test_capabilities_convert():
 # The core's checks and the servicer, over a fake backend
 
 
-@contextlib.contextmanager
-def features(backend: FakeBackend, **switches: bool) -> Iterator[None]:
-    """Turn generation features of a fake on for one test, and off again."""
-    for name, value in switches.items():
-        setattr(backend, name, value)
-    try:
-        yield
-    finally:
-        for name in switches:
-            setattr(backend, name, False)
-
-
-async def test_chat_messages_reach_the_backend_rendered_by_its_template(served):
+async def test_chat_messages_reach_the_backend_rendered_by_its_template(served, fake_server):
     stub, backends, _ = served
-    with features(backends["m"], chat_template=True):
+    async with switched(fake_server, "m", chat_template=True):
         response = await stub.Infer(pb.InferRequest(model="m", messages=CHAT))
     request = backends["m"].calls.requests[-1]
     assert request.prompt == "system: Verona.\nuser: Hello\nassistant: "
@@ -150,10 +136,12 @@ async def test_a_feature_the_model_lacks_is_invalid_argument_naming_field_and_mo
     assert "'m'" in caught.value.details()
 
 
-async def test_logprobs_arrive_with_each_message_and_whole_in_the_unary_response(served):
-    stub, backends, _ = served
+async def test_logprobs_arrive_with_each_message_and_whole_in_the_unary_response(
+    served, fake_server
+):
+    stub, _, _ = served
     parameters = pb.GenerationParameters(logprobs=True, top_logprobs=2)
-    with features(backends["m"], supports_logprobs=True):
+    async with switched(fake_server, "m", supports_logprobs=True):
         unary = await stub.Infer(pb.InferRequest(model="m", prompt="hi", parameters=parameters))
         messages = [
             m
@@ -177,10 +165,10 @@ async def test_logprobs_arrive_with_each_message_and_whole_in_the_unary_response
     assert [e for m in messages for e in m.logprobs] == list(unary.logprobs)
 
 
-async def test_logprobs_stay_with_their_text_when_a_stop_string_holds_it(served):
-    stub, backends, _ = served
+async def test_logprobs_stay_with_their_text_when_a_stop_string_holds_it(served, fake_server):
+    stub, _, _ = served
     parameters = pb.GenerationParameters(logprobs=True, stop=[", w"])
-    with features(backends["m"], supports_logprobs=True):
+    async with switched(fake_server, "m", supports_logprobs=True):
         messages = [
             m
             async for m in stub.InferStream(
@@ -194,12 +182,12 @@ async def test_logprobs_stay_with_their_text_when_a_stop_string_holds_it(served)
     assert messages[-1].finish_reason == pb.FINISH_REASON_STOP_SEQUENCE
 
 
-async def test_tokenize_returns_ids_count_and_the_rendered_prompt(served):
-    stub, backends, _ = served
+async def test_tokenize_returns_ids_count_and_the_rendered_prompt(served, fake_server):
+    stub, _, _ = served
     response = await stub.Tokenize(pb.TokenizeRequest(model="m", prompt="hé"))
     assert (list(response.token_ids), response.count) == (list("hé".encode()), 3)
     assert response.rendered_prompt == ""
-    with features(backends["m"], chat_template=True):
+    async with switched(fake_server, "m", chat_template=True):
         chat_response = await stub.Tokenize(pb.TokenizeRequest(model="m", messages=CHAT))
     rendered = "system: Verona.\nuser: Hello\nassistant: "
     assert chat_response.rendered_prompt == rendered

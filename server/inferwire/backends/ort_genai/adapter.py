@@ -65,7 +65,7 @@ class OrtGenAIAdapter(AdapterBackend):
             return None
         return replace(base, amount=size, detail="the adapter file's size")
 
-    async def load(self) -> None:
+    async def load_adapter(self) -> None:
         model = self.base.loaded_model()
         if model is None:
             raise ModelNotReadyError(f"its base model {self.base.model_name!r} is not loaded")

@@ -64,6 +64,7 @@ from inferwire.core.types import (
     Capabilities,
     ChatMessage,
     GenerationRequest,
+    ModelFacts,
     ModelLimits,
 )
 
@@ -167,7 +168,7 @@ class OrtGenAIBackend(Backend):
     def loaded_model(self) -> LoadedModel | None:
         return None if self._loaded is None else self._loaded.model
 
-    async def load(self) -> None:
+    async def load(self) -> ModelFacts:
         path, device = self.model_path, self.options.device
         config = read_config(path, device)
         batching = self.options.batching
@@ -191,9 +192,27 @@ class OrtGenAIBackend(Backend):
         log.info(
             "model loaded", extra={"model": self.model_name, "path": str(path), "device": device}
         )
+        return self._facts_of(model)
+
+    def _facts_of(self, model: LoadedModel) -> ModelFacts:
+        context_length = model.context_length
+        max_output = min(self.options.max_output_tokens or context_length, context_length)
+        limits = ModelLimits(context_length, max_output, max_seed=_MAX_SEED)
+        capabilities = Capabilities(
+            streaming=True,
+            max_concurrency=self.max_concurrency,
+            on_premises=True,
+            modalities=("text",),
+            context_length=limits.context_length,
+            max_output_tokens=limits.max_output_tokens,
+            chat=model.chat_template is not None,
+            logprobs=True,
+            constrained_output=True,
+        )
+        return self.loaded_facts(limits, capabilities)
 
     async def unload(self) -> None:
-        loaded, self._loaded = self._loaded, None
+        loaded, self._loaded, self.facts = self._loaded, None, None
         if loaded is None:
             return
         if loaded.engine is not None:
@@ -210,25 +229,6 @@ class OrtGenAIBackend(Backend):
         return BackendHealth(
             True, f"in-process on {self.options.device}, {_path_description(engine)}"
         )
-
-    def capabilities(self) -> Capabilities:
-        limits = self.limits()
-        return Capabilities(
-            streaming=True,
-            max_concurrency=self.max_concurrency,
-            on_premises=True,
-            modalities=("text",),
-            context_length=limits.context_length,
-            max_output_tokens=limits.max_output_tokens,
-            chat=self._state.model.chat_template is not None,
-            logprobs=True,
-            constrained_output=True,
-        )
-
-    def limits(self) -> ModelLimits:
-        context_length = self._state.model.context_length
-        max_output = self.options.max_output_tokens or context_length
-        return ModelLimits(context_length, min(max_output, context_length), max_seed=_MAX_SEED)
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         model = self._state.model
@@ -274,7 +274,8 @@ class OrtGenAIBackend(Backend):
         with progress.tracer.span(TOKENIZE):
             prompt_ids = await model.encode(request.prompt)
         progress.counted(prompt_tokens=len(prompt_ids))
-        check_prompt_fits(request, len(prompt_ids), self.model_name, self.limits())
+        assert self.facts is not None  # set with the model by `load`
+        check_prompt_fits(request, len(prompt_ids), self.model_name, self.facts.limits)
         # The context window bounds generation too; reaching it ends with LENGTH.
         max_tokens = min(request.max_tokens, model.context_length - len(prompt_ids))
         return PreparedRequest(

@@ -40,6 +40,7 @@ from inferwire.core.types import (
     FinishReason,
     GenerationEnd,
     GenerationRequest,
+    ModelFacts,
     ModelLimits,
     TextDelta,
     Usage,
@@ -88,14 +89,26 @@ class SimulatorBackend(Backend):
     def footprint(self) -> Footprint:
         return Footprint("cpu", 0, detail="the simulator holds no weights")
 
-    async def load(self) -> None:
+    async def load(self) -> ModelFacts:
         if self.options.load_ms:
             await asyncio.sleep(self.options.load_ms / 1e3)
         self._loaded = True
         log.info("model loaded", extra={"model": self.model_name, "path": "simulator"})
+        context_length = self.options.context_length
+        max_output = min(self.options.max_output_tokens or context_length, context_length)
+        capabilities = Capabilities(
+            streaming=True,
+            max_concurrency=self.max_concurrency,
+            on_premises=True,
+            modalities=("text",),
+            context_length=context_length,
+            max_output_tokens=max_output,
+            chat=True,
+        )
+        return self.loaded_facts(ModelLimits(context_length, max_output), capabilities)
 
     async def unload(self) -> None:
-        self._loaded = False
+        self._loaded, self.facts = False, None
 
     async def health(self) -> BackendHealth:
         if not self._loaded:
@@ -106,23 +119,6 @@ class SimulatorBackend(Backend):
             f"simulator: first token after {options.time_to_first_token_ms:g} ms, then one "
             f"every {options.inter_token_ms:g} ms",
         )
-
-    def capabilities(self) -> Capabilities:
-        limits = self.limits()
-        return Capabilities(
-            streaming=True,
-            max_concurrency=self.max_concurrency,
-            on_premises=True,
-            modalities=("text",),
-            context_length=limits.context_length,
-            max_output_tokens=limits.max_output_tokens,
-            chat=True,
-        )
-
-    def limits(self) -> ModelLimits:
-        context_length = self.options.context_length
-        max_output = min(self.options.max_output_tokens or context_length, context_length)
-        return ModelLimits(context_length, max_output)
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """`role: content` lines, then the assistant's turn opened."""
@@ -143,7 +139,8 @@ class SimulatorBackend(Backend):
         start = loop.time()
         prompt = prompt_tokens(request.prompt)
         progress.counted(prompt_tokens=prompt)
-        check_prompt_fits(request, prompt, self.model_name, self.limits())
+        assert self.facts is not None  # set by `load`
+        check_prompt_fits(request, prompt, self.model_name, self.facts.limits)
         # The context window bounds generation too; reaching it ends with LENGTH.
         room = min(request.max_tokens, self.options.context_length - prompt)
         length, ends_by_itself = natural_length(self.options.output_tokens, room)

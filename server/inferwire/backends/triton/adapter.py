@@ -43,7 +43,7 @@ class TritonAdapter(AdapterBackend):
     options: TritonAdapterOptions
     base: TritonBackend
 
-    async def load(self) -> None:
+    async def load_adapter(self) -> None:
         layout = self.base.layout
         if layout is None:
             raise ModelNotReadyError(f"its base model {self.base.model_name!r} is not loaded")

@@ -48,6 +48,7 @@ from inferwire.core.types import (
     FinishReason,
     GenerationEnd,
     GenerationRequest,
+    ModelFacts,
     ModelLimits,
     TextDelta,
     Usage,
@@ -109,7 +110,7 @@ class TritonBackend(Backend):
         """A request with an adapter (`lora_name`), for the adapter models on this one."""
         return self._generate(request, progress, stream, lora_name)
 
-    async def load(self) -> None:
+    async def load(self) -> ModelFacts:
         if self.options.tokenizer is not None and self._tokenizer is None:
             self._tokenizer = await asyncio.to_thread(self._load_tokenizer, self.options.tokenizer)
         if self.options.chat_template is not None:
@@ -137,6 +138,7 @@ class TritonBackend(Backend):
         if self._discovery is not None:
             self._pool.on_trouble = self._discovery.refresh_soon
             self._discovery.start()
+        return self._facts_of(self._layout)
 
     async def _first_resolution(self) -> list[str]:
         """The endpoints DNS names at load; none is an UNAVAILABLE load."""
@@ -191,7 +193,7 @@ class TritonBackend(Backend):
 
     async def _stop_background_tasks(self) -> None:
         """Stop DNS resolution and the endpoint check: no reload may follow an unload."""
-        self._layout = None
+        self._layout, self.facts = None, None
         await self._stop_discovery()
         await self._control.stop_checks()
 
@@ -247,23 +249,21 @@ class TritonBackend(Backend):
             parts.append(f"DNS error, last good set kept: {self._discovery.log.error}")
         return "; " + "; ".join(parts)
 
-    def capabilities(self) -> Capabilities:
-        layout = self._layout
-        return Capabilities(
-            streaming=layout is not None and layout.decoupled,
+    def _facts_of(self, layout: TritonModelLayout) -> ModelFacts:
+        # Triton does not publish a model's context window; the model enforces its own.
+        limits = ModelLimits(0, self.options.max_output_tokens)
+        capabilities = Capabilities(
+            streaming=layout.decoupled,
             max_concurrency=self.max_concurrency,
             on_premises=True,
             modalities=("text",),
             context_length=0,
             max_output_tokens=self.options.max_output_tokens,
             chat=self._chat_template is not None,
-            logprobs=layout is not None and layout.returns_logprobs,
-            constrained_output=layout is not None and layout.takes_constraints,
+            logprobs=layout.returns_logprobs,
+            constrained_output=layout.takes_constraints,
         )
-
-    def limits(self) -> ModelLimits:
-        # Triton does not publish a model's context window; the model enforces its own.
-        return ModelLimits(0, self.options.max_output_tokens)
+        return self.loaded_facts(limits, capabilities)
 
     # ---- chat and tokens -----------------------------------------------------
 

@@ -1,0 +1,136 @@
+"""The one table from domain errors to status codes, and the bounded answer a caller gets.
+
+A transport turns the `ErrorReply` of an error into its own wire: gRPC a status with
+`google.rpc` details (api/status.py), HTTP a status line and an error body. The codes are
+the canonical ones (google.rpc.Code, which grpc and HTTP gateways map the same way).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from inferwire.core import errors
+
+log = logging.getLogger(__name__)
+
+
+class Code(enum.IntEnum):
+    """The canonical status codes (google.rpc.Code), by the number they carry on the wire."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+# The design's table; each error kind's docstring (core/errors.py) says when it is raised.
+# Subclasses inherit their parent's code; anything not listed is INTERNAL.
+CODE_BY_ERROR: dict[type[errors.InferwireError], Code] = {
+    errors.InvalidArgumentError: Code.INVALID_ARGUMENT,
+    errors.BackendInvalidArgumentError: Code.INVALID_ARGUMENT,
+    errors.ModelNotFoundError: Code.NOT_FOUND,
+    errors.ModelNotReadyError: Code.FAILED_PRECONDITION,
+    errors.BackendUnavailableError: Code.UNAVAILABLE,
+    errors.BackendCancelledError: Code.CANCELLED,
+    errors.QueueFullError: Code.RESOURCE_EXHAUSTED,
+    errors.MemoryExhaustedError: Code.RESOURCE_EXHAUSTED,
+    errors.QuotaExceededError: Code.RESOURCE_EXHAUSTED,
+    errors.DeadlineExceededError: Code.DEADLINE_EXCEEDED,
+    errors.UnauthenticatedError: Code.UNAUTHENTICATED,
+    errors.PermissionDeniedError: Code.PERMISSION_DENIED,
+    errors.AlreadyExistsError: Code.ALREADY_EXISTS,
+    errors.NotSupportedError: Code.UNIMPLEMENTED,
+}
+
+
+def code_for(error: BaseException) -> Code:
+    for kind in type(error).__mro__:
+        code = CODE_BY_ERROR.get(kind)
+        if code is not None:
+            return code
+    return Code.INTERNAL
+
+
+# Client input reaches answers through messages and field descriptions (a model name, a
+# stop string, a backend's echo of the prompt). Every answer is cut to these sizes, so a
+# gRPC status (grpc-message plus grpc-status-details-bin) stays far below the 8 KiB of
+# metadata that clients accept, even percent-encoded (up to 3x) and base64 (4/3).
+MAX_MESSAGE_BYTES = 512
+MAX_FIELD_BYTES = 128
+MAX_DESCRIPTION_BYTES = 256
+MAX_DETAILS_BYTES = 2048
+
+INTERNAL_MESSAGE = "internal error; see the server log"
+
+
+def bounded(text: str, max_bytes: int) -> str:
+    """`text` when it fits in `max_bytes` of UTF-8; else its head, an ellipsis and its length."""
+    encoded = text.encode()
+    if len(encoded) <= max_bytes:
+        return text
+    suffix = f"… ({len(text)} characters)"
+    head = encoded[: max_bytes - len(suffix.encode())].decode(errors="ignore")
+    return head + suffix
+
+
+@dataclass(frozen=True)
+class QuotaViolation:
+    """Which quota a tenant is over (google.rpc.QuotaFailure)."""
+
+    subject: str  # `tenant:<name>`, bounded
+    description: str
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """What a caller is told of an error: its code, a bounded message, and the details a
+    client acts on (the fields to fix, the quota, when to retry)."""
+
+    code: Code
+    message: str
+    violations: tuple[errors.FieldViolation, ...] = ()
+    quota: QuotaViolation | None = None
+    retry_delay_s: float | None = None
+
+
+def error_reply(error: BaseException) -> ErrorReply:
+    """The answer to `error`: its mapped code and bounded details, or for an unexpected
+    error a generic INTERNAL, its stack trace logged here and never sent."""
+    code = code_for(error)
+    if not isinstance(error, errors.InferwireError) or code is Code.INTERNAL:
+        log.error("unhandled error in a call", exc_info=error)
+        return ErrorReply(Code.INTERNAL, INTERNAL_MESSAGE)
+    violations: tuple[errors.FieldViolation, ...] = ()
+    if isinstance(error, errors.InvalidArgumentError):
+        violations = tuple(
+            errors.FieldViolation(
+                bounded(v.field, MAX_FIELD_BYTES), bounded(v.description, MAX_DESCRIPTION_BYTES)
+            )
+            for v in error.violations
+        )
+    quota = None
+    if isinstance(error, errors.QuotaExceededError):
+        subject = bounded(f"tenant:{error.tenant}", MAX_FIELD_BYTES)
+        quota = QuotaViolation(subject, f"{error.limit} exceeded")
+    return ErrorReply(
+        code,
+        bounded(str(error), MAX_MESSAGE_BYTES),
+        violations,
+        quota,
+        error.retry_delay_s,
+    )
