@@ -7,7 +7,6 @@ by `__`), the YAML file given with `--config`, then the defaults below.
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -31,6 +30,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from inferwire.addresses import is_unix_socket, split_host_port
 from inferwire.backends import backend_class
 from inferwire.core.adapters import AdapterSettings, adapter_spec, check_adapter_options
 from inferwire.core.errors import ConfigurationError
@@ -43,9 +43,6 @@ DEFAULT_ADAPTER_NAME = "demo-sonnets"
 DEFAULT_ADAPTER_FILE = "sonnets.onnx_adapter"
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
-
-# host:port, or [IPv6]:port; the port is checked separately so its message can say why.
-_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.%\w]+\]|[^:\[\]\s]+):(?P<port>\d{1,5})$")
 
 
 class TlsSettings(BaseModel):
@@ -221,18 +218,19 @@ class ServerSettings(BaseModel):
     @field_validator("address")
     @classmethod
     def _host_and_port(cls, address: str) -> str:
-        if address.startswith(("unix:", "unix-abstract:")):
+        if is_unix_socket(address):
             return address
         return _require_host_and_port(address)
 
 
 def _require_host_and_port(address: str) -> str:
-    match = _HOST_PORT.match(address)
-    if match is None or int(match["port"]) > 65535:
+    try:
+        split_host_port(address)
+    except ValueError:
         raise ValueError(
             f"must be host:port with a port from 0 to 65535 (for example 0.0.0.0:50051 "
             f"or [::]:50051), got {address!r}"
-        )
+        ) from None
     return address
 
 
