@@ -36,7 +36,13 @@ from inferwire.core.adapters import AdapterSettings, adapter_spec, check_adapter
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.memory import MemorySettings
 from inferwire.core.models import ModelSpec, duplicate_name
-from inferwire.core.tenants import SchedulingSettings, TenantConfig, Tenants, TenantSettings
+from inferwire.core.tenants import (
+    SchedulingSettings,
+    TenantConfig,
+    Tenants,
+    TenantSettings,
+    duplicate_tenant,
+)
 
 DEFAULT_MODEL_NAME = "demo"
 DEFAULT_ADAPTER_NAME = "demo-sonnets"
@@ -192,9 +198,9 @@ class ServerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _known_tenants(self) -> ServerSettings:
-        names = [t.name for t in self.tenants]
-        if duplicated := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"tenants: {duplicated[0]!r} appears twice")
+        if (problem := duplicate_tenant(self.tenants)) is not None:
+            raise ValueError(f"tenants: {problem}")
+        names = {t.name for t in self.tenants}
         for subject, tenant in self.auth.certificate_tenants.items():
             if tenant not in names:
                 raise ValueError(

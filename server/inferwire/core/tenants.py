@@ -100,6 +100,14 @@ class Tenant:
         return asked
 
 
+def duplicate_tenant(configured: Iterable[TenantConfig]) -> str | None:
+    """Why `configured` cannot be the tenants (a name given twice), or None."""
+    names = [t.name for t in configured]
+    if duplicated := sorted({n for n in names if names.count(n) > 1}):
+        return f"{duplicated[0]!r} appears twice"
+    return None
+
+
 class Tenants:
     """The configured tenants, and those made on first use from `default`."""
 
@@ -110,9 +118,8 @@ class Tenants:
         scheduling: SchedulingSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        names = [t.name for t in configured]
-        if duplicated := sorted({n for n in names if names.count(n) > 1}):
-            raise ConfigurationError(f"server.tenants: {duplicated[0]!r} appears twice")
+        if (problem := duplicate_tenant(configured)) is not None:
+            raise ConfigurationError(f"server.tenants: {problem}")
         self.clock = clock
         self.default = default or TenantSettings()
         self.scheduling = scheduling or SchedulingSettings()
