@@ -128,10 +128,6 @@ class Tenants:
             for t in configured
         }
 
-    @property
-    def configured_names(self) -> frozenset[str]:
-        return frozenset(n for n, t in self._tenants.items() if t.configured)
-
     def of(self, request: InferenceRequest) -> Tenant:
         """The tenant a request counts against (anonymous when it names none)."""
         return self.get(request.tenant or ANONYMOUS_TENANT)
@@ -176,8 +172,3 @@ def admitted(
     finally:
         tenant.quota.release()
         charge.up_to(record.completion_tokens)
-
-
-def unknown_tenant(names: Iterable[str | None], known: frozenset[str]) -> str | None:
-    """The first name in `names` that is set but not a configured tenant, or None."""
-    return next((n for n in names if n is not None and n not in known), None)
