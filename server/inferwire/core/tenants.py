@@ -22,9 +22,11 @@ from inferwire.core.record import RequestRecord
 from inferwire.core.scheduling import Claim
 from inferwire.core.types import InferenceRequest, Priority
 
-UNCONFIGURED_LABEL = "unconfigured"
+UNCONFIGURED_LABEL = "unconfigured"  # the metrics label of a tenant not in server.tenants
 # The tenant of a request that names none (no tokens file: every caller is anonymous).
-ANONYMOUS_TENANT = "anonymous"  # the metrics label of a tenant not in server.tenants
+ANONYMOUS_TENANT = "anonymous"
+# A tenant's priority is one of Priority's labels: ^(interactive|standard|batch)$.
+_PRIORITY_NAMES = f"^({'|'.join(p.label for p in Priority)})$"
 
 
 class TenantSettings(BaseModel):
@@ -32,7 +34,7 @@ class TenantSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    priority: str = Field(default="standard", pattern="^(interactive|standard|batch)$")
+    priority: str = Field(default="standard", pattern=_PRIORITY_NAMES)
     """interactive > standard > batch: a waiting request of a higher class goes first."""
     weight: int = Field(default=1, ge=1, le=1000)
     """Share of a model's slots against other tenants of the same priority."""
