@@ -7,7 +7,6 @@ by `__`), the YAML file given with `--config`, then the defaults below.
 
 from __future__ import annotations
 
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -31,21 +30,25 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from inferwire.addresses import is_unix_socket, split_host_port
 from inferwire.backends import backend_class
 from inferwire.core.adapters import AdapterSettings, adapter_spec, check_adapter_options
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.memory import MemorySettings
 from inferwire.core.specs import ModelSpec, duplicate_name
-from inferwire.core.tenants import SchedulingSettings, TenantConfig, Tenants, TenantSettings
+from inferwire.core.tenants import (
+    SchedulingSettings,
+    TenantConfig,
+    Tenants,
+    TenantSettings,
+    duplicate_tenant,
+)
 
 DEFAULT_MODEL_NAME = "demo"
 DEFAULT_ADAPTER_NAME = "demo-sonnets"
 DEFAULT_ADAPTER_FILE = "sonnets.onnx_adapter"
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
-
-# host:port, or [IPv6]:port; the port is checked separately so its message can say why.
-_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.%\w]+\]|[^:\[\]\s]+):(?P<port>\d{1,5})$")
 
 
 class TlsSettings(BaseModel):
@@ -195,9 +198,9 @@ class ServerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _known_tenants(self) -> ServerSettings:
-        names = [t.name for t in self.tenants]
-        if duplicated := sorted({n for n in names if names.count(n) > 1}):
-            raise ValueError(f"tenants: {duplicated[0]!r} appears twice")
+        if (problem := duplicate_tenant(self.tenants)) is not None:
+            raise ValueError(f"tenants: {problem}")
+        names = {t.name for t in self.tenants}
         for subject, tenant in self.auth.certificate_tenants.items():
             if tenant not in names:
                 raise ValueError(
@@ -221,18 +224,19 @@ class ServerSettings(BaseModel):
     @field_validator("address")
     @classmethod
     def _host_and_port(cls, address: str) -> str:
-        if address.startswith(("unix:", "unix-abstract:")):
+        if is_unix_socket(address):
             return address
         return _require_host_and_port(address)
 
 
 def _require_host_and_port(address: str) -> str:
-    match = _HOST_PORT.match(address)
-    if match is None or int(match["port"]) > 65535:
+    try:
+        split_host_port(address)
+    except ValueError:
         raise ValueError(
             f"must be host:port with a port from 0 to 65535 (for example 0.0.0.0:50051 "
             f"or [::]:50051), got {address!r}"
-        )
+        ) from None
     return address
 
 

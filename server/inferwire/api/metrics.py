@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
 
+from inferwire.addresses import split_host_port
 from inferwire.api.status import GO_CODE_NAME
 from inferwire.core.quotas import LIMITS
 from inferwire.core.record import Outcome, RequestRecord
@@ -237,11 +238,6 @@ class PrometheusMetrics:
         self.child(self.resident_bytes, model).set(resident_bytes)
 
 
-def _host_and_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 class MetricsEndpoint:
     """`/metrics` over HTTP on `address` (host:port; port 0 picks a free one)."""
 
@@ -252,7 +248,7 @@ class MetricsEndpoint:
 
     def start(self) -> int:
         """Serve in a thread; returns the bound port. Raises OSError when it cannot bind."""
-        host, port = _host_and_port(self.address)
+        host, port = split_host_port(self.address)
         try:
             self._served = start_http_server(port, host, self._registry)
         except OSError as error:

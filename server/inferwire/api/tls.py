@@ -30,6 +30,7 @@ from pathlib import Path
 
 import grpc
 
+from inferwire.addresses import is_unix_socket, split_host_port
 from inferwire.config import TlsSettings
 from inferwire.core.errors import ConfigurationError
 
@@ -198,9 +199,12 @@ class CertificateFiles:
 
 def is_loopback(address: str) -> bool:
     """Whether a listening address can only be reached from this machine."""
-    if address.startswith(("unix:", "unix-abstract:")):
+    if is_unix_socket(address):
         return True
-    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        host, _ = split_host_port(address)
+    except ValueError:  # not host:port (the configuration refuses those): say it may not be
+        return False
     if host == "localhost":
         return True
     try:

@@ -59,10 +59,6 @@ class FairQueue:
         self._arrivals = itertools.count()
 
     @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
-    @property
     def saturated(self) -> bool:
         """No slot is free (a new request would wait)."""
         return self.free <= 0 or bool(self._waiting)
@@ -78,7 +74,7 @@ class FairQueue:
     def try_acquire(self, claim: Claim) -> bool:
         """Take a slot now if one is free and nobody waits (what `acquire` would grant at
         once, with the same bookkeeping, without a ticket and its future); else False."""
-        if self.free <= 0 or self._waiting:
+        if self.saturated:
             return False
         start, _ = self._stamp(claim)
         next(self._arrivals)

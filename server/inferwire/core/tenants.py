@@ -22,9 +22,11 @@ from inferwire.core.record import RequestRecord
 from inferwire.core.scheduling import Claim
 from inferwire.core.types import InferenceRequest, Priority
 
-UNCONFIGURED_LABEL = "unconfigured"
+UNCONFIGURED_LABEL = "unconfigured"  # the metrics label of a tenant not in server.tenants
 # The tenant of a request that names none (no tokens file: every caller is anonymous).
-ANONYMOUS_TENANT = "anonymous"  # the metrics label of a tenant not in server.tenants
+ANONYMOUS_TENANT = "anonymous"
+# A tenant's priority is one of Priority's labels: ^(interactive|standard|batch)$.
+_PRIORITY_NAMES = f"^({'|'.join(p.label for p in Priority)})$"
 
 
 class TenantSettings(BaseModel):
@@ -32,7 +34,7 @@ class TenantSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    priority: str = Field(default="standard", pattern="^(interactive|standard|batch)$")
+    priority: str = Field(default="standard", pattern=_PRIORITY_NAMES)
     """interactive > standard > batch: a waiting request of a higher class goes first."""
     weight: int = Field(default=1, ge=1, le=1000)
     """Share of a model's slots against other tenants of the same priority."""
@@ -100,6 +102,14 @@ class Tenant:
         return asked
 
 
+def duplicate_tenant(configured: Iterable[TenantConfig]) -> str | None:
+    """Why `configured` cannot be the tenants (a name given twice), or None."""
+    names = [t.name for t in configured]
+    if duplicated := sorted({n for n in names if names.count(n) > 1}):
+        return f"{duplicated[0]!r} appears twice"
+    return None
+
+
 class Tenants:
     """The configured tenants, and those made on first use from `default`."""
 
@@ -110,9 +120,8 @@ class Tenants:
         scheduling: SchedulingSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        names = [t.name for t in configured]
-        if duplicated := sorted({n for n in names if names.count(n) > 1}):
-            raise ConfigurationError(f"server.tenants: {duplicated[0]!r} appears twice")
+        if (problem := duplicate_tenant(configured)) is not None:
+            raise ConfigurationError(f"server.tenants: {problem}")
         self.clock = clock
         self.default = default or TenantSettings()
         self.scheduling = scheduling or SchedulingSettings()
@@ -120,10 +129,6 @@ class Tenants:
             t.name: Tenant(t.name, TenantSettings(**t.model_dump(exclude={"name"})), True, clock)
             for t in configured
         }
-
-    @property
-    def configured_names(self) -> frozenset[str]:
-        return frozenset(n for n, t in self._tenants.items() if t.configured)
 
     def of(self, request: InferenceRequest) -> Tenant:
         """The tenant a request counts against (anonymous when it names none)."""
@@ -169,8 +174,3 @@ def admitted(
     finally:
         tenant.quota.release()
         charge.up_to(record.completion_tokens)
-
-
-def unknown_tenant(names: Iterable[str | None], known: frozenset[str]) -> str | None:
-    """The first name in `names` that is set but not a configured tenant, or None."""
-    return next((n for n in names if n is not None and n not in known), None)

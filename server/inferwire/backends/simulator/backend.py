@@ -23,7 +23,7 @@ from pydantic import ConfigDict, Field
 
 from inferwire.backends.simulator.schedule import (
     Schedule,
-    Timing,
+    TokenPace,
     Words,
     natural_length,
     prompt_tokens,
@@ -146,7 +146,7 @@ class SimulatorBackend(Backend):
         length, ends_by_itself = natural_length(self.options.output_tokens, room)
         seed = request_seed(request.params.seed, request.prompt)
         words = Words(seed)
-        schedule = Schedule(self._timing(), start, seed)
+        schedule = Schedule(self._pace(), start, seed)
         # With stop strings one token per delta: the core reads the count of the delta
         # a stop string matched in as the completion's.
         coalesce = not request.params.stop
@@ -177,9 +177,9 @@ class SimulatorBackend(Backend):
             if not ended:  # closed early: what it made is final, and nothing comes after
                 progress.counted(completion_tokens=made)
 
-    def _timing(self) -> Timing:
+    def _pace(self) -> TokenPace:
         options = self.options
-        return Timing(
+        return TokenPace(
             options.time_to_first_token_ms / 1e3,
             options.inter_token_ms / 1e3,
             options.jitter_ms / 1e3,

@@ -54,7 +54,7 @@ class Words:
 
 
 @dataclass(frozen=True)
-class Timing:
+class TokenPace:
     """When tokens are due, in seconds after the request started generating."""
 
     time_to_first_token_s: float
@@ -67,11 +67,11 @@ class Schedule:
     i - 1. Absolute, so a consumer that is late sees the tokens due meanwhile at once
     instead of the whole schedule shifting by its delay."""
 
-    def __init__(self, timing: Timing, start: float, seed: int) -> None:
-        self._first = start + timing.time_to_first_token_s
-        self._step = timing.inter_token_s
-        self._jitter = timing.jitter_s
-        self._random = random.Random(seed ^ _JITTER_STREAM).random if timing.jitter_s else None
+    def __init__(self, pace: TokenPace, start: float, seed: int) -> None:
+        self._first = start + pace.time_to_first_token_s
+        self._step = pace.inter_token_s
+        self._jitter = pace.jitter_s
+        self._random = random.Random(seed ^ _JITTER_STREAM).random if pace.jitter_s else None
         self._previous = start
 
     def due(self, index: int) -> float:

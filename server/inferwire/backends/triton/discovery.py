@@ -25,6 +25,7 @@ import dns.asyncresolver
 import dns.exception
 import dns.resolver
 
+from inferwire.addresses import join_host_port, split_host_port
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.tasks import stop_task
 from inferwire.core.errors import BackendUnavailableError
@@ -37,17 +38,6 @@ _EARLY_GAP_S = 1.0
 
 class DiscoveryError(BackendUnavailableError):
     """The DNS server could not answer (not an empty answer)."""
-
-
-def split_host_port(url: str) -> tuple[str, int]:
-    """`host:port` or `[v6]:port` as (host, port)."""
-    host, _, port = url.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def address_url(address: str, port: int) -> str:
-    """An endpoint's `host:port`, with IPv6 addresses in brackets."""
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 @dataclass(frozen=True)
@@ -123,7 +113,7 @@ class DnsDiscovery:
         asked = [(host, port, kind) for host, port in self.names for kind in ("A", "AAAA")]
         answers = await asyncio.gather(*(self._addresses(host, kind) for host, _, kind in asked))
         return {
-            address_url(address, port)
+            join_host_port(address, port)
             for (_, port, _), found in zip(asked, answers, strict=True)
             for address in found
         }

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from inferwire.addresses import split_host_port
 from inferwire.core.backend import BackendOptions
 
 # Whether a model streams deltas or its whole text so far; auto detects it.
@@ -98,9 +99,7 @@ class TritonOptions(BackendOptions):
             raise ValueError("dns_server needs discovery: dns")
         if self.discovery == "dns":
             for url in [*self.endpoints, *([self.dns_server] if self.dns_server else [])]:
-                host, _, port = url.rpartition(":")
-                if not host or not port.isdigit():
-                    raise ValueError(f"{url!r} is not host:port")
+                split_host_port(url)  # raises ValueError: "'triton' is not host:port"
         return self
 
     @property

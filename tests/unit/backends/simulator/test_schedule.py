@@ -5,7 +5,7 @@ from __future__ import annotations
 from inferwire.backends.simulator.schedule import (
     VOCABULARY,
     Schedule,
-    Timing,
+    TokenPace,
     Words,
     natural_length,
     prompt_tokens,
@@ -45,12 +45,12 @@ def test_prompt_tokens_and_token_ids_count_words():
 
 
 def test_schedule_is_absolute_from_the_start():
-    schedule = Schedule(Timing(0.1, 0.02), start=5.0, seed=1)
+    schedule = Schedule(TokenPace(0.1, 0.02), start=5.0, seed=1)
     assert [round(schedule.due(i), 9) for i in range(4)] == [5.1, 5.12, 5.14, 5.16]
 
 
 def test_jitter_is_deterministic_bounded_and_keeps_tokens_in_order():
-    timing = Timing(0.0, 0.001, jitter_s=0.005)
+    timing = TokenPace(0.0, 0.001, jitter_s=0.005)
     first = Schedule(timing, start=0.0, seed=9)
     again = Schedule(timing, start=0.0, seed=9)
     other = Schedule(timing, start=0.0, seed=10)

@@ -7,13 +7,8 @@ import pytest
 pytest.importorskip("tritonclient.grpc")
 pytest.importorskip("dns.asyncresolver")
 
-from inferwire.backends.triton.discovery import (
-    Change,
-    ResolutionLog,
-    address_url,
-    diff,
-    split_host_port,
-)
+from inferwire.addresses import join_host_port, split_host_port
+from inferwire.backends.triton.discovery import Change, ResolutionLog, diff
 from inferwire.backends.triton.endpoints import EndpointPool
 from inferwire.backends.triton.options import TritonOptions
 
@@ -26,8 +21,8 @@ def test_diff_names_new_and_gone_endpoints_sorted():
 
 
 def test_urls_of_v4_and_v6_addresses_round_trip():
-    assert address_url("10.0.0.1", 8001) == "10.0.0.1:8001"
-    assert address_url("fd00::1", 8001) == "[fd00::1]:8001"
+    assert join_host_port("10.0.0.1", 8001) == "10.0.0.1:8001"
+    assert join_host_port("fd00::1", 8001) == "[fd00::1]:8001"
     assert split_host_port("[fd00::1]:8001") == ("fd00::1", 8001)
     assert split_host_port("triton.ns.svc:8001") == ("triton.ns.svc", 8001)
 
