@@ -4,9 +4,10 @@
 every service, refused ones included (no token, undecodable). It alone owns the RPC's
 method, peer, principal, status code and duration; it counts the RPC in the
 grpc-ecosystem metrics and writes its access line (logger `inferwire.access`) when
-the RPC ends. It is also the model manager's `MetricsListener`: an inference
-request's record, handed over as the request ends (in the RPC's own task), feeds the
-inference metrics and joins the RPC's access line, so both say the same outcome.
+the RPC ends (edge/access.py writes it). Each RPC is the edge's current call
+(edge/calls.py): an inference request's record, handed to the core's listener as the
+request ends (in the RPC's own task), feeds the inference metrics and joins the RPC's
+access line, so both say the same outcome.
 
 Prompt and output text are logged only when `server.log_prompts` is set (the
 manager then keeps them in the record).
@@ -15,7 +16,6 @@ manager then keeps them in the record).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from typing import Any
@@ -34,13 +34,9 @@ from inferwire.api.handlers import (
 )
 from inferwire.api.metrics import GRPC_TYPE, PrometheusMetrics
 from inferwire.api.status import GO_CODE_NAME, deadline_of, rpc_code
-from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.record import Outcome
 from inferwire.edge.access import access_logged, write_access_line
-
-try:  # the inferwire[otel] extra
-    from opentelemetry.trace import get_current_span
-except ImportError:
-    get_current_span = None  # type: ignore[assignment]
+from inferwire.edge.calls import CallRecord, begin_call
 
 # Their access line says `request finished`, whether or not the core saw the request;
 # every other RPC's says `rpc finished`.
@@ -86,15 +82,16 @@ class _MethodSeries:
         count()
 
 
-class _ObservedRpc:
-    """One RPC being served: its method's series, and its request's record."""
+class _ObservedRpc(CallRecord):
+    """One RPC being served: its method's series, and (CallRecord) its request's record."""
+
+    __slots__ = ("_raw_context", "deadline", "method", "peer", "series", "started")
 
     def __init__(
         self, series: _MethodSeries, method: str, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
+        super().__init__()
         self.series, self.method = series, method
-        self.record: RequestRecord | None = None  # set when an inference request ends
-        self.trace_id = ""  # the request's trace, when tracing is on
         self.started = time.perf_counter()
         self._raw_context = context
         # Read now, while the call is live: by the time the access line is written the
@@ -130,11 +127,6 @@ class _ObservedRpc:
         if outcome is Outcome.DEADLINE_EXCEEDED and code is grpc.StatusCode.CANCELLED:
             return grpc.StatusCode.DEADLINE_EXCEEDED
         return code
-
-
-_RPC: contextvars.ContextVar[_ObservedRpc | None] = contextvars.ContextVar(
-    "inferwire_observed_rpc", default=None
-)
 
 
 # inferwire.v1 names them request_id and model; the KServe messages id and model_name.
@@ -189,31 +181,11 @@ def _write_access_line(
 
 
 class ObservingInterceptor(RebuildingInterceptor):
-    """Counts every RPC, writes its access line, and takes the core's measurements."""
+    """Counts every RPC and writes its access line."""
 
     def __init__(self, metrics: PrometheusMetrics) -> None:
         self.metrics = metrics
         self._rebuilt = HandlerCache()
-
-    # ---- the core's MetricsListener -------------------------------------
-
-    def model_added(self, model: str) -> None:
-        self.metrics.model_added(model)
-
-    def request_finished(self, record: RequestRecord) -> None:
-        self.metrics.request_finished(record)
-        rpc = _RPC.get()
-        if rpc is not None:
-            rpc.record = record
-            rpc.trace_id = _current_trace_id()
-
-    def load_changed(self, model: str, queued: int, running: int) -> None:
-        self.metrics.load_changed(model, queued, running)
-
-    def readiness_changed(self, model: str, ready: bool) -> None:
-        self.metrics.readiness_changed(model, ready)
-
-    # ---- the interceptor --------------------------------------------------
 
     def rebuilt(self, handler: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
         method = handler_call_details.method
@@ -239,7 +211,7 @@ class ObservingInterceptor(RebuildingInterceptor):
         @contextlib.contextmanager
         def scope(request: Any, context: Any) -> Iterator[Call]:
             rpc = _ObservedRpc(series, method, context)
-            _RPC.set(rpc)  # each RPC runs in a task of its own
+            begin_call(rpc)
             if request_streaming:
                 requests = rpc.counted(request)
             else:
@@ -266,7 +238,7 @@ def _observed_unary(behaviour: Behaviour, method: str, series: _MethodSeries) ->
 
     async def observed(request: Any, context: Any) -> Any:
         rpc = _ObservedRpc(series, method, context)
-        _RPC.set(rpc)  # each RPC runs in a task of its own
+        begin_call(rpc)
         series.received()
         try:
             response = await behaviour(request, context)
@@ -278,15 +250,6 @@ def _observed_unary(behaviour: Behaviour, method: str, series: _MethodSeries) ->
         return response
 
     return observed
-
-
-def _current_trace_id() -> str:
-    """The trace id of the span current in this task (the RPC's, while its handler runs);
-    empty without the otel extra or with tracing off."""
-    if get_current_span is None:
-        return ""
-    context = get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else ""
 
 
 def method_labels(

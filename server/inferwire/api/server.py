@@ -29,13 +29,15 @@ from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
 from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
 from inferwire.api.tls import CertificateFiles, log_transport_security
-from inferwire.api.tracing import server_tracing
+from inferwire.api.tracing import TracingInterceptor
 from inferwire.backends import create_backend
 from inferwire.config import Settings, TransportSettings
 from inferwire.core.manager import BackendFactory, ModelManager
 from inferwire.core.metrics import MemoryMetrics, MetricsListener
 from inferwire.core.tracing import Tracer
 from inferwire.core.validation import RequestLimits
+from inferwire.edge.calls import JoinsCalls
+from inferwire.edge.tracing import server_tracing
 from inferwire.log import flush_logs
 from inferwire.v1 import inference_pb2_grpc
 
@@ -174,7 +176,7 @@ class InferwireServer:
         self.manager = build_manager(
             settings,
             backend_factory,
-            self.observer,
+            JoinsCalls(self.metrics),
             self.tracing.tracer if self.tracing else None,
             memory_metrics=self.metrics,
         )
@@ -198,7 +200,7 @@ class InferwireServer:
             # is looked at; DecodeErrorInterceptor then guards every handler that runs.
             interceptors=[
                 self.observer,
-                *([self.tracing.interceptor] if self.tracing else []),
+                *([TracingInterceptor(self.tracing)] if self.tracing else []),
                 *auth_interceptors(settings.server.auth, {t.name for t in settings.server.tenants}),
                 DecodeErrorInterceptor(),
             ],

@@ -14,13 +14,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from inferwire.api.server import InferwireServer
-from inferwire.api.tracing import server_tracing, tracing_requested
 from inferwire.backends.triton.endpoints import trace_metadata
 from inferwire.config import load_settings
 from inferwire.core.errors import BackendUnavailableError, ConfigurationError
+from inferwire.edge.tracing import server_tracing, tracing_requested
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends, serving_fakes
+from tests.support.waiting import wait_until
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -53,6 +54,17 @@ def by_name(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
     named = {span.name: span for span in spans}
     assert len(named) == len(spans), [span.name for span in spans]
     return named
+
+
+async def with_server_span(exporter: InMemorySpanExporter) -> dict[str, ReadableSpan]:
+    """The finished spans once the RPC's own has ended: a failed RPC's status reaches the
+    client as the server aborts, a moment before its interceptors end the span."""
+
+    async def ended() -> bool:
+        return INFER in by_name(exporter)
+
+    await wait_until(ended)
+    return by_name(exporter)
 
 
 async def test_a_client_traceparent_is_continued_with_stage_spans_under_the_server_span(
@@ -143,7 +155,7 @@ async def test_a_backend_failure_sets_the_error_status_on_the_spans(traced: Trac
     finally:
         backends["m"].infer_error = None
     assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
-    spans = by_name(exporter)
+    spans = await with_server_span(exporter)
     server = spans[INFER]
     assert server.status.status_code is StatusCode.ERROR
     assert server.status.description is not None
@@ -159,7 +171,7 @@ async def test_a_client_error_leaves_the_server_span_status_unset(traced: Traced
     with pytest.raises(grpc.aio.AioRpcError) as raised:
         await stub.Infer(pb.InferRequest(model="ghost", prompt="hi"))
     assert raised.value.code() is grpc.StatusCode.NOT_FOUND
-    server = by_name(exporter)[INFER]
+    server = (await with_server_span(exporter))[INFER]
     assert server.status.status_code is StatusCode.UNSET
     assert server.attributes is not None
     assert server.attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
@@ -186,7 +198,7 @@ def test_the_setting_overrides_what_the_otel_variables_ask_for(
 def test_tracing_asked_for_without_the_extra_is_a_start_up_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("inferwire.api.tracing.available", lambda: False)
+    monkeypatch.setattr("inferwire.edge.tracing.available", lambda: False)
     with pytest.raises(ConfigurationError, match=r"pip install 'inferwire\[otel\]'"):
         server_tracing(True)
     settings = load_settings(server={"address": "127.0.0.1:0", "tracing": True}, models=[])
