@@ -1,6 +1,7 @@
-"""The engine scheduler's hand-over to event loops (delivery.Outbox) and the per-request
-path's (consumer.Channel): items arrive in order, a loop still to run one hand-over is not
-woken again, and the interval holds items back unless one is urgent or the flush forced.
+"""The hand-over to event loops that both paths use (delivery.Outbox), on its own and
+filling a request's consumer.Channel: items arrive in order, a loop still to run one
+hand-over is not woken again, and the interval holds items back unless one is urgent or
+the flush forced.
 
 No engine here: the hand-overs are driven from the loop's own thread, so what is
 scheduled and what has run are both known without timing.
@@ -13,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from inferwire.backends.ort_genai.consumer import Channel
+from inferwire.backends.ort_genai import delivery
+from inferwire.backends.ort_genai.consumer import Channel, StreamEvent
 from inferwire.backends.ort_genai.delivery import Outbox
 
 HOUR_S = 3600.0  # an interval no test outlasts: items held by it stay held
@@ -95,12 +97,47 @@ async def test_a_channel_moves_items_in_order_with_one_wake_up_while_the_loop_is
     loop = asyncio.get_running_loop()
     wake_ups = count_wake_ups(loop, monkeypatch)
     channel = Channel(loop)
-    channel.put_all_threadsafe([ValueError("a"), ValueError("b")])
-    channel.put_threadsafe(ValueError("c"))  # the first move has not run yet: it takes this
-    channel.put_all_threadsafe([])
+    outbox: Outbox[StreamEvent] = Outbox(channel.put_all, interval_s=0.0)
+
+    def hand_over(*names: str) -> None:
+        for name in names:
+            outbox.add(loop, ValueError(name), urgent=False)
+        outbox.flush()
+
+    hand_over("a", "b")
+    hand_over("c")  # the first hand-over has not run yet: it takes this
+    hand_over()
     got = [str(await channel.get()) for _ in range(3)]
     assert got == ["a", "b", "c"]
     assert wake_ups[0] == 1
-    channel.put_threadsafe(ValueError("d"))
+    hand_over("d")
     assert str(await channel.get()) == "d"
     assert wake_ups[0] == 2
+
+
+async def test_a_forced_flush_hands_over_at_once_and_leaves_the_interval_as_it_was(
+    monkeypatch,
+):
+    """As the per-request path needs it: held deltas go before the worker waits for credit,
+    and the next one is held only until the interval that was running ends."""
+    clock = [0.0]
+    monkeypatch.setattr(delivery.time, "perf_counter", lambda: clock[0])
+    loop = asyncio.get_running_loop()
+    delivered: list[list[str]] = []
+    outbox: Outbox[str] = Outbox(delivered.append, interval_s=10.0)
+    outbox.add(loop, "first", urgent=False)
+    outbox.flush()  # at 0: the interval runs to 10
+    await settle()
+    clock[0] = 5.0
+    outbox.add(loop, "held", urgent=False)
+    outbox.flush()
+    await settle()
+    assert delivered == [["first"]]
+    outbox.flush(force=True)
+    await settle()
+    assert delivered == [["first"], ["held"]]
+    clock[0] = 10.0
+    outbox.add(loop, "next", urgent=False)
+    outbox.flush()
+    await settle()
+    assert delivered == [["first"], ["held"], ["next"]]

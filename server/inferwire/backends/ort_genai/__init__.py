@@ -9,11 +9,10 @@ Modules:
   sampling options for both paths, and `PreparedRequest`, what a path is handed.
 - `generator.py`: the per-request path, one `og.Generator` per request in a thread.
 - `engine.py`: the engine path, one `og.Engine` batching requests, driven by one thread.
-- `delivery.py`: the engine thread's hand-over of text to the event loops, at most once
-  per `stream_interval_ms`.
+- `delivery.py`: both paths' hand-over of text from their threads to the event loops, at
+  most once per `stream_interval_ms` (`Outbox`).
 - `consumer.py`: what both paths share: the consumer's loop (coalescing, flow control,
-  cancel on close), the channel from a thread to it, and the counting of tokens
-  (`TokenTally`).
+  cancel on close), the channel it reads, and the counting of tokens (`TokenTally`).
 - `logprobs.py`: log-probabilities from the generator's logits.
 """
 

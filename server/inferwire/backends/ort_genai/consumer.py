@@ -1,5 +1,7 @@
-"""What both paths share: the hand-over of a request's events from the thread producing
-them to its consumer on the event loop, and the counting of its tokens (`TokenTally`).
+"""What both paths share: the consumer's side of a request's events (a `Channel` on its
+event loop, which the producing thread fills through a `delivery.Outbox`: at most one
+hand-over per `stream_interval_ms` unless urgent, one wake-up of the loop at a time), and
+the counting of its tokens (`TokenTally`).
 
 A path makes a `Producer` per request and returns `consume(...)`: the consumer's loop,
 which takes every ready delta as one when it is behind (`coalesce_deltas`, so the number
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
@@ -22,51 +23,30 @@ from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.generation import coalesce_deltas
 from inferwire.core.types import FinishReason, GenerationEnd, TextDelta, Usage
 
-Item = TextDelta | GenerationEnd | BaseException
+# What a request's producer hands its consumer: a delta, the end, or an error to re-raise.
+StreamEvent = TextDelta | GenerationEnd | BaseException
 
 
 class Channel:
-    """One request's items on their way to its consumer; used on the consumer's loop."""
+    """One request's items on their way to its consumer; used on the consumer's loop only
+    (its producer's thread hands items over through a `delivery.Outbox`)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._items: collections.deque[Item] = collections.deque()
+        self._items: collections.deque[StreamEvent] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
-        # From another thread: items not yet moved to the loop, and whether a move is on its
-        # way (then a later item rides with it instead of waking the loop again).
-        self._handed: list[Item] = []
-        self._move_scheduled = False
-        self._lock = threading.Lock()
 
-    def put(self, item: Item) -> None:
+    def put(self, item: StreamEvent) -> None:
         self._items.append(item)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def put_threadsafe(self, item: Item) -> None:
-        """`put`, from another thread."""
-        self.put_all_threadsafe([item])
+    def put_all(self, items: list[StreamEvent]) -> None:
+        self._items.extend(items)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
-    def put_all_threadsafe(self, items: list[Item]) -> None:
-        """`put` each, from another thread; wakes the loop only if it has taken what came
-        before (else they go with that)."""
-        if not items:
-            return
-        with self._lock:
-            self._handed.extend(items)
-            if self._move_scheduled:
-                return
-            self._move_scheduled = True
-        self.loop.call_soon_threadsafe(self._move_handed)
-
-    def _move_handed(self) -> None:
-        with self._lock:
-            items, self._handed = self._handed, []
-            self._move_scheduled = False
-        for item in items:
-            self.put(item)
-
-    async def get(self) -> Item:
+    async def get(self) -> StreamEvent:
         while not self._items:
             self._waiter = self.loop.create_future()
             await self._waiter

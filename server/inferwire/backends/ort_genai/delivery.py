@@ -1,12 +1,15 @@
-"""The engine scheduler's hand-over of items to the event loops its consumers run on.
+"""The hand-over of items from a generating thread to the event loops of their consumers,
+on both paths: the engine scheduler's (one `Outbox` for every row) and each per-request
+generator's (one `Outbox` per request).
 
 Every hand-over costs both threads: a wake-up of the loop (a write to its self-pipe),
-the GIL passed from the scheduler to the loop and back, and a stream message per
-consumer. So the scheduler hands over at most once per `interval_s` (the backend's
-`stream_interval_ms`); the tokens made meanwhile reach each consumer together, and it
-writes them as one message (consumer.py coalesces what is ready). A first token, an end,
-an error or a release go at once. And a loop that has not yet run the previous hand-over
-is not woken again: it takes the later items with it.
+the GIL passed from the thread to the loop and back, and a stream message per consumer.
+So a thread hands over at most once per `interval_s` (the backend's `stream_interval_ms`);
+the tokens made meanwhile reach each consumer together, and it writes them as one message
+(consumer.py coalesces what is ready). A first token, an end, an error or a release go at
+once (urgent), and so does everything when the thread is about to wait (a forced flush).
+And a loop that has not yet run the previous hand-over is not woken again: it takes the
+later items with it.
 """
 
 from __future__ import annotations
@@ -17,34 +20,43 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-Item = TypeVar("Item")
+HandedItem = TypeVar("HandedItem")  # whatever one outbox carries
 
 
-class Outbox(Generic[Item]):
-    """Items on their way from the scheduler thread to event loops, grouped by loop."""
+class Outbox(Generic[HandedItem]):
+    """Items on their way from one producing thread to event loops, grouped by loop."""
 
-    def __init__(self, deliver: Callable[[list[Item]], None], interval_s: float) -> None:
+    def __init__(self, deliver: Callable[[list[HandedItem]], None], interval_s: float) -> None:
         self._deliver = deliver  # runs on the loop with that loop's items, in order
         self._interval_s = interval_s
-        self._next_at = 0.0
+        self._next_at = 0.0  # so the first items go at once
         self._urgent = False
-        self._collected: dict[asyncio.AbstractEventLoop, list[Item]] = {}  # scheduler only
-        self._handed: dict[asyncio.AbstractEventLoop, list[Item]] = {}  # under _lock
+        self._collected: dict[asyncio.AbstractEventLoop, list[HandedItem]] = {}  # producer only
+        self._handed: dict[asyncio.AbstractEventLoop, list[HandedItem]] = {}  # under _lock
         self._lock = threading.Lock()
 
-    def add(self, loop: asyncio.AbstractEventLoop, item: Item, urgent: bool) -> None:
-        """Collect one item (scheduler thread); `urgent`: hand it over at the next flush."""
-        self._collected.setdefault(loop, []).append(item)
-        self._urgent = self._urgent or urgent
+    def add(self, loop: asyncio.AbstractEventLoop, item: HandedItem, urgent: bool) -> None:
+        """Collect one item (producing thread); `urgent`: hand it over at the next flush."""
+        collected = self._collected.get(loop)
+        if collected is None:
+            self._collected[loop] = [item]
+        else:
+            collected.append(item)
+        if urgent:
+            self._urgent = True
 
     def flush(self, force: bool = False) -> None:
-        """Hand the collected items over if one is urgent, `force`, or the interval passed."""
+        """Hand the collected items over if one is urgent, the interval passed, or `force`.
+
+        Urgent items and the interval restart the interval; a forced flush (the thread is
+        about to wait) leaves it as it was, since the interval did not choose it."""
         if not self._collected:
             return
-        now = time.perf_counter()
-        if not (force or self._urgent or now >= self._next_at):
-            return
-        self._next_at, self._urgent = now + self._interval_s, False
+        if self._urgent or not force:
+            now = time.perf_counter()
+            if not self._urgent and now < self._next_at:
+                return
+            self._next_at, self._urgent = now + self._interval_s, False
         wake = []
         with self._lock:
             for loop, items in self._collected.items():

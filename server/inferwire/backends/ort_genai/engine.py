@@ -39,8 +39,9 @@ How this scheduler uses that:
   down to `RESUME_AT`. So a stalled reader costs a bounded buffer and no batch slot.
 - Tokens are decoded to text here, on the scheduler thread, with one `TokenizerStream`
   per request (kept across preemptions); they reach each event loop at most once per
-  `stream_interval_ms` (first tokens and ends at once; delivery.py says why). The
-  consumer's side is `consumer.consume`, shared with the per-request path.
+  `stream_interval_ms` (first tokens and ends at once) through one `delivery.Outbox`,
+  the hand-over the per-request path uses too (delivery.py says why). The consumer's side
+  is `consumer.consume`, shared with the per-request path.
 - Cancellation (the consumer closing its stream: client cancel, deadline, stop string)
   reaches the engine before its next step: at most one more token is produced, counted
   through `GenerationProgress.generated_after_cancel`.
@@ -58,12 +59,7 @@ from typing import Literal
 import numpy as np
 import onnxruntime_genai as og
 
-from inferwire.backends.ort_genai.consumer import (
-    Channel,
-    Item,
-    TokenTally,
-    consume,
-)
+from inferwire.backends.ort_genai.consumer import Channel, StreamEvent, TokenTally, consume
 from inferwire.backends.ort_genai.delivery import Outbox
 from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PreparedRequest
@@ -98,7 +94,7 @@ class _Released:
 
 _RELEASED = _Released()
 
-_Delivery = tuple["_Row", Item | _Released]
+_Delivery = tuple["_Row", StreamEvent | _Released]
 
 
 @dataclass(frozen=True)
@@ -403,7 +399,7 @@ class EngineScheduler:
             if row.unread <= RESUME_AT:  # the consumer caught up meanwhile
                 self._apply("resume", row)
 
-    def _end(self, row: _Row, item: Item | None) -> None:
+    def _end(self, row: _Row, item: StreamEvent | None) -> None:
         self._detach(row)
         if item is not None:
             self._emit(row, item)
@@ -415,7 +411,7 @@ class EngineScheduler:
             row.engine_request.close()
             row.engine_request = None
 
-    def _emit(self, row: _Row, item: Item) -> None:
+    def _emit(self, row: _Row, item: StreamEvent) -> None:
         urgent = True  # an end or an error
         if isinstance(item, TextDelta):
             row.emitted += 1

@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import onnxruntime_genai as og
 
-from inferwire.backends.ort_genai.consumer import Channel, Item, TokenTally, consume
+from inferwire.backends.ort_genai.consumer import Channel, StreamEvent, TokenTally, consume
+from inferwire.backends.ort_genai.delivery import Outbox
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
 from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PreparedRequest
@@ -79,9 +79,9 @@ class GeneratorPath:
         """Run one request: its deltas, then its end."""
         channel = Channel(asyncio.get_running_loop())
         tally = TokenTally(progress, len(request.prompt_ids))
-        run = _GeneratorRun(self._model, request, tally, channel, self._executor)
+        outbox = Outbox(channel.put_all, self._stream_interval_s)
+        run = _GeneratorRun(self._model, request, tally, channel, outbox, self._executor)
         run.adapter = self._adapter
-        run.interval_s = self._stream_interval_s
         return consume(channel, run, tally, request.coalesce)
 
 
@@ -94,21 +94,20 @@ class _GeneratorRun:
         request: PreparedRequest,
         tally: TokenTally,
         channel: Channel,
+        outbox: Outbox[StreamEvent],
         executor: ThreadPoolExecutor,
     ) -> None:
         self._model = model
         self._request = request
         self._tally = tally
         self._channel = channel
+        # Deltas reach the loop at most once per stream_interval_ms (the first at once), as
+        # on the engine path (delivery.py says why); held ones go before waiting for credit.
+        self._outbox = outbox
         self._executor = executor
         self._credits = threading.Semaphore(LOOKAHEAD_DELTAS)
         self._stop = threading.Event()
         self.adapter: ActiveAdapter | None = None
-        # Deltas are handed to the loop at most once per interval (the first at once), as
-        # on the engine path (delivery.py says why); held ones go before waiting for credit.
-        self.interval_s = 0.0
-        self._held: list[Item] = []
-        self._next_hand_over = 0.0
 
     def start(self) -> asyncio.Future[None]:
         return self._channel.loop.run_in_executor(self._executor, self._run)
@@ -181,22 +180,17 @@ class _GeneratorRun:
             emit(TextDelta("", generated, tuple(pending)))
         emit(self._tally.end(finish), at_once=True)
 
-    def _hand_over(self, item: Item, at_once: bool = False) -> None:
-        self._held.append(item)
-        now = time.perf_counter()
-        if at_once or now >= self._next_hand_over:
-            self._next_hand_over = now + self.interval_s
-            self._release_held()
-
-    def _release_held(self) -> None:
-        held, self._held = self._held, []
-        self._channel.put_all_threadsafe(held)
+    def _hand_over(self, item: StreamEvent, at_once: bool = False) -> None:
+        self._outbox.add(self._channel.loop, item, urgent=at_once)
+        self._outbox.flush()
 
     def _wait_for_credit(self) -> None:
         if self._credits.acquire(blocking=False):
             return
-        self._release_held()  # the consumer cannot catch up on what it has not been given
+        self._outbox.flush(force=True)  # the consumer cannot catch up on what it was not given
         while not self._credits.acquire(timeout=0.1):
+            if self._channel.loop.is_closed():  # its consumer went with it (the outbox
+                self._stop.set()  # drops what it is handed): stop as if it had left
             if self._stop.is_set():
                 return
 
