@@ -37,6 +37,7 @@ from inferwire.api.handlers import (
 from inferwire.api.metrics import GRPC_TYPE, PrometheusMetrics
 from inferwire.api.status import GO_CODE_NAME, MAX_FIELD_BYTES, bounded, deadline_of, rpc_code
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.wire.oip import SERVICE_NAME as OIP_SERVICE_NAME
 
 try:  # the inferwire[otel] extra
     from opentelemetry.trace import get_current_span
@@ -48,7 +49,7 @@ access_log = logging.getLogger("inferwire.access")
 # every other RPC's says `rpc finished`.
 INFERENCE_METHODS = frozenset(
     f"/inferwire.v1.InferenceService/{name}" for name in ("Infer", "InferStream")
-) | frozenset(f"/inference.GRPCInferenceService/{n}" for n in ("ModelInfer", "ModelStreamInfer"))
+) | frozenset(f"/{OIP_SERVICE_NAME}/{n}" for n in ("ModelInfer", "ModelStreamInfer"))
 
 
 class _CountingContext:

@@ -52,6 +52,7 @@ from inferwire.core.types import (
     TextDelta,
     Usage,
 )
+from inferwire.wire.oip import FINISH_LENGTH
 
 # One logger for the package, named as when the backend was a single module.
 log = logging.getLogger(__package__)
@@ -393,7 +394,8 @@ class TritonBackend(Backend):
     @staticmethod
     def _finish_reason(outcome: Outcome, usage: Usage, max_tokens: int) -> FinishReason:
         if outcome.finish_reason is not None:
-            return FinishReason.LENGTH if outcome.finish_reason == "length" else FinishReason.STOP
+            length = outcome.finish_reason == FINISH_LENGTH
+            return FinishReason.LENGTH if length else FinishReason.STOP
         if usage.completion_tokens and usage.completion_tokens >= max_tokens:
             return FinishReason.LENGTH
         return FinishReason.STOP

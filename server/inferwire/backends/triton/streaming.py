@@ -13,11 +13,12 @@ from inferwire.backends.triton.options import StreamMode
 from inferwire.backends.triton.tensors import Outcome, absorb_counts, first_text, raw_first_text
 from inferwire.core.backend import GenerationProgress
 from inferwire.core.types import GenerationRequest, TextDelta, TokenLogprob
+from inferwire.wire.oip import FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, TEXT_OUTPUT
 
 log = logging.getLogger(__package__)
 
 # Outputs that carry a finish reason or token counts (tensors.absorb_counts).
-COUNT_OUTPUTS = frozenset({"finish_reason", "num_input_tokens", "num_output_tokens"})
+COUNT_OUTPUTS = frozenset({FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS})
 
 
 class DeltaTracker:
@@ -80,9 +81,9 @@ class ResponseReader:
             absorb_counts(result, self.outcome)
             if params.logprobs:
                 self.pending.extend(response_logprobs(result, params.top_logprobs))
-        text = raw_first_text(response, "text_output")
+        text = raw_first_text(response, TEXT_OUTPUT)
         if text is None:
-            text = first_text(InferResult(response).as_numpy("text_output"))
+            text = first_text(InferResult(response).as_numpy(TEXT_OUTPUT))
         delta = self.tracker.feed(text)
         if not delta:
             return None

@@ -16,7 +16,7 @@ from inferwire.backends.triton.conventions import (
     describe_model,
     guided_decoding,
 )
-from inferwire.backends.triton.tensors import CONTENTS, Tensor
+from inferwire.backends.triton.tensors import Tensor
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
 from inferwire.core.types import (
     ConstraintKind,
@@ -24,6 +24,7 @@ from inferwire.core.types import (
     GenerationRequest,
     OutputConstraint,
 )
+from inferwire.wire.oip import CONTENTS
 
 
 def tensors(**names_by_datatype: list[str]) -> dict[str, Tensor]:

@@ -9,7 +9,6 @@ from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 from inferwire.backends.triton.tensors import (
-    CONTENTS,
     Outcome,
     Tensor,
     absorb_counts,
@@ -18,6 +17,7 @@ from inferwire.backends.triton.tensors import (
     raw_first_text,
 )
 from inferwire.core.errors import ModelNotReadyError
+from inferwire.wire.oip import CONTENTS
 
 # datatype -> the InferTensorContents field that carries it, values given, values sent.
 ENCODINGS = {
