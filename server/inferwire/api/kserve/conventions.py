@@ -18,7 +18,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as oip
 
-from inferwire.api.kserve.tensors import MODEL_VERSION, Tensor, input_tensors, invalid
+from inferwire.api.kserve.tensors import MODEL_VERSION, DecodedInput, input_tensors, invalid
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotFoundError
 from inferwire.core.types import GenerationParams, InferenceRequest
 from inferwire.wire.oip import (
@@ -121,7 +121,7 @@ def parse_request(
     )
 
 
-def _flag(tensors: dict[str, Tensor], name: str) -> bool:
+def _flag(tensors: dict[str, DecodedInput], name: str) -> bool:
     tensor = tensors.get(name)
     return bool(tensor.scalar()) if tensor is not None else False
 
@@ -149,7 +149,7 @@ def _sent_outputs(request: oip.ModelInferRequest, produced: set[str]) -> frozens
 
 
 def _generation_parameters(
-    request: oip.ModelInferRequest, tensors: dict[str, Tensor]
+    request: oip.ModelInferRequest, tensors: dict[str, DecodedInput]
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The GenerationParams fields given, from the three places they may come from."""
     given: list[tuple[str, str, Any]] = []  # (parameter, field, value)

@@ -39,8 +39,9 @@ def invalid(field: str, description: str) -> InvalidArgumentError:
 
 
 @dataclass(frozen=True)
-class Tensor:
-    """One input tensor, decoded: its datatype, shape and values in row-major order."""
+class DecodedInput:
+    """One input tensor of a request, decoded: its datatype, shape and values in row-major
+    order."""
 
     name: str
     datatype: str
@@ -58,7 +59,7 @@ class Tensor:
         return self.values[0]
 
 
-def input_tensors(request: oip.ModelInferRequest) -> dict[str, Tensor]:
+def input_tensors(request: oip.ModelInferRequest) -> dict[str, DecodedInput]:
     """The request's inputs by name, each checked against its datatype and shape."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
@@ -66,7 +67,7 @@ def input_tensors(request: oip.ModelInferRequest) -> dict[str, Tensor]:
             "raw_input_contents",
             f"has {len(raw)} entries for {len(request.inputs)} inputs; it needs one per input",
         )
-    tensors: dict[str, Tensor] = {}
+    tensors: dict[str, DecodedInput] = {}
     for index, message in enumerate(request.inputs):
         name = message.name
         if name in tensors:
@@ -89,7 +90,7 @@ def input_tensors(request: oip.ModelInferRequest) -> dict[str, Tensor]:
                 name,
                 f"holds {len(values)} elements but its shape {list(shape)} needs {count}",
             )
-        tensors[name] = Tensor(name, datatype, shape, values)
+        tensors[name] = DecodedInput(name, datatype, shape, values)
     return tensors
 
 

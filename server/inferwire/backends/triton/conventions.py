@@ -18,7 +18,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from inferwire.backends.triton.tensors import Tensor, add_input
+from inferwire.backends.triton.tensors import InputMetadata, add_input
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
 from inferwire.core.types import ConstraintKind, GenerationRequest, OutputConstraint
 from inferwire.wire.oip import (
@@ -70,7 +70,7 @@ class TritonModelLayout:
     convention: Convention
     decoupled: bool
     batched: bool
-    inputs: dict[str, Tensor]
+    inputs: dict[str, InputMetadata]
     outputs: set[str]
     usage_source: UsageSource
 
@@ -214,7 +214,7 @@ _RULES: dict[Convention, _ConventionRules] = {
 
 
 def detect_convention(
-    inputs: dict[str, Tensor], outputs: set[str], choice: str, triton_model: str
+    inputs: dict[str, InputMetadata], outputs: set[str], choice: str, triton_model: str
 ) -> Convention:
     """The convention the model's inputs and outputs follow; `choice` ('auto' or a
     Convention value, from options.convention) settles a model that matches both."""
@@ -262,7 +262,7 @@ def describe_model(
 ) -> TritonModelLayout:
     """The model's layout from its metadata and configuration; ModelNotReadyError for a
     model inferwire cannot serve."""
-    inputs = {t.name: Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
+    inputs = {t.name: InputMetadata(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
     outputs = {t.name for t in metadata.outputs}
     required = {i.name for i in config.input if not i.optional}
     convention = detect_convention(inputs, outputs, choice, triton_model)

@@ -10,7 +10,12 @@ from tritonclient.grpc import InferResult, service_pb2
 
 from inferwire.backends.triton.logprobs import response_logprobs
 from inferwire.backends.triton.options import StreamMode
-from inferwire.backends.triton.tensors import Outcome, absorb_counts, first_text, raw_first_text
+from inferwire.backends.triton.tensors import (
+    ReportedCounts,
+    absorb_counts,
+    first_text,
+    raw_first_text,
+)
 from inferwire.core.backend import GenerationProgress
 from inferwire.core.types import GenerationRequest, TextDelta, TokenLogprob
 from inferwire.wire.oip import FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, TEXT_OUTPUT
@@ -64,7 +69,7 @@ class ResponseReader:
         self.tracker = tracker
         self.request = request
         self.counts = not COUNT_OUTPUTS.isdisjoint(outputs)
-        self.outcome = Outcome()
+        self.reported = ReportedCounts()
         self.text: list[str] = []  # the deltas passed on, for a tokenizer's count
         # Log-probabilities of tokens whose text has not been passed on yet.
         self.pending: list[TokenLogprob] = []
@@ -78,7 +83,7 @@ class ResponseReader:
         params = self.request.params
         if self.counts or params.logprobs:
             result = InferResult(response)
-            absorb_counts(result, self.outcome)
+            absorb_counts(result, self.reported)
             if params.logprobs:
                 self.pending.extend(response_logprobs(result, params.top_logprobs))
         text = raw_first_text(response, TEXT_OUTPUT)
@@ -89,6 +94,6 @@ class ResponseReader:
             return None
         progress.first_token()
         self.text.append(delta)
-        event = TextDelta(delta, self.outcome.completion_tokens, tuple(self.pending))
+        event = TextDelta(delta, self.reported.completion_tokens, tuple(self.pending))
         self.pending.clear()
         return event

@@ -21,8 +21,8 @@ from inferwire.wire.oip import (
 
 
 @dataclass(frozen=True)
-class Tensor:
-    """One input of a model, as its metadata describes it."""
+class InputMetadata:
+    """One input of a model on Triton, as its metadata describes it (no values)."""
 
     name: str
     datatype: str
@@ -31,7 +31,7 @@ class Tensor:
 
 def add_input(
     message: service_pb2.ModelInferRequest,
-    tensor: Tensor,
+    tensor: InputMetadata,
     values: Sequence[Scalar],
     batched: bool,
 ) -> None:
@@ -47,10 +47,10 @@ def add_input(
 
 
 @dataclass
-class Outcome:
-    """What Triton reported in one request's responses: the model's finish reason and
-    token counts, None where the model has no such output. The text is not here: the
-    generation loop turns it into deltas as it arrives."""
+class ReportedCounts:
+    """What the model's count outputs reported over one request's responses: its finish
+    reason and token counts, None where the model has no such output. The text is not
+    here: the generation loop turns it into deltas as it arrives."""
 
     finish_reason: str | None = None
     prompt_tokens: int | None = None
@@ -83,12 +83,12 @@ def raw_first_text(response: service_pb2.ModelInferResponse, name: str) -> str |
     return ""
 
 
-def absorb_counts(result: InferResult, outcome: Outcome) -> None:
+def absorb_counts(result: InferResult, counts: ReportedCounts) -> None:
     """Finish reason and token counts, from the outputs the model has (None when absent)."""
     if finish_reason := first_text(result.as_numpy(FINISH_REASON)):
-        outcome.finish_reason = finish_reason
+        counts.finish_reason = finish_reason
     if (prompt_tokens := result.as_numpy(NUM_INPUT_TOKENS)) is not None:
-        outcome.prompt_tokens = int(np.asarray(prompt_tokens).sum())
+        counts.prompt_tokens = int(np.asarray(prompt_tokens).sum())
     if (completion_tokens := result.as_numpy(NUM_OUTPUT_TOKENS)) is not None:
         counted = int(np.asarray(completion_tokens).sum())
-        outcome.completion_tokens = (outcome.completion_tokens or 0) + counted
+        counts.completion_tokens = (counts.completion_tokens or 0) + counted
