@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2 as oip
 
-from inferwire.api.kserve.conventions import TRTLLM_INPUTS, VLLM_INPUTS
+from inferwire.api.kserve.conventions import ACCEPTED_TRTLLM_INPUTS, ACCEPTED_VLLM_INPUTS
 from inferwire.api.reflection import METHOD as REFLECTION_METHOD
 from inferwire.api.reflection import V1, V1ALPHA
 from inferwire.v1 import inference_pb2 as pb
@@ -223,7 +223,7 @@ sampling_json = mostly(
 
 @st.composite
 def _input_tensor(draw: st.DrawFn, name: str) -> oip.ModelInferRequest.InferInputTensor:
-    expected = {**VLLM_INPUTS, **TRTLLM_INPUTS}.get(name, "BYTES")
+    expected = {**ACCEPTED_VLLM_INPUTS, **ACCEPTED_TRTLLM_INPUTS}.get(name, "BYTES")
     datatype = draw(mostly(st.just(expected), st.sampled_from(_DATATYPES)))
     tensor = oip.ModelInferRequest.InferInputTensor(name=name, datatype=datatype)
     field, values = _CONTENTS.get(datatype, ("bytes_contents", st.binary(max_size=8)))

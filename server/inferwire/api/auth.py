@@ -36,6 +36,7 @@ from inferwire.core.auth import UNRESTRICTED, Principal, Scope
 from inferwire.core.errors import InferwireError
 from inferwire.edge.callers import Callers
 from inferwire.v1 import inference_pb2 as pb
+from inferwire.wire.oip import SERVICE_NAME as KSERVE_SERVICE
 
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
 # The scope each InferenceService RPC needs; an RPC missing here needs admin (fail closed),
@@ -54,7 +55,6 @@ SCOPE_BY_RPC: dict[str, Scope] = {
 # open, like grpc.health.v1; what reads or runs a model needs infer (and the per-model rule,
 # in the servicer), the repository admin. Its shared-memory, trace and log RPCs, which are
 # not offered, fall to admin too.
-KSERVE_SERVICE = "inference.GRPCInferenceService"
 KSERVE_OPEN_RPCS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
 KSERVE_SCOPE_BY_RPC: dict[str, Scope] = {
     "ServerMetadata": Scope.INFER,

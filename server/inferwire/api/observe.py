@@ -37,12 +37,13 @@ from inferwire.api.status import GO_CODE_NAME, deadline_of, rpc_code
 from inferwire.core.record import Outcome
 from inferwire.edge.access import access_logged, write_access_line
 from inferwire.edge.calls import CallRecord, begin_call
+from inferwire.wire.oip import SERVICE_NAME as OIP_SERVICE_NAME
 
 # Their access line says `request finished`, whether or not the core saw the request;
 # every other RPC's says `rpc finished`.
 INFERENCE_METHODS = frozenset(
     f"/inferwire.v1.InferenceService/{name}" for name in ("Infer", "InferStream")
-) | frozenset(f"/inference.GRPCInferenceService/{n}" for n in ("ModelInfer", "ModelStreamInfer"))
+) | frozenset(f"/{OIP_SERVICE_NAME}/{n}" for n in ("ModelInfer", "ModelStreamInfer"))
 
 
 class _CountingContext:

@@ -9,6 +9,8 @@ without it, the server runs without this service and says so.
 Modules: `servicer` (the RPCs), `conventions` (the vLLM backend's tensors as our
 request), `tensors` (tensor contents, raw and typed), `responses` (results as
 responses), `streaming` (ModelStreamInfer), `metadata` (metadata, config, statistics).
+The protocol's names and encodings, shared with the Triton backend, are
+inferwire.wire.oip's.
 """
 
 from __future__ import annotations
@@ -19,8 +21,7 @@ import logging
 import grpc
 
 from inferwire.core.manager import ModelManager
-
-SERVICE_NAME = "inference.GRPCInferenceService"
+from inferwire.wire.oip import SERVICE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,9 @@ def add_kserve(server: grpc.aio.Server, manager: ModelManager) -> list[str]:
     """
     if importlib.util.find_spec("tritonclient") is None:
         log.info(
-            "inference.GRPCInferenceService (KServe v2) is not served: it needs tritonclient; "
-            "install it with: pip install 'inferwire[triton]'"
+            "%s (KServe v2) is not served: it needs tritonclient; "
+            "install it with: pip install 'inferwire[triton]'",
+            SERVICE_NAME,
         )
         return []
     from tritonclient.grpc import service_pb2_grpc

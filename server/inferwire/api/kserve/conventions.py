@@ -18,49 +18,41 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as oip
 
-from inferwire.api.kserve.tensors import MODEL_VERSION, Tensor, input_tensors, invalid
+from inferwire.api.kserve.tensors import MODEL_VERSION, DecodedInput, input_tensors, invalid
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotFoundError
 from inferwire.core.types import GenerationParams, InferenceRequest
+from inferwire.wire.oip import (
+    ENABLE_EMPTY_FINAL_RESPONSE,
+    EXCLUDE_INPUT_IN_OUTPUT,
+    LOGPROBS,
+    RETURN_LOGPROBS,
+    SAMPLING_PARAMETERS,
+    STOP_WORDS,
+    STREAM,
+    TEXT_INPUT,
+    TEXT_OUTPUT,
+    TRTLLM_INPUTS,
+    TRTLLM_SAMPLING,
+    VLLM_INPUTS,
+    VLLM_OUTPUTS,
+    VLLM_RETURN_FLAGS,
+)
 
-# Every input a model takes here, with its datatype; the first group is the vLLM
-# backend's (what ModelMetadata lists), the second the TensorRT-LLM ensemble's names.
-VLLM_INPUTS = {
-    "text_input": "BYTES",
-    "stream": "BOOL",
-    "sampling_parameters": "BYTES",
-    "exclude_input_in_output": "BOOL",
-    "return_finish_reason": "BOOL",
-    "return_num_input_tokens": "BOOL",
-    "return_num_output_tokens": "BOOL",
-}
-TRTLLM_INPUTS = {
-    "max_tokens": "INT32",
-    "temperature": "FP32",
-    "top_p": "FP32",
-    "top_k": "INT32",
-    "random_seed": "UINT64",
-    "stop_words": "BYTES",
-}
-OUTPUTS = {
-    "text_output": "BYTES",
-    "finish_reason": "BYTES",
-    "num_input_tokens": "UINT32",
-    "num_output_tokens": "UINT32",
-}
+# Every input a model takes here, with its datatype: the vLLM backend's (what
+# ModelMetadata lists), then the TensorRT-LLM ensemble's sampling tensors. The service
+# returns no log-probabilities, so their flag and output are not among them.
+ACCEPTED_VLLM_INPUTS = {n: t for n, t in VLLM_INPUTS.items() if n != RETURN_LOGPROBS}
+ACCEPTED_TRTLLM_INPUTS = {n: TRTLLM_INPUTS[n] for n in TRTLLM_SAMPLING}
+SERVED_OUTPUTS = {n: t for n, t in VLLM_OUTPUTS.items() if n != LOGPROBS}
 # The outputs each `return_*` flag adds to `text_output`.
-RETURN_FLAGS = {f"return_{name}": name for name in OUTPUTS if name != "text_output"}
+RETURN_FLAGS = {flag: out for flag, out in VLLM_RETURN_FLAGS.items() if out in SERVED_OUTPUTS}
 # The integer datatypes an integer input may come in, and the float ones.
 _ALIKE = {"INT32": ("INT32", "INT64", "UINT32", "UINT64"), "FP32": ("FP32", "FP64")}
 _ALIKE["UINT64"] = _ALIKE["INT32"]
-# A TensorRT-LLM tensor's generation parameter.
-_TRTLLM_PARAMETER = {name: name for name in TRTLLM_INPUTS} | {
-    "random_seed": "seed",
-    "stop_words": "stop",
-}
 SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 # Request parameters Triton clients send on their own, which need nothing from us: every
 # stream response ends its request with `triton_final_response` anyway.
-_CLIENT_PARAMETERS = ("triton_enable_empty_final_response",)
+_CLIENT_PARAMETERS = (ENABLE_EMPTY_FINAL_RESPONSE,)
 INT32_MAX, UINT32_MAX = 2**31 - 1, 2**32 - 1
 
 
@@ -93,7 +85,7 @@ def parse_request(
     require_version(model, request.model_version)
     tensors = input_tensors(request)
     for name, tensor in tensors.items():
-        expected = VLLM_INPUTS.get(name) or TRTLLM_INPUTS.get(name)
+        expected = ACCEPTED_VLLM_INPUTS.get(name) or ACCEPTED_TRTLLM_INPUTS.get(name)
         if expected is None:
             raise invalid("inputs", f"unexpected inference input {name!r} for model {model!r}")
         if tensor.datatype not in _ALIKE.get(expected, (expected,)):
@@ -102,15 +94,15 @@ def parse_request(
                 f"unexpected datatype {tensor.datatype} for inference input {name!r}, "
                 f"expecting {expected}",
             )
-    if "text_input" not in tensors:
-        raise invalid("inputs", f"expected input 'text_input' for model {model!r} is missing")
-    text = tensors["text_input"]
-    prompt = _text(text.scalar(), "text_input")
-    stream = _flag(tensors, "stream")
-    exclude = tensors.get("exclude_input_in_output")
+    if TEXT_INPUT not in tensors:
+        raise invalid("inputs", f"expected input {TEXT_INPUT!r} for model {model!r} is missing")
+    text = tensors[TEXT_INPUT]
+    prompt = _text(text.scalar(), TEXT_INPUT)
+    stream = _flag(tensors, STREAM)
+    exclude = tensors.get(EXCLUDE_INPUT_IN_OUTPUT)
     if exclude is not None and not exclude.scalar() and stream:
         raise invalid(
-            "exclude_input_in_output",
+            EXCLUDE_INPUT_IN_OUTPUT,
             "must be true when streaming: a stream carries the generated text only",
         )
     prefix = prompt if (not exclude.scalar() if exclude is not None else not stream) else ""
@@ -123,13 +115,13 @@ def parse_request(
         deadline=None if time_remaining is None else time.monotonic() + time_remaining,
         tenant=tenant,
     )
-    produced = {"text_output"} | {out for flag, out in RETURN_FLAGS.items() if _flag(tensors, flag)}
+    produced = {TEXT_OUTPUT} | {out for flag, out in RETURN_FLAGS.items() if _flag(tensors, flag)}
     return ParsedRequest(
         inference, stream, prefix, _sent_outputs(request, produced), text.shape, sources
     )
 
 
-def _flag(tensors: dict[str, Tensor], name: str) -> bool:
+def _flag(tensors: dict[str, DecodedInput], name: str) -> bool:
     tensor = tensors.get(name)
     return bool(tensor.scalar()) if tensor is not None else False
 
@@ -145,7 +137,7 @@ def _sent_outputs(request: oip.ModelInferRequest, produced: set[str]) -> frozens
     """What the request gets: the outputs it produces, only those it names if it names any."""
     named = set()
     for output in request.outputs:
-        if output.name not in OUTPUTS:
+        if output.name not in SERVED_OUTPUTS:
             raise invalid(
                 "outputs",
                 f"unexpected inference output {output.name!r} for model {request.model_name!r}",
@@ -157,22 +149,22 @@ def _sent_outputs(request: oip.ModelInferRequest, produced: set[str]) -> frozens
 
 
 def _generation_parameters(
-    request: oip.ModelInferRequest, tensors: dict[str, Tensor]
+    request: oip.ModelInferRequest, tensors: dict[str, DecodedInput]
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The GenerationParams fields given, from the three places they may come from."""
     given: list[tuple[str, str, Any]] = []  # (parameter, field, value)
-    if (sampling := tensors.get("sampling_parameters")) is not None:
-        text = _text(sampling.scalar(), "sampling_parameters")
+    if (sampling := tensors.get(SAMPLING_PARAMETERS)) is not None:
+        text = _text(sampling.scalar(), SAMPLING_PARAMETERS)
         try:
             decoded = json.loads(text) if text.strip() else {}
         except ValueError as error:
-            raise invalid("sampling_parameters", f"is not valid JSON: {error}") from None
+            raise invalid(SAMPLING_PARAMETERS, f"is not valid JSON: {error}") from None
         if not isinstance(decoded, dict):
-            raise invalid("sampling_parameters", "must be a JSON object")
-        given += [(key, f"sampling_parameters.{key}", value) for key, value in decoded.items()]
-    for name, parameter in _TRTLLM_PARAMETER.items():
+            raise invalid(SAMPLING_PARAMETERS, "must be a JSON object")
+        given += [(key, f"{SAMPLING_PARAMETERS}.{key}", value) for key, value in decoded.items()]
+    for name, parameter in TRTLLM_SAMPLING.items():
         if (tensor := tensors.get(name)) is not None:
-            value = tensor.values if name == "stop_words" else tensor.scalar()
+            value = tensor.values if name == STOP_WORDS else tensor.scalar()
             given.append((parameter, name, value))
     for key, message in request.parameters.items():
         if key in _CLIENT_PARAMETERS:
@@ -250,7 +242,7 @@ def renamed(error: InvalidArgumentError, sources: dict[str, str]) -> InvalidArgu
         if head == "parameters":
             parameter, bracket, index = rest.partition("[")
             return sources.get(parameter, parameter) + bracket + index
-        return {"prompt": "text_input", "request_id": "id", "model": "model_name"}.get(field, field)
+        return {"prompt": TEXT_INPUT, "request_id": "id", "model": "model_name"}.get(field, field)
 
     return InvalidArgumentError(
         [FieldViolation(rename(v.field), v.description) for v in error.violations]

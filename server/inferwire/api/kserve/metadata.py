@@ -7,16 +7,17 @@ from tritonclient.grpc import model_config_pb2 as config_pb
 from tritonclient.grpc import service_pb2 as oip
 
 from inferwire import __version__
-from inferwire.api.kserve.conventions import OUTPUTS, VLLM_INPUTS
+from inferwire.api.kserve.conventions import ACCEPTED_VLLM_INPUTS, SERVED_OUTPUTS
 from inferwire.api.kserve.tensors import MODEL_VERSION
 from inferwire.core.types import Capabilities, InferenceStatistics, ModelState, ModelStatus
+from inferwire.wire.oip import FINISH_REASON, TEXT_INPUT, TEXT_OUTPUT
 
 SERVER_NAME = "inferwire"
 # The protocol extensions this service implements (Triton's names).
 EXTENSIONS = ("model_repository", "model_configuration", "statistics", "parameters")
 # Inputs and outputs have one element, or any number (-1), as in the vLLM backend's config.
 _INPUT_DIMS = (1,)
-_OUTPUT_DIMS = {"text_output": (-1,), "finish_reason": (-1,)}
+_OUTPUT_DIMS = {TEXT_OUTPUT: (-1,), FINISH_REASON: (-1,)}
 _CONFIG_TYPE = {"BYTES": "TYPE_STRING"}
 # Triton's repository states; an unloaded model has none, as a model Triton never loaded.
 _INDEX_STATE = {
@@ -39,9 +40,12 @@ def model_metadata(status: ModelStatus) -> oip.ModelMetadataResponse:
         name=status.name,
         versions=[MODEL_VERSION],
         platform=f"{SERVER_NAME}_{status.backend}",
-        inputs=[tensor(name=n, datatype=t, shape=_INPUT_DIMS) for n, t in VLLM_INPUTS.items()],
+        inputs=[
+            tensor(name=n, datatype=t, shape=_INPUT_DIMS) for n, t in ACCEPTED_VLLM_INPUTS.items()
+        ],
         outputs=[
-            tensor(name=n, datatype=t, shape=_OUTPUT_DIMS.get(n, (1,))) for n, t in OUTPUTS.items()
+            tensor(name=n, datatype=t, shape=_OUTPUT_DIMS.get(n, (1,)))
+            for n, t in SERVED_OUTPUTS.items()
         ],
     )
 
@@ -62,15 +66,15 @@ def model_config(status: ModelStatus, capabilities: Capabilities) -> oip.ModelCo
                 name=name,
                 data_type=data_type(datatype),
                 dims=_INPUT_DIMS,
-                optional=name != "text_input",
+                optional=name != TEXT_INPUT,
             )
-            for name, datatype in VLLM_INPUTS.items()
+            for name, datatype in ACCEPTED_VLLM_INPUTS.items()
         ],
         output=[
             config_pb.ModelOutput(
                 name=name, data_type=data_type(datatype), dims=_OUTPUT_DIMS.get(name, (1,))
             )
-            for name, datatype in OUTPUTS.items()
+            for name, datatype in SERVED_OUTPUTS.items()
         ],
         model_transaction_policy=config_pb.ModelTransactionPolicy(decoupled=capabilities.streaming),
     )

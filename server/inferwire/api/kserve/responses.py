@@ -7,12 +7,20 @@ from tritonclient.grpc import service_pb2 as oip
 from inferwire.api.kserve.conventions import ParsedRequest
 from inferwire.api.kserve.tensors import Output, bytes_output, infer_response, uint32_output
 from inferwire.core.types import FinishReason, InferenceResult, StreamChunk
+from inferwire.wire.oip import (
+    FINISH_LENGTH,
+    FINISH_REASON,
+    FINISH_STOP,
+    NUM_INPUT_TOKENS,
+    NUM_OUTPUT_TOKENS,
+    TEXT_OUTPUT,
+)
 
-# vLLM's words for why generation ended.
-FINISH_REASON = {
-    FinishReason.STOP: "stop",
-    FinishReason.STOP_SEQUENCE: "stop",
-    FinishReason.LENGTH: "length",
+# Why generation ended, in vLLM's words.
+_VLLM_FINISH_REASON = {
+    FinishReason.STOP: FINISH_STOP,
+    FinishReason.STOP_SEQUENCE: FINISH_STOP,
+    FinishReason.LENGTH: FINISH_LENGTH,
 }
 
 
@@ -61,12 +69,13 @@ def _outputs(
     """The outputs the request gets, of those known at this point."""
     wanted = parsed.outputs
     outputs = []
-    if "text_output" in wanted:
-        outputs.append(bytes_output("text_output", [text.encode()], parsed.text_shape))
-    if "finish_reason" in wanted and finish is not None:
-        outputs.append(bytes_output("finish_reason", [FINISH_REASON[finish].encode()], (1,)))
-    if "num_input_tokens" in wanted and prompt_tokens is not None:
-        outputs.append(uint32_output("num_input_tokens", prompt_tokens))
-    if "num_output_tokens" in wanted and new_tokens is not None:
-        outputs.append(uint32_output("num_output_tokens", new_tokens))
+    if TEXT_OUTPUT in wanted:
+        outputs.append(bytes_output(TEXT_OUTPUT, [text.encode()], parsed.text_shape))
+    if FINISH_REASON in wanted and finish is not None:
+        reason = _VLLM_FINISH_REASON[finish].encode()
+        outputs.append(bytes_output(FINISH_REASON, [reason], (1,)))
+    if NUM_INPUT_TOKENS in wanted and prompt_tokens is not None:
+        outputs.append(uint32_output(NUM_INPUT_TOKENS, prompt_tokens))
+    if NUM_OUTPUT_TOKENS in wanted and new_tokens is not None:
+        outputs.append(uint32_output(NUM_OUTPUT_TOKENS, new_tokens))
     return outputs

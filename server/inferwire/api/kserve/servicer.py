@@ -25,6 +25,7 @@ from inferwire.api.status import maps_errors_on_every_rpc
 from inferwire.core.errors import InvalidArgumentError, ModelNotReadyError, NotSupportedError
 from inferwire.core.manager import ModelManager
 from inferwire.core.types import Capabilities, ModelState, ModelStatus
+from inferwire.wire.oip import STREAM
 
 SERVICE = oip.DESCRIPTOR.services_by_name["GRPCInferenceService"]
 _SHARED_MEMORY = "inferwire takes tensors in the request itself, not from shared memory"
@@ -124,7 +125,7 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         principal.require_model(request.model_name)
         parsed = parse_request(request, context.time_remaining(), principal.tenant)
         if parsed.stream:
-            raise invalid("stream", "true needs ModelStreamInfer: ModelInfer answers once")
+            raise invalid(STREAM, "true needs ModelStreamInfer: ModelInfer answers once")
         try:
             result = await self._manager.infer(parsed.inference)
         except InvalidArgumentError as error:

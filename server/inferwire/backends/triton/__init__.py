@@ -24,7 +24,8 @@ and the periodic endpoint check that loads it again where it was lost), `endpoin
 `conventions` (detection and request building per convention), `tensors` (input
 encoding, output decoding), `streaming` (deltas from cumulative text), `chat` (chat
 templates), `logprobs` (log-probabilities from the outputs), `tasks` (stopping background
-tasks), `errors` (Triton's answers as domain errors).
+tasks), `errors` (Triton's answers as domain errors). The protocol's tensor names and
+codec, shared with the KServe service, are inferwire.wire.oip's.
 """
 
 from inferwire.backends.triton.backend import TritonBackend

@@ -32,7 +32,7 @@ from inferwire.backends.triton.endpoints import EndpointPool, slow_ones
 from inferwire.backends.triton.model_control import ModelControl
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.streaming import DeltaTracker, ResponseReader
-from inferwire.backends.triton.tensors import Outcome
+from inferwire.backends.triton.tensors import ReportedCounts
 from inferwire.core.backend import Backend, GenerationEvents, GenerationProgress
 from inferwire.core.errors import (
     BackendUnavailableError,
@@ -53,6 +53,7 @@ from inferwire.core.types import (
     TextDelta,
     Usage,
 )
+from inferwire.wire.oip import FINISH_LENGTH
 
 # One logger for the package, named as when the backend was a single module.
 log = logging.getLogger(__package__)
@@ -345,7 +346,7 @@ class TritonBackend(Backend):
                     yield event
             if reader.pending:
                 # Tokens without text (an end-of-sequence token) still have their entries.
-                yield TextDelta("", reader.outcome.completion_tokens, tuple(reader.pending))
+                yield TextDelta("", reader.reported.completion_tokens, tuple(reader.pending))
             finished = True
         finally:
             # Also when the stream is closed early (a stop string, our client left):
@@ -353,12 +354,12 @@ class TritonBackend(Backend):
             tracker = reader.tracker
             if self._stream_mode == "auto" and tracker.mode != "auto":
                 self._stream_mode = tracker.mode
-            usage = await self._usage(layout, request.prompt, "".join(reader.text), reader.outcome)
+            usage = await self._usage(layout, request.prompt, "".join(reader.text), reader.reported)
             if not finished:  # the end's usage cannot reach the core: report it now
                 progress.counted(usage.prompt_tokens, usage.completion_tokens)
         if finished:
             yield GenerationEnd(
-                self._finish_reason(reader.outcome, usage, request.max_tokens), usage
+                self._finish_reason(reader.reported, usage, request.max_tokens), usage
             )
 
     def _timeout(self, request: GenerationRequest) -> float | None:
@@ -377,11 +378,11 @@ class TritonBackend(Backend):
         return min(limits) if limits else None
 
     async def _usage(
-        self, layout: TritonModelLayout, prompt: str, text: str, outcome: Outcome
+        self, layout: TritonModelLayout, prompt: str, text: str, reported: ReportedCounts
     ) -> Usage:
         """Counts from the model's outputs, else the tokenizer; never invented (0 = unknown)."""
         if layout.usage_source is UsageSource.MODEL:
-            return Usage(outcome.prompt_tokens or 0, outcome.completion_tokens or 0)
+            return Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0)
         if layout.usage_source is UsageSource.TOKENIZER:
             tokenizer = self._tokenizer
             prompt_ids, text_ids = await asyncio.to_thread(
@@ -391,9 +392,10 @@ class TritonBackend(Backend):
         return Usage(0, 0)
 
     @staticmethod
-    def _finish_reason(outcome: Outcome, usage: Usage, max_tokens: int) -> FinishReason:
-        if outcome.finish_reason is not None:
-            return FinishReason.LENGTH if outcome.finish_reason == "length" else FinishReason.STOP
+    def _finish_reason(reported: ReportedCounts, usage: Usage, max_tokens: int) -> FinishReason:
+        if reported.finish_reason is not None:
+            length = reported.finish_reason == FINISH_LENGTH
+            return FinishReason.LENGTH if length else FinishReason.STOP
         if usage.completion_tokens and usage.completion_tokens >= max_tokens:
             return FinishReason.LENGTH
         return FinishReason.STOP

@@ -18,10 +18,34 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from inferwire.backends.triton.logprobs import OUTPUT as LOGPROBS_OUTPUT
-from inferwire.backends.triton.tensors import Scalar, Tensor, add_input
+from inferwire.backends.triton.tensors import InputMetadata, add_input
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
 from inferwire.core.types import ConstraintKind, GenerationRequest, OutputConstraint
+from inferwire.wire.oip import (
+    ENABLE_EMPTY_FINAL_RESPONSE,
+    EXCLUDE_INPUT_IN_OUTPUT,
+    LOGPROBS,
+    MAX_TOKENS,
+    NUM_INPUT_TOKENS,
+    NUM_OUTPUT_TOKENS,
+    RANDOM_SEED,
+    RETURN_FINISH_REASON,
+    RETURN_LOGPROBS,
+    RETURN_NUM_INPUT_TOKENS,
+    RETURN_NUM_OUTPUT_TOKENS,
+    SAMPLING_PARAMETERS,
+    STOP_WORDS,
+    STREAM,
+    TEMPERATURE,
+    TEXT_INPUT,
+    TEXT_OUTPUT,
+    TOP_K,
+    TOP_P,
+    TRTLLM_INPUTS,
+    TRTLLM_SAMPLING,
+    VLLM_INPUTS,
+    Scalar,
+)
 
 
 class Convention(enum.Enum):
@@ -46,7 +70,7 @@ class TritonModelLayout:
     convention: Convention
     decoupled: bool
     batched: bool
-    inputs: dict[str, Tensor]
+    inputs: dict[str, InputMetadata]
     outputs: set[str]
     usage_source: UsageSource
 
@@ -55,8 +79,8 @@ class TritonModelLayout:
         """Whether the model declares the vLLM backend's log-probability input and output."""
         return (
             self.convention is Convention.VLLM
-            and "return_logprobs" in self.inputs
-            and LOGPROBS_OUTPUT in self.outputs
+            and RETURN_LOGPROBS in self.inputs
+            and LOGPROBS in self.outputs
         )
 
     @property
@@ -118,14 +142,14 @@ def _vllm_inputs(
         sampling["logprobs"] = params.top_logprobs
     if params.constraint is not None:
         sampling["guided_decoding"] = guided_decoding(params.constraint)
-    values: InputValues = {"sampling_parameters": [json.dumps(sampling).encode()]}
-    for flag in ("exclude_input_in_output", "return_finish_reason"):
+    values: InputValues = {SAMPLING_PARAMETERS: [json.dumps(sampling).encode()]}
+    for flag in (EXCLUDE_INPUT_IN_OUTPUT, RETURN_FINISH_REASON):
         values[flag] = [True]
     if params.logprobs:
-        values["return_logprobs"] = [True]
+        values[RETURN_LOGPROBS] = [True]
     if layout.usage_source is UsageSource.MODEL:
-        values["return_num_input_tokens"] = [True]
-        values["return_num_output_tokens"] = [True]
+        values[RETURN_NUM_INPUT_TOKENS] = [True]
+        values[RETURN_NUM_OUTPUT_TOKENS] = [True]
     return values
 
 
@@ -134,32 +158,31 @@ def _tensorrt_llm_inputs(
 ) -> InputValues:
     """(An adapter model on a TensorRT-LLM model is refused at load: no `lora_name` here.)"""
     params = request.params
-    values: InputValues = {"max_tokens": [request.max_tokens], "exclude_input_in_output": [True]}
+    values: InputValues = {MAX_TOKENS: [request.max_tokens], EXCLUDE_INPUT_IN_OUTPUT: [True]}
     optional: dict[str, int | float | None] = {
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "top_k": params.top_k,
-        "random_seed": params.seed,
+        TEMPERATURE: params.temperature,
+        TOP_P: params.top_p,
+        TOP_K: params.top_k,
+        RANDOM_SEED: params.seed,
     }
     if params.temperature == 0:
         # TensorRT-LLM has no temperature 0; greedy decoding is top_k 1.
-        optional["temperature"], optional["top_k"] = None, 1
+        optional[TEMPERATURE], optional[TOP_K] = None, 1
     for name, value in optional.items():
         if value is None:
             continue
         if name not in layout.inputs:
-            field = "seed" if name == "random_seed" else name
             raise InvalidArgumentError(
                 [
                     FieldViolation(
-                        f"parameters.{field}",
+                        f"parameters.{TRTLLM_SAMPLING[name]}",
                         f"model {model_name!r} on Triton takes no {name!r} input",
                     )
                 ]
             )
         values[name] = [value]
-    if params.stop and "stop_words" in layout.inputs:
-        values["stop_words"] = [s.encode() for s in params.stop]
+    if params.stop and STOP_WORDS in layout.inputs:
+        values[STOP_WORDS] = [s.encode() for s in params.stop]
     return values
 
 
@@ -168,43 +191,37 @@ class _ConventionRules:
     """How a convention is recognised, and how inferwire fills its inputs."""
 
     signature: dict[str, str]  # inputs (name: datatype) that, with text_output, identify it
-    # Inputs inferwire knows how to fill. A model that requires any other input is
-    # refused at load time rather than sent incomplete requests.
+    # Inputs inferwire knows how to fill: the convention's in inferwire.wire.oip. A model
+    # that requires any other input is refused at load time rather than sent incomplete
+    # requests.
     known_inputs: frozenset[str]
     # (layout, request, model name, the adapter's lora_name or None) -> input values
     build: Callable[[TritonModelLayout, GenerationRequest, str, str | None], InputValues]
 
 
-# Inputs every convention takes.
-_COMMON_INPUTS = frozenset({"text_input", "stream", "exclude_input_in_output"})
-
 _RULES: dict[Convention, _ConventionRules] = {
     Convention.VLLM: _ConventionRules(
-        signature={"text_input": "BYTES", "sampling_parameters": "BYTES"},
-        known_inputs=_COMMON_INPUTS
-        | {"sampling_parameters", "return_finish_reason", "return_logprobs"}
-        | {"return_num_input_tokens", "return_num_output_tokens"},
+        signature={name: VLLM_INPUTS[name] for name in (TEXT_INPUT, SAMPLING_PARAMETERS)},
+        known_inputs=frozenset(VLLM_INPUTS),
         build=_vllm_inputs,
     ),
     Convention.TENSORRT_LLM: _ConventionRules(
-        signature={"text_input": "BYTES", "max_tokens": "INT32"},
-        known_inputs=_COMMON_INPUTS
-        | {"max_tokens", "stop_words"}
-        | {"temperature", "top_p", "top_k", "random_seed"},
+        signature={name: TRTLLM_INPUTS[name] for name in (TEXT_INPUT, MAX_TOKENS)},
+        known_inputs=frozenset(TRTLLM_INPUTS),
         build=_tensorrt_llm_inputs,
     ),
 }
 
 
 def detect_convention(
-    inputs: dict[str, Tensor], outputs: set[str], choice: str, triton_model: str
+    inputs: dict[str, InputMetadata], outputs: set[str], choice: str, triton_model: str
 ) -> Convention:
     """The convention the model's inputs and outputs follow; `choice` ('auto' or a
     Convention value, from options.convention) settles a model that matches both."""
     matches = [
         convention
         for convention, rules in _RULES.items()
-        if "text_output" in outputs
+        if TEXT_OUTPUT in outputs
         and all(
             name in inputs and inputs[name].datatype == datatype
             for name, datatype in rules.signature.items()
@@ -245,7 +262,7 @@ def describe_model(
 ) -> TritonModelLayout:
     """The model's layout from its metadata and configuration; ModelNotReadyError for a
     model inferwire cannot serve."""
-    inputs = {t.name: Tensor(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
+    inputs = {t.name: InputMetadata(t.name, t.datatype, tuple(t.shape)) for t in metadata.inputs}
     outputs = {t.name for t in metadata.outputs}
     required = {i.name for i in config.input if not i.optional}
     convention = detect_convention(inputs, outputs, choice, triton_model)
@@ -255,7 +272,7 @@ def describe_model(
             f"model {triton_model!r} on Triton requires inputs inferwire cannot fill "
             f"for the {convention.value} convention: {', '.join(unknown_required)}"
         )
-    if convention is Convention.VLLM and {"num_input_tokens", "num_output_tokens"} <= outputs:
+    if convention is Convention.VLLM and {NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS} <= outputs:
         usage = UsageSource.MODEL
     elif has_tokenizer:
         usage = UsageSource.TOKENIZER
@@ -286,12 +303,12 @@ def build_request(
         model_name=triton_model, model_version=version, id=request.request_id
     )
     if layout.decoupled:
-        message.parameters["triton_enable_empty_final_response"].bool_param = True
+        message.parameters[ENABLE_EMPTY_FINAL_RESPONSE].bool_param = True
     values: InputValues = {
-        "text_input": [request.prompt.encode()],
+        TEXT_INPUT: [request.prompt.encode()],
         **_RULES[layout.convention].build(layout, request, model_name, lora_name),
         # A model that is not decoupled answers once, whatever `stream` says.
-        "stream": [stream and layout.decoupled],
+        STREAM: [stream and layout.decoupled],
     }
     for name, value in values.items():
         tensor = layout.inputs.get(name)

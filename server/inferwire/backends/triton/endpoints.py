@@ -24,6 +24,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from inferwire.backends.triton.errors import Origin, rpc_error, stream_error
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.core.errors import BackendUnavailableError
+from inferwire.wire.oip import FINAL_RESPONSE
 
 try:  # the inferwire[otel] extra
     from opentelemetry.context import get_current as current_trace_context
@@ -356,7 +357,7 @@ class EndpointPool:
                             received = True
                             yield item.infer_response
                             params = item.infer_response.parameters
-                            if params["triton_final_response"].bool_param:
+                            if params[FINAL_RESPONSE].bool_param:
                                 return
                     finally:
                         # Our client went away, or we stopped early: cancel on Triton too.

@@ -18,8 +18,7 @@ from tritonclient.grpc import InferResult
 from inferwire.backends.triton.errors import TritonError
 from inferwire.backends.triton.tensors import first_text
 from inferwire.core.types import TokenLogprob, TopLogprob
-
-OUTPUT = "logprobs"
+from inferwire.wire.oip import LOGPROBS
 
 
 def _number(value: Any) -> float:
@@ -63,12 +62,12 @@ def parse_logprobs(text: str, top: int) -> tuple[TokenLogprob, ...]:
             raise ValueError("not a JSON list")
         return tuple(_token(position, top) for position in entries)
     except ValueError as exc:  # json.JSONDecodeError and int() failures included
-        raise TritonError(f"the model's {OUTPUT!r} output is not vLLM's format: {exc}") from None
+        raise TritonError(f"the model's {LOGPROBS!r} output is not vLLM's format: {exc}") from None
 
 
 def response_logprobs(result: InferResult, top: int) -> tuple[TokenLogprob, ...]:
     """The log-probabilities of the tokens this response adds."""
-    array = result.as_numpy(OUTPUT)
+    array = result.as_numpy(LOGPROBS)
     if array is None:
-        raise TritonError(f"the model was asked for log-probabilities but sent no {OUTPUT!r}")
+        raise TritonError(f"the model was asked for log-probabilities but sent no {LOGPROBS!r}")
     return parse_logprobs(first_text(array), top)

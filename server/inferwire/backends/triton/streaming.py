@@ -10,14 +10,20 @@ from tritonclient.grpc import InferResult, service_pb2
 
 from inferwire.backends.triton.logprobs import response_logprobs
 from inferwire.backends.triton.options import StreamMode
-from inferwire.backends.triton.tensors import Outcome, absorb_counts, first_text, raw_first_text
+from inferwire.backends.triton.tensors import (
+    ReportedCounts,
+    absorb_counts,
+    first_text,
+    raw_first_text,
+)
 from inferwire.core.backend import GenerationProgress
 from inferwire.core.types import GenerationRequest, TextDelta, TokenLogprob
+from inferwire.wire.oip import FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, TEXT_OUTPUT
 
 log = logging.getLogger(__package__)
 
 # Outputs that carry a finish reason or token counts (tensors.absorb_counts).
-COUNT_OUTPUTS = frozenset({"finish_reason", "num_input_tokens", "num_output_tokens"})
+COUNT_OUTPUTS = frozenset({FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS})
 
 
 class DeltaTracker:
@@ -63,7 +69,7 @@ class ResponseReader:
         self.tracker = tracker
         self.request = request
         self.counts = not COUNT_OUTPUTS.isdisjoint(outputs)
-        self.outcome = Outcome()
+        self.reported = ReportedCounts()
         self.text: list[str] = []  # the deltas passed on, for a tokenizer's count
         # Log-probabilities of tokens whose text has not been passed on yet.
         self.pending: list[TokenLogprob] = []
@@ -77,17 +83,17 @@ class ResponseReader:
         params = self.request.params
         if self.counts or params.logprobs:
             result = InferResult(response)
-            absorb_counts(result, self.outcome)
+            absorb_counts(result, self.reported)
             if params.logprobs:
                 self.pending.extend(response_logprobs(result, params.top_logprobs))
-        text = raw_first_text(response, "text_output")
+        text = raw_first_text(response, TEXT_OUTPUT)
         if text is None:
-            text = first_text(InferResult(response).as_numpy("text_output"))
+            text = first_text(InferResult(response).as_numpy(TEXT_OUTPUT))
         delta = self.tracker.feed(text)
         if not delta:
             return None
         progress.first_token()
         self.text.append(delta)
-        event = TextDelta(delta, self.outcome.completion_tokens, tuple(self.pending))
+        event = TextDelta(delta, self.reported.completion_tokens, tuple(self.pending))
         self.pending.clear()
         return event

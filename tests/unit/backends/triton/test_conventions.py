@@ -16,7 +16,7 @@ from inferwire.backends.triton.conventions import (
     describe_model,
     guided_decoding,
 )
-from inferwire.backends.triton.tensors import CONTENTS, Tensor
+from inferwire.backends.triton.tensors import InputMetadata
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
 from inferwire.core.types import (
     ConstraintKind,
@@ -24,11 +24,12 @@ from inferwire.core.types import (
     GenerationRequest,
     OutputConstraint,
 )
+from inferwire.wire.oip import CONTENTS
 
 
-def tensors(**names_by_datatype: list[str]) -> dict[str, Tensor]:
+def tensors(**names_by_datatype: list[str]) -> dict[str, InputMetadata]:
     return {
-        name: Tensor(name, datatype, (-1,))
+        name: InputMetadata(name, datatype, (-1,))
         for datatype, names in names_by_datatype.items()
         for name in names
     }
@@ -50,7 +51,7 @@ COUNTS = ["num_input_tokens", "num_output_tokens"]
 
 
 def describe(
-    inputs: dict[str, Tensor],
+    inputs: dict[str, InputMetadata],
     outputs: tuple[str, ...] = ("text_output",),
     *,
     choice: str = "auto",
@@ -134,7 +135,7 @@ def test_model_requiring_inputs_inferwire_cannot_fill_is_refused():
 
 def layout_of(
     convention: Convention,
-    inputs: dict[str, Tensor],
+    inputs: dict[str, InputMetadata],
     *,
     decoupled: bool = True,
     usage: UsageSource = UsageSource.NONE,

@@ -9,15 +9,15 @@ from tritonclient.grpc import InferResult, service_pb2
 from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
 from inferwire.backends.triton.tensors import (
-    CONTENTS,
-    Outcome,
-    Tensor,
+    InputMetadata,
+    ReportedCounts,
     absorb_counts,
     add_input,
     first_text,
     raw_first_text,
 )
 from inferwire.core.errors import ModelNotReadyError
+from inferwire.wire.oip import CONTENTS
 
 # datatype -> the InferTensorContents field that carries it, values given, values sent.
 ENCODINGS = {
@@ -44,7 +44,7 @@ def test_every_datatype_in_the_table_has_an_encoding_test():
 def test_values_go_into_the_contents_field_of_their_datatype(datatype):
     contents_field, given, sent = ENCODINGS[datatype]
     message = service_pb2.ModelInferRequest()
-    add_input(message, Tensor("x", datatype, (-1,)), given, batched=False)
+    add_input(message, InputMetadata("x", datatype, (-1,)), given, batched=False)
     [entry] = message.inputs
     assert (entry.name, entry.datatype, list(entry.shape)) == ("x", datatype, [len(given)])
     assert list(getattr(entry.contents, contents_field)) == sent
@@ -54,7 +54,7 @@ def test_values_go_into_the_contents_field_of_their_datatype(datatype):
 
 def test_a_batched_model_gets_a_batch_dimension_of_one():
     message = service_pb2.ModelInferRequest()
-    add_input(message, Tensor("stop_words", "BYTES", (-1, -1)), [b"a", b"b"], batched=True)
+    add_input(message, InputMetadata("stop_words", "BYTES", (-1, -1)), [b"a", b"b"], batched=True)
     assert list(message.inputs[0].shape) == [1, 2]
 
 
@@ -63,7 +63,7 @@ def test_an_unsupported_datatype_leaves_the_model_not_ready():
     with pytest.raises(
         ModelNotReadyError, match=r"input 'temperature' has unsupported datatype FP16"
     ):
-        add_input(message, Tensor("temperature", "FP16", (1,)), [0.5], batched=False)
+        add_input(message, InputMetadata("temperature", "FP16", (1,)), [0.5], batched=False)
 
 
 def response(**outputs: np.ndarray) -> InferResult:
@@ -107,7 +107,7 @@ def test_raw_first_text_leaves_other_encodings_to_infer_result():
 
 
 def test_counts_add_up_completion_tokens_across_responses():
-    outcome = Outcome()
+    outcome = ReportedCounts()
     absorb_counts(response(num_output_tokens=np.array([[2]], dtype=np.int32)), outcome)
     absorb_counts(
         response(
@@ -117,10 +117,10 @@ def test_counts_add_up_completion_tokens_across_responses():
         ),
         outcome,
     )
-    assert outcome == Outcome(finish_reason="length", prompt_tokens=5, completion_tokens=5)
+    assert outcome == ReportedCounts(finish_reason="length", prompt_tokens=5, completion_tokens=5)
 
 
 def test_a_model_without_count_outputs_leaves_the_counts_unknown():
-    outcome = Outcome()
+    outcome = ReportedCounts()
     absorb_counts(response(text_output=np.array([b"hi"], dtype=np.object_)), outcome)
-    assert outcome == Outcome()
+    assert outcome == ReportedCounts()
