@@ -191,6 +191,9 @@ class FakeBackend(Backend):
         """One token per UTF-8 byte."""
         return list(text.encode())
 
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
+        return bytes(token_ids).decode(errors="replace")
+
 
 def fake_logprob(index: int, piece: str, request: GenerationRequest) -> TokenLogprob:
     """Piece `index`'s entry: id `index`, log-probability -(index + 1) / 10; its

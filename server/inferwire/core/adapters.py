@@ -90,6 +90,9 @@ class AdapterBackend(Backend):
     async def tokenize(self, text: str) -> list[int]:
         return await self.base.tokenize(text)
 
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
+        return await self.base.detokenize(token_ids)
+
     def footprint(self) -> Footprint | None:
         """Charged on the base's device, so adapters count against its budget."""
         return None

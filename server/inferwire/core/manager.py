@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
 from inferwire.core.adapters import Adapters, AdapterSettings, AdapterSource
 from inferwire.core.backend import Backend, GenerationEvents
@@ -25,6 +25,7 @@ from inferwire.core.memory import MemorySettings
 from inferwire.core.metrics import MemoryMetrics, MetricsListener, NoMemoryMetrics, NoMetrics
 from inferwire.core.models import FAILURE_COOLDOWN_S, ManagedModel, backend_health_reports
 from inferwire.core.quotas import TokenCharge
+from inferwire.core.readiness import HealthListener, Readiness
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.residency import Residency
 from inferwire.core.specs import ModelSpec, duplicate_name
@@ -37,7 +38,6 @@ from inferwire.core.types import (
     InferenceRequest,
     InferenceResult,
     InferenceStatistics,
-    ModelState,
     ModelStatus,
     StreamChunk,
     TextDelta,
@@ -54,7 +54,6 @@ __all__ = ["BackendFactory", "ModelManager", "ModelSpec"]
 
 log = logging.getLogger(__name__)
 
-HealthListener = Callable[[dict[str, bool]], Awaitable[None]]
 
 # Builds the backend for a model; the server passes the backend registry's, tests a fake.
 BackendFactory = Callable[[ModelSpec], Backend]
@@ -87,7 +86,6 @@ class ModelManager:
         self._metrics: MetricsListener = metrics or NoMetrics()
         self._tracer: Tracer = tracer or NO_TRACER
         self._keep_text = keep_text
-        self._health_check_interval_s = health_check_interval_s
         self._failure_cooldown_s = (
             max(FAILURE_COOLDOWN_S, 2 * health_check_interval_s)
             if failure_cooldown_s is None
@@ -105,15 +103,16 @@ class ModelManager:
                 model = self._adapters.build(spec)
             self._models[spec.name] = model
             self._model_added(spec.name)
-        self._listeners: list[HealthListener] = []
-        self._accepting = False
+        self._readiness = Readiness(
+            self._models, self._metrics, health_check_interval_s, self._failure_cooldown_s
+        )
         self._watchers: list[asyncio.Task[None]] = []
         residency = Residency(
             memory or MemorySettings(),
             list(self._models.values()),
             memory_metrics or NoMemoryMetrics(),
         )
-        health = HealthHooks(self._publish_health, self._refresh_health)
+        health = HealthHooks(self._readiness.publish, self._readiness.refresh)
         self._lifecycle = Lifecycle(residency, health, self._failure_cooldown_s)
 
     def _managed(
@@ -136,7 +135,7 @@ class ModelManager:
     # ---- lifecycle ------------------------------------------------------
 
     def add_health_listener(self, listener: HealthListener) -> None:
-        self._listeners.append(listener)
+        self._readiness.add_listener(listener)
 
     async def start(self) -> dict[str, str]:
         """Accept work, load the start-up models and begin watching backend health.
@@ -144,8 +143,8 @@ class ModelManager:
         Returns the start-up models that failed to load, each with why; the caller
         decides whether the server stays up without them.
         """
-        self._accepting = True
-        await self._publish_health()
+        self._readiness.accepting = True
+        await self._readiness.publish()
         startup = [m.spec.name for m in self._models.values() if m.spec.load_on_startup]
         results = await asyncio.gather(
             *(self.load(name, Trigger.STARTUP) for name in startup), return_exceptions=True
@@ -156,7 +155,7 @@ class ModelManager:
                 failures[name] = self._models[name].load_error or str(result)
                 log.error("start-up load failed", extra={"model": name, "error": failures[name]})
         self._watchers = [
-            asyncio.create_task(self._watch_backend_health(), name="health-watcher"),
+            asyncio.create_task(self._readiness.watch_backends(), name="health-watcher"),
             asyncio.create_task(
                 self._lifecycle.unload_idle_models(self._models.values()), name="idle-unloads"
             ),
@@ -165,8 +164,8 @@ class ModelManager:
 
     async def begin_shutdown(self) -> None:
         """Stop reporting SERVING; in-flight requests keep running."""
-        self._accepting = False
-        await self._publish_health()
+        self._readiness.accepting = False
+        await self._readiness.publish()
 
     async def close(self) -> None:
         """Stop the health watcher and release every model (see Backend.release)."""
@@ -190,7 +189,8 @@ class ModelManager:
         return self._get(name).status()
 
     def statistics(self, name: str = "") -> list[InferenceStatistics]:
-        return [m.statistics() for m in ([self._get(name)] if name else self._models.values())]
+        models = [self._get(name)] if name else list(self._models.values())
+        return [m.statistics.report() for m in models]
 
     async def load(self, name: str, trigger: Trigger = Trigger.EXPLICIT) -> ModelStatus:
         """Load a configured model. Idempotent; serialised with unloads of the same model."""
@@ -223,7 +223,7 @@ class ModelManager:
         await self._lifecycle.unload(model, shutting_down)
         status = model.status()
         if self._forget(model):
-            await self._publish_health()
+            await self._readiness.publish()
         return status
 
     def _forget(self, model: ManagedModel) -> bool:
@@ -305,6 +305,14 @@ class ModelManager:
         token_ids = await model.backend.tokenize(rendered if messages else prompt)
         return Tokenization(tuple(token_ids), rendered)
 
+    async def detokenize(self, model_name: str, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids` for a model (vLLM's /detokenize); takes no slot either."""
+        model = self._get(model_name)
+        model.used(time.monotonic(), time.time())
+        await self._lifecycle.ensure_loaded(model, deadline=None)
+        model.require_ready()
+        return await model.backend.detokenize(token_ids)
+
     def _arrived(self, request: InferenceRequest) -> RequestRecord:
         tenant = self._tenants.of(request)  # counted for it even if refused before its quota
         return RequestRecord(
@@ -363,11 +371,11 @@ class ModelManager:
                     "model not ready: its requests fail",
                     extra={"model": model.name, "error": str(error)},
                 )
-                await self._publish_health()
+                await self._readiness.publish()
             raise
         else:
             if model is not None and model.request_succeeded():
-                await self._publish_health()
+                await self._readiness.publish()
         finally:
             record.end(Outcome.ERROR)  # a generation that ended without a result
             if model is not None:
@@ -389,17 +397,13 @@ class ModelManager:
 
     @property
     def serving(self) -> bool:
-        """The server accepts work and every model meant to be loaded now is ready: the
-        start-up models and those loaded since, less those deliberately unloaded or evicted
-        since (as Triton's readiness counts the models that should be loaded). A model whose
-        load failed, or whose backend lost it, still counts until it is unloaded."""
-        return self._accepting and all(m.ready for m in self._models.values() if m.wanted)
+        """The server accepts work and every model meant to be loaded now is ready
+        (core/readiness.py)."""
+        return self._readiness.serving
 
     def health_statuses(self) -> dict[str, bool]:
         """Readiness keyed by model name, plus '' for the whole server."""
-        statuses = {"": self.serving}
-        statuses.update({name: self._accepting and m.serves for name, m in self._models.items()})
-        return statuses
+        return self._readiness.statuses()
 
     async def health_report(
         self, model_name: str = "", include: Callable[[str], bool] | None = None
@@ -411,34 +415,9 @@ class ModelManager:
         reports = tuple(m.health_report() for m in models)
         return HealthReport(self.serving, reports, backend_health_reports(models))
 
-    async def _publish_health(self) -> None:
-        statuses = self.health_statuses()
-        for name, model in self._models.items():
-            self._metrics.readiness_changed(name, model.ready)
-        for listener in self._listeners:
-            await listener(statuses)
-
-    async def _watch_backend_health(self) -> None:
-        while True:
-            await asyncio.sleep(self._health_check_interval_s)
-            await self.check_backend_health()
-
     async def check_backend_health(self) -> None:
         """Ask every loaded model's backend for its health once; publish what changed.
 
         The health watcher calls this every `health_check_interval_s`.
         """
-        await self._refresh_health(
-            [m for m in self._models.values() if m.state is ModelState.READY]
-        )
-
-    async def _refresh_health(self, models: list[ManagedModel]) -> None:
-        # Checked concurrently, so one slow backend cannot delay the others' reports.
-        results = await asyncio.gather(
-            *(m.backend.health() for m in models), return_exceptions=True
-        )
-        now = time.monotonic()
-        cooldown = self._failure_cooldown_s
-        changed = [m.checked(h, now, cooldown) for m, h in zip(models, results, strict=True)]
-        if any(changed):
-            await self._publish_health()
+        await self._readiness.check_backends()

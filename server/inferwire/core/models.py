@@ -16,6 +16,7 @@ import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Generic, TypeVar, overload
 
 from inferwire.core.backend import Backend
 from inferwire.core.errors import (
@@ -25,15 +26,14 @@ from inferwire.core.errors import (
     QueueFullError,
 )
 from inferwire.core.memory import Footprint
-from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.record import RequestRecord
 from inferwire.core.scheduling import Claim, FairQueue
 from inferwire.core.specs import ModelSpec
+from inferwire.core.statistics import RequestStatistics
 from inferwire.core.tracing import QUEUE, Tracer
 from inferwire.core.types import (
     BackendHealth,
     BackendHealthReport,
-    Durations,
-    InferenceStatistics,
     ModelFacts,
     ModelHealthReport,
     ModelState,
@@ -52,9 +52,8 @@ FAILURE_COOLDOWN_S = 5.0
 LoadReporter = Callable[[str, int, int], None]
 
 _ANYONE = Claim()  # a request that names no tenant
-_STATISTICS = ("succeeded", "failed", "queued", "computed")
-_FINISHED = (Outcome.STOP, Outcome.STOP_SEQUENCE, Outcome.LENGTH)
 _GONE = (ModelState.UNLOADED, ModelState.FAILED)
+T = TypeVar("T")
 # Every change of every model takes the next number, so a version names one model's one
 # state: a model registered again (a run-time adapter) never repeats an earlier version.
 _VERSIONS = itertools.count(1)
@@ -64,6 +63,26 @@ _NOT_READY_HINT = {
     ModelState.LOADING: "it is still loading",
     ModelState.UNLOADING: "it is being unloaded",
 }
+
+
+class _ReadOnly(Generic[T]):
+    """A field read from outside and set only by its class's methods (as `_<name>`)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._private = "_" + name
+
+    @overload
+    def __get__(self, instance: None, owner: type) -> _ReadOnly[T]: ...
+    @overload
+    def __get__(self, instance: object, owner: type) -> T: ...
+    def __get__(self, instance: object | None, owner: type) -> T | _ReadOnly[T]:
+        if instance is None:
+            return self
+        value: T = getattr(instance, self._private)
+        return value
+
+    def __set__(self, instance: object, value: T) -> None:
+        raise AttributeError(f"{self._private[1:]} changes only through the model's methods")
 
 
 class ManagedModel:
@@ -112,79 +131,31 @@ class ManagedModel:
         if base is not None:
             base._adapters.append(self)
         self._report_load = report_load
-        # Ended requests by kind (see `request_ended`): [count, total seconds].
-        self._durations = {kind: [0, 0.0] for kind in _STATISTICS}
-        self._last_ended_unix_ms = 0
+        self.statistics = RequestStatistics(spec.name)
         self._version = next(_VERSIONS)
         self._status: tuple[tuple[int, float | None], ModelStatus] | None = None
 
-    # ---- what it is now (read-only) --------------------------------------------------
+    # ---- what it is now (read-only from outside: each is set by the methods below) ----
+
+    state = _ReadOnly[ModelState]()
+    detail = _ReadOnly[str]()
+    load_error = _ReadOnly[str]()
+    backend_healthy = _ReadOnly[bool]()
+    facts = _ReadOnly["ModelFacts | None"]()  # what the loaded model is; None unless READY
+    version = _ReadOnly[int]()  # moves with every change `status` reports, but last use
+    wanted = _ReadOnly[bool]()
+    running = _ReadOnly[int]()
+    queued = _ReadOnly[int]()
+    charged = _ReadOnly["Footprint | None"]()
+    loaded_at = _ReadOnly[float]()
+    last_used = _ReadOnly["float | None"]()
+    failed_at = _ReadOnly["float | None"]()
+    load_waiters = _ReadOnly[int]()
+    base = _ReadOnly["ManagedModel | None"]()
 
     @property
     def name(self) -> str:
         return self.spec.name
-
-    @property
-    def state(self) -> ModelState:
-        return self._state
-
-    @property
-    def detail(self) -> str:
-        return self._detail
-
-    @property
-    def load_error(self) -> str:
-        return self._load_error
-
-    @property
-    def backend_healthy(self) -> bool:
-        return self._backend_healthy
-
-    @property
-    def facts(self) -> ModelFacts | None:
-        """What the loaded model is; None while it is not READY."""
-        return self._facts
-
-    @property
-    def version(self) -> int:
-        """Moves with every change `status` reports, but `last_used`."""
-        return self._version
-
-    @property
-    def wanted(self) -> bool:
-        return self._wanted
-
-    @property
-    def running(self) -> int:
-        return self._running
-
-    @property
-    def queued(self) -> int:
-        return self._queued
-
-    @property
-    def charged(self) -> Footprint | None:
-        return self._charged
-
-    @property
-    def loaded_at(self) -> float:
-        return self._loaded_at
-
-    @property
-    def last_used(self) -> float | None:
-        return self._last_used
-
-    @property
-    def failed_at(self) -> float | None:
-        return self._failed_at
-
-    @property
-    def load_waiters(self) -> int:
-        return self._load_waiters
-
-    @property
-    def base(self) -> ManagedModel | None:
-        return self._base
 
     @property
     def adapters(self) -> tuple[ManagedModel, ...]:
@@ -335,22 +306,7 @@ class ManagedModel:
     def request_ended(self, record: RequestRecord) -> None:
         """Count an ended request of this model in its statistics and token total."""
         self.generated_tokens_total += record.completion_tokens
-        elapsed = (record.ended or time.perf_counter()) - record.arrived
-        finished = record.outcome in _FINISHED
-        kinds = [("succeeded" if finished else "failed", elapsed)]
-        if record.admitted is not None:
-            kinds += [("queued", record.queue_s), ("computed", elapsed - record.queue_s)]
-        for kind, seconds in kinds:
-            entry = self._durations[kind]
-            entry[0] += 1
-            entry[1] += seconds
-        self._last_ended_unix_ms = int(time.time() * 1e3)
-
-    def statistics(self) -> InferenceStatistics:
-        durations = {kind: Durations(int(c), float(s)) for kind, (c, s) in self._durations.items()}
-        return InferenceStatistics(
-            name=self.spec.name, **durations, last_inference_unix_ms=self._last_ended_unix_ms
-        )
+        self.statistics.ended(record)
 
     # ---- admission ---------------------------------------------------------------------
 

@@ -254,6 +254,9 @@ class OrtGenAIBackend(Backend):
     async def tokenize(self, text: str) -> list[int]:
         return await self._state.model.encode(text)
 
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
+        return await self._state.model.decode(token_ids)
+
     async def infer_stream(
         self, request: GenerationRequest, progress: GenerationProgress
     ) -> GenerationEvents:

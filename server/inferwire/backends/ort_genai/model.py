@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnxruntime_genai as og
 
 from inferwire.backends.ort_genai.logprobs import TokenTexts
 from inferwire.backends.ort_genai.sampling import Sampling
-from inferwire.core.errors import ConfigurationError
+from inferwire.core.errors import ConfigurationError, FieldViolation, InvalidArgumentError
 from inferwire.core.memory import Footprint, format_size
 from inferwire.core.types import GenerationParams
 
@@ -49,6 +51,24 @@ class LoadedModel:
         else:
             encoded = await asyncio.to_thread(self.tokenizer.encode, text)
         return [int(t) for t in encoded]
+
+    async def decode(self, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids`; an id outside the vocabulary is a field violation (the
+        tokenizer would decode it as U+FFFD)."""
+        for index, token in enumerate(token_ids):
+            if not 0 <= token < self.vocab_size:
+                raise InvalidArgumentError(
+                    [
+                        FieldViolation(
+                            f"tokens[{index}]",
+                            f"is {token}; the vocabulary has ids 0 to {self.vocab_size - 1}",
+                        )
+                    ]
+                )
+        ids = np.array(token_ids, dtype=np.int32)
+        if len(token_ids) <= _INLINE_TOKENIZE_MAX_CHARS:
+            return str(self.tokenizer.decode(ids))
+        return str(await asyncio.to_thread(self.tokenizer.decode, ids))
 
 
 def read_config(path: Path, device: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tritonclient.grpc import service_pb2
 
 from inferwire.backends.triton.adapter import TritonAdapter, TritonAdapterOptions
@@ -285,6 +286,16 @@ class TritonBackend(Backend):
             )
         ids = await asyncio.to_thread(tokenizer.encode, text)
         return [int(i) for i in ids]
+
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            raise ModelNotReadyError(
+                f"model {self.model_name!r} has no tokenizer in the gateway; set "
+                "options.tokenizer to the model's ONNX Runtime GenAI tokenizer directory"
+            )
+        ids = np.array(token_ids, dtype=np.int32)
+        return str(await asyncio.to_thread(tokenizer.decode, ids))
 
     # ---- inference ----------------------------------------------------------
 
