@@ -6,8 +6,9 @@ A tier that serves inferwire defines a session-scoped `channel` to its server; `
 and `health_stub` are cheap, so they are function-scoped here and always use the
 channel of the requesting test's tier.
 
-Servers built in a test process serve metrics on a free port, not the default 9464,
-so that several can run at once (tests/support/process.py does the same for processes).
+Servers built in a test process serve metrics and HTTP on free ports, not the default
+9464 and 8000, so that several can run at once (tests/support/process.py does the same for
+processes).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from inferwire.v1 import inference_pb2_grpc
 from tests.support import figures
 
 os.environ.setdefault("INFERWIRE_SERVER__METRICS_ADDRESS", "127.0.0.1:0")
+os.environ.setdefault("INFERWIRE_SERVER__HTTP_ADDRESS", "127.0.0.1:0")
 
 TIERS = ("unit", "engine", "triton", "polyglot", "reliability", "image", "faults")
 TESTS = Path(__file__).resolve().parent

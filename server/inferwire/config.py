@@ -164,6 +164,9 @@ class ServerSettings(BaseModel):
     exit_on_startup_failure: bool = True
     """Exit (status 1) when a `load_on_startup` model fails to load, as Triton does;
     false keeps serving the other models, with the server NOT_SERVING."""
+    http_address: str = "0.0.0.0:8000"
+    """host:port of the OpenAI-compatible HTTP API (docs/http.md), on the same models as
+    gRPC; port 0 picks a free port (logged at start-up); an empty string turns it off."""
     metrics_address: str = "0.0.0.0:9464"
     """host:port ([::]:port for IPv6) where Prometheus scrapes `/metrics`; port 0 picks a
     free port (logged at start-up); an empty string turns metrics off."""
@@ -216,7 +219,7 @@ class ServerSettings(BaseModel):
     def _level_in_any_case(cls, level: object) -> object:
         return level.upper() if isinstance(level, str) else level
 
-    @field_validator("metrics_address", "health_address")
+    @field_validator("metrics_address", "health_address", "http_address")
     @classmethod
     def _metrics_host_and_port(cls, address: str) -> str:
         return address and _require_host_and_port(address)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.engine import SLOW_READER_OPTIONS, RequestLogRecords, make_settings
 from tests.support.process import ServerProcess, start_server_process, stop_server_process

@@ -17,9 +17,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 

@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.backends.ort_genai.generator import LOOKAHEAD_DELTAS
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.engine import SLOW_READER_OPTIONS

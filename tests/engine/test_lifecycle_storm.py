@@ -15,8 +15,8 @@ from collections import Counter
 
 import grpc
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support import figures

@@ -26,7 +26,6 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
-from inferwire.api.server import InferwireServer
 from inferwire.backends import create_backend
 from inferwire.backends.ort_genai import OrtGenAIBackend, builtin_model_path
 from inferwire.config import load_settings
@@ -35,6 +34,7 @@ from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.memory import MemorySettings, format_size, memory_in_use
 from inferwire.core.types import GenerationParams, InferenceRequest, ModelState
 from inferwire.core.validation import RequestLimits
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support import figures

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2_grpc
 
-from inferwire.api.server import InferwireServer
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2_grpc
 from tests.faults.rig import (
     FIGURES,

@@ -32,8 +32,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import Settings, load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.toxiproxy import Proxy

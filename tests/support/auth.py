@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
 from inferwire.core.auth import hash_token
+from inferwire.server import InferwireServer
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 
 # name -> (token, scopes, model patterns or None for every model)

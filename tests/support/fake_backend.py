@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import Settings
 from inferwire.core.adapters import AdapterBackend
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
@@ -38,6 +37,7 @@ from inferwire.core.types import (
     TopLogprob,
     Usage,
 )
+from inferwire.server import InferwireServer
 
 FAKE_BACKEND = "fake"
 

@@ -16,10 +16,14 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 INFERWIRE = Path(sys.executable).with_name("inferwire")
-# Servers started here serve metrics on a free port, so several can run at once; a
-# caller's `env` may set another address. A crash prints its Python stack (faulthandler),
+# Servers started here serve metrics and HTTP on free ports, so several can run at once;
+# a caller's `env` may set other addresses. A crash prints its Python stack (faulthandler),
 # which `ServerProcess.exit_report` shows.
-DEFAULT_ENV = {"INFERWIRE_SERVER__METRICS_ADDRESS": "127.0.0.1:0", "PYTHONFAULTHANDLER": "1"}
+DEFAULT_ENV = {
+    "INFERWIRE_SERVER__METRICS_ADDRESS": "127.0.0.1:0",
+    "INFERWIRE_SERVER__HTTP_ADDRESS": "127.0.0.1:0",
+    "PYTHONFAULTHANDLER": "1",
+}
 
 
 @dataclass
@@ -27,6 +31,13 @@ class ServerProcess:
     process: subprocess.Popen[str]
     port: int
     log_lines: list[str]
+    http_port: int | None = None  # None: HTTP is off
+
+    @property
+    def http_url(self) -> str:
+        """`http://127.0.0.1:<port>` of the OpenAI-compatible API."""
+        assert self.http_port is not None, "this server serves no HTTP"
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def target(self) -> str:
@@ -82,7 +93,10 @@ def start_server_process(
             process.wait()
             raise AssertionError("inferwire serve did not start:\n" + "".join(lines))
     port = next(json.loads(line)["port"] for line in lines if '"listening"' in line)
-    return ServerProcess(process, port, lines)
+    http_port = next(
+        (json.loads(line)["port"] for line in lines if '"http listening"' in line), None
+    )
+    return ServerProcess(process, port, lines, http_port)
 
 
 def wait_serving(

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
+from inferwire.server import InferwireServer
 from tests.support.triton import (
     GUARD_ARGS,
     GUARD_HEADER,

@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.triton import TritonServer

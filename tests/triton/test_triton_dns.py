@@ -30,8 +30,8 @@ from tests.triton_models.echo_engine import echo_text
 if TRITON_DIR is None:
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 

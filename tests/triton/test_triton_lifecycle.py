@@ -16,9 +16,9 @@ if TRITON_DIR is None:
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
 from inferwire.core.types import ModelState
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

@@ -22,9 +22,9 @@ if TRITON_DIR is None:
 
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferwire.api.server import InferwireServer
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 

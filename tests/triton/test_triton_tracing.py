@@ -7,8 +7,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.triton import SKIP_REASON, TRITON_DIR, wait_for_record

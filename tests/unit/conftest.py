@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends, serving_fakes
 

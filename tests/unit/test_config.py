@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from inferwire import backends
-from inferwire.api.server import InferwireServer
 from inferwire.backends import backend_class
 from inferwire.config import load_settings
 from inferwire.core.errors import ConfigurationError, MissingDependencyError
+from inferwire.server import InferwireServer
 from tests.support.fake_backend import FakeBackend
 
 

@@ -31,7 +31,6 @@ from inferwire.api.handlers import (
     split_method,
 )
 from inferwire.api.status import to_rpc_status
-from inferwire.config import AuthSettings
 from inferwire.core.auth import UNRESTRICTED, Principal, Scope
 from inferwire.core.errors import InferwireError
 from inferwire.edge.callers import Callers
@@ -164,15 +163,10 @@ class AuthInterceptor(RebuildingInterceptor):
 
 
 def auth_interceptors(
-    settings: AuthSettings, tenants: frozenset[str] | set[str] | None = None
+    callers: Callers, open_services: frozenset[str]
 ) -> list[grpc.aio.ServerInterceptor]:
-    """The interceptor `settings` asks for: none without a tokens file and without
-    certificate tenants (every call open). `tenants`: the names tokens may give as their
-    tenant.
-
-    Raises ConfigurationError when the tokens file is missing or invalid.
-    """
-    callers = Callers(settings, None if tenants is None else frozenset(tenants))
+    """The interceptor `callers` needs: none without a tokens file and without certificate
+    tenants (every call open)."""
     if not callers.checks_anything:
         return []
-    return [AuthInterceptor(callers, frozenset(settings.open_services))]
+    return [AuthInterceptor(callers, open_services)]

@@ -22,6 +22,10 @@ _METRICS_HELP = (
     "Where Prometheus scrapes /metrics (default 0.0.0.0:9464; port 0 picks a free one); "
     "'' turns metrics off. Sets server.metrics_address."
 )
+_HTTP_HELP = (
+    "Address of the OpenAI-compatible HTTP API (default 0.0.0.0:8000; port 0 picks a free "
+    "one); '' turns it off. Sets server.http_address."
+)
 _GRACE_HELP = "How long in-flight RPCs may finish after SIGTERM (default 30)."
 _LOG_FORMAT_HELP = "auto (text on a terminal, JSON lines otherwise; the default), json or text."
 _LOG_LEVEL_HELP = "CRITICAL, ERROR, WARNING, INFO (the default) or DEBUG, in any case."
@@ -34,6 +38,7 @@ def serve(
         typer.Option("--config", "-c", envvar="INFERWIRE_CONFIG", help="YAML configuration file."),
     ] = None,
     address: Annotated[str | None, _setting("--address", "HOST:PORT", _ADDRESS_HELP, "-a")] = None,
+    http_address: Annotated[str | None, _setting("--http-address", "HOST:PORT", _HTTP_HELP)] = None,
     metrics_address: Annotated[
         str | None, _setting("--metrics-address", "HOST:PORT", _METRICS_HELP)
     ] = None,
@@ -49,16 +54,17 @@ def serve(
     listened on or a start-up model fails to load (unless server.exit_on_startup_failure
     is false); 2 for an invalid configuration.
     """
-    from inferwire.api.server import StartupLoadError
-    from inferwire.api.server import serve as run_server
     from inferwire.config import load_settings
     from inferwire.core.errors import ConfigurationError
     from inferwire.log import configure_logging
+    from inferwire.server import StartupLoadError
+    from inferwire.server import serve as run_server
 
     if config is not None:
         read_text(config, "--config")  # unreadable: refused like every file flag
     given = {
         "address": address,
+        "http_address": http_address,
         "metrics_address": metrics_address,
         "grace_period_s": grace_period,
         "log_format": log_format,

@@ -12,10 +12,10 @@ from typing import Any
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.memory import Footprint
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.auth import bearer, tokens_yaml

@@ -17,11 +17,11 @@ from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
-from inferwire.api.server import InferwireServer
 from inferwire.cli import app
 from inferwire.config import load_settings
 from inferwire.core.manager import ModelSpec
 from inferwire.core.memory import Footprint
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackend, FakeBackends

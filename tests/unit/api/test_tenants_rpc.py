@@ -18,10 +18,10 @@ from grpc_status import rpc_status
 from tritonclient.grpc import service_pb2 as oip
 from tritonclient.grpc import service_pb2_grpc
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
 from inferwire.core.auth import TokenStore, hash_token
 from inferwire.core.errors import ConfigurationError
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.auth import bearer

@@ -15,11 +15,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from typer.testing import CliRunner, Result
 
-from inferwire.api.server import InferwireServer
 from inferwire.api.tls import CertificateFiles, is_loopback
 from inferwire.cli import app
 from inferwire.config import Settings, load_settings
 from inferwire.core.errors import ConfigurationError
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.certs import CertificateAuthority, Issued, served_certificate_serial
@@ -185,10 +185,10 @@ def test_half_rotated_files_keep_the_previous_certificate_until_both_are_replace
     assert files.fetch() is None  # nothing changed: no configuration, no read
 
     cert.write_bytes(second.cert_pem)  # the key still belongs to the first certificate
-    caplog.set_level(logging.WARNING, logger="inferwire.api.tls")
+    caplog.set_level(logging.WARNING, logger="inferwire.edge.certificates")
     assert files.fetch() is None
     assert files.fetch() is None
-    [warning] = [r for r in caplog.records if r.name == "inferwire.api.tls"]
+    [warning] = [r for r in caplog.records if r.name == "inferwire.edge.certificates"]
     assert f"{key} does not match the certificate in {cert}" in warning.reason
 
     key.write_bytes(second.key_pem)

@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from inferwire.api.server import InferwireServer
 from inferwire.backends.triton.endpoints import trace_metadata
 from inferwire.config import load_settings
 from inferwire.core.errors import BackendUnavailableError, ConfigurationError
 from inferwire.edge.tracing import server_tracing, tracing_requested
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends, serving_fakes

@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.config import load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends

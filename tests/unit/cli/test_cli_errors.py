@@ -15,12 +15,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from inferwire.api.server import InferwireServer
 from inferwire.cli import app
 from inferwire.config import load_settings
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.types import GenerationParams, InferenceRequest
 from inferwire.core.validation import RequestLimits, validate_inference_request
+from inferwire.server import InferwireServer
 from tests.support.auth import start_server, tokens_yaml
 from tests.support.certs import CertificateAuthority, Pki, write_pki
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends, serving_fakes

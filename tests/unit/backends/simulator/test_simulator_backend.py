@@ -16,12 +16,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.backends.simulator import SimulatorBackend
 from inferwire.config import load_settings
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.record import RequestRecord
 from inferwire.core.types import GenerationEnd, GenerationParams, GenerationRequest, TextDelta
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.engine import RequestLogRecords

@@ -1,0 +1,97 @@
+"""Reading a request's JSON body: bounded in size and in time, its faults answered 4xx.
+
+A body over `server.max_receive_message_bytes` (gRPC's limit too) is 413; a content type
+that is not JSON is 415 (none at all is taken as JSON, as curl users expect); bytes that
+are not UTF-8, or text that is not JSON (or JSON nested deeper than a request needs), are
+400 with the position; a body that has not arrived within `BODY_TIMEOUT_S` is 408, so a
+client that sends slowly (slowloris) holds one connection for that long and nothing else.
+A client that closes the connection before its body ended is gone: `ClientGone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+
+from inferwire.edge.errors import Code
+from inferwire.http.errors import HttpError
+
+BODY_TIMEOUT_S = 30.0
+_JSON_TYPES = ("application/json",)
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request was read."""
+
+
+def _not_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def read_json(request: Request, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S) -> Any:
+    """The body, decoded; raises HttpError (4xx) or ClientGone."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None:
+        media_type = content_type.split(";", 1)[0].strip().lower()
+        if media_type not in _JSON_TYPES and not media_type.endswith("+json"):
+            raise HttpError(
+                415, f"the body must be application/json, not {media_type[:64]!r}", "body"
+            )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes, Code.RESOURCE_EXHAUSTED)
+    body = bytearray()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise _too_large(max_bytes, Code.RESOURCE_EXHAUSTED)
+    except TimeoutError:
+        raise HttpError(
+            408,
+            f"the request body did not arrive within {timeout_s:g} s",
+            "body",
+            Code.DEADLINE_EXCEEDED,
+        ) from None
+    except ClientDisconnect:
+        raise ClientGone from None
+    return decode_json(bytes(body))
+
+
+def decode_json(body: bytes) -> Any:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HttpError(
+            400, f"the body is not UTF-8: byte {exc.start} is not valid", "body"
+        ) from None
+    if not text.strip():
+        raise HttpError(400, "the body is empty; send a JSON object", "body")
+    try:
+        return json.loads(text, parse_constant=_not_json_constant)
+    except json.JSONDecodeError as exc:
+        raise HttpError(
+            400,
+            f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+            f"(character {exc.pos})",
+            "body",
+        ) from None
+    except ValueError as exc:  # NaN, Infinity
+        raise HttpError(400, f"the body is not JSON: {exc}", "body") from None
+    except RecursionError:
+        raise HttpError(
+            400, "the body is not JSON a request needs: nested too deeply", "body"
+        ) from None
+
+
+def _too_large(max_bytes: int, code: Code) -> HttpError:
+    return HttpError(
+        413,
+        f"the body is larger than {max_bytes} bytes (server.max_receive_message_bytes)",
+        "body",
+        code,
+    )

@@ -1,0 +1,362 @@
+"""OpenAI request bodies (Completions, Chat Completions) as the core's InferenceRequest.
+
+Field for field as OpenAI's API and vLLM's server take them; what inferwire does not do
+is refused with the field named (`n` > 1, `best_of`, `echo`, `suffix`, `logit_bias`,
+penalties, image or audio parts, tools), never ignored; a field this server does not know
+at all is ignored and logged once per name, as vLLM does, so that SDK upgrades that add
+fields do not break callers. The core's field violations are renamed to the request's
+own fields (`parameters.max_tokens` -> `max_tokens`), so an error's `param` is a field
+the caller sent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.types import (
+    ChatMessage,
+    ConstraintKind,
+    GenerationParams,
+    InferenceRequest,
+    OutputConstraint,
+    Priority,
+)
+
+log = logging.getLogger(__name__)
+
+_IGNORED_FIELDS: set[str] = set()  # unknown fields already logged (once per name)
+# OpenAI's newer name for the system role; inferwire's templates know `system`.
+_ROLE_ALIASES = {"developer": "system"}
+_PRIORITIES = {p.label: p for p in Priority}
+
+
+class _Body(BaseModel):
+    # strict: a number where a string belongs (or the reverse) is refused, not coerced.
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+
+
+class JsonSchemaFormat(_Body):
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class ContentPart(_Body):
+    type: str
+    text: str | None = None
+
+
+class Message(_Body):
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[Any] | None = None
+
+
+class _Generation(_Body):
+    """What both endpoints take."""
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int | None = None
+    logit_bias: dict[str, Any] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    user: str | None = None
+    response_format: ResponseFormat | None = None
+    # vLLM's extensions
+    top_k: int | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_grammar: str | None = None
+    request_id: str | None = None
+    priority: str | int | None = None
+
+
+class CompletionBody(_Generation):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+class ChatBody(_Generation):
+    messages: list[Message]
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    """A request as the core runs it, and what its answer must look like."""
+
+    inference: InferenceRequest
+    chat: bool
+    stream: bool
+    include_usage: bool
+    # Core field -> the request's own field, for the violations the core finds.
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def renamed(self, error: InvalidArgumentError) -> InvalidArgumentError:
+        """The core's violations of this request, named by the fields it sent."""
+        return InvalidArgumentError([_renamed(v, self.sources) for v in error.violations])
+
+
+def _renamed(violation: FieldViolation, sources: Mapping[str, str]) -> FieldViolation:
+    name = violation.field
+    for core, own in sources.items():
+        if name == core or name.startswith(core + "["):
+            return FieldViolation(own + name[len(core) :], violation.description)
+    return FieldViolation(name.removeprefix("parameters."), violation.description)
+
+
+def parse(body: Any, chat: bool, tenant: str, request_id: str | None) -> ParsedRequest:
+    """The request in `body` (decoded JSON); raises InvalidArgumentError naming the field.
+
+    `request_id`: the caller's `X-Request-Id`, which wins over the body's `request_id`."""
+    model_type = ChatBody if chat else CompletionBody
+    try:
+        parsed = model_type.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    _log_ignored(parsed)
+    sources: dict[str, str] = {}
+    refused = list(_refusals(parsed))
+    if refused:
+        raise InvalidArgumentError(refused)
+    params = _params(parsed, sources)
+    if isinstance(parsed, ChatBody):
+        prompt, messages = "", _messages(parsed.messages)
+    else:
+        prompt, messages = _prompt(parsed.prompt), ()
+    inference = InferenceRequest(
+        request_id=request_id or parsed.request_id or "",
+        model=parsed.model,
+        prompt=prompt,
+        params=params,
+        messages=messages,
+        tenant=tenant,
+        priority=_priority(parsed.priority),
+    )
+    options = parsed.stream_options
+    include_usage = bool(parsed.stream and options is not None and options.include_usage)
+    return ParsedRequest(inference, chat, parsed.stream, include_usage, sources)
+
+
+def validation_error(exc: ValidationError) -> InvalidArgumentError:
+    """pydantic's refusal of a body, as field violations named by the body's fields."""
+    return InvalidArgumentError(_violations(exc.errors()))
+
+
+def _violations(errors: list[Any]) -> list[FieldViolation]:
+    """pydantic's errors by field; a union's alternatives joined (`a string or a list`)."""
+    by_field: dict[str, list[str]] = {}
+    for error in errors:
+        messages = by_field.setdefault(_location(error["loc"]), [])
+        if error["msg"] not in messages:
+            messages.append(error["msg"])
+    return [
+        FieldViolation(name, _joined(messages)) for name, messages in list(by_field.items())[:8]
+    ]
+
+
+def _joined(messages: list[str]) -> str:
+    prefix = "Input should be "
+    if all(m.startswith(prefix) for m in messages):
+        return "must be " + " or ".join(m.removeprefix(prefix) for m in messages)
+    return "; ".join(messages)
+
+
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def _location(loc: Iterable[Any]) -> str:
+    """pydantic's location as a path (`messages[0].content`), less its union tags."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part.replace("_", "").isalnum() and part not in _TYPE_TAGS:
+            path += f".{part}" if path else part
+    return path or "body"
+
+
+def _log_ignored(parsed: _Body) -> None:
+    for name in parsed.model_extra or {}:
+        if name not in _IGNORED_FIELDS and len(_IGNORED_FIELDS) < 1000:
+            _IGNORED_FIELDS.add(name)
+            log.info("request field ignored", extra={"field": name[:64]})
+
+
+def _refusals(parsed: ChatBody | CompletionBody) -> Iterable[FieldViolation]:
+    if parsed.n is not None and parsed.n != 1:
+        yield FieldViolation("n", "only 1 choice per request is supported; send n requests")
+    if parsed.logit_bias:
+        yield FieldViolation("logit_bias", "is not supported")
+    for penalty in ("presence_penalty", "frequency_penalty"):
+        if getattr(parsed, penalty):
+            yield FieldViolation(penalty, "is not supported (only 0)")
+    if isinstance(parsed, CompletionBody):
+        if parsed.best_of is not None and parsed.best_of != 1:
+            yield FieldViolation("best_of", "is not supported (only 1)")
+        if parsed.echo:
+            yield FieldViolation("echo", "is not supported")
+        if parsed.suffix:
+            yield FieldViolation("suffix", "is not supported")
+    else:
+        if parsed.tools:
+            yield FieldViolation("tools", "tool calling is not supported")
+        if parsed.tool_choice not in (None, "none"):
+            yield FieldViolation("tool_choice", "tool calling is not supported; only 'none'")
+        for index, message in enumerate(parsed.messages):
+            if message.tool_calls:
+                yield FieldViolation(
+                    f"messages[{index}].tool_calls", "tool calls are not supported"
+                )
+            if message.role == "tool":
+                yield FieldViolation(f"messages[{index}].role", "tool messages are not supported")
+            if isinstance(message.content, list):
+                for part_index, part in enumerate(message.content):
+                    if part.type != "text" or part.text is None:
+                        yield FieldViolation(
+                            f"messages[{index}].content[{part_index}].type",
+                            f"is {part.type!r}; only text parts are supported",
+                        )
+
+
+def _params(parsed: ChatBody | CompletionBody, sources: dict[str, str]) -> GenerationParams:
+    max_tokens = parsed.max_tokens
+    if isinstance(parsed, ChatBody) and parsed.max_completion_tokens is not None:
+        if max_tokens is not None and max_tokens != parsed.max_completion_tokens:
+            raise InvalidArgumentError(
+                [FieldViolation("max_tokens", "differs from max_completion_tokens; send one")]
+            )
+        max_tokens = parsed.max_completion_tokens
+        sources["parameters.max_tokens"] = "max_completion_tokens"
+    if isinstance(parsed, ChatBody):
+        logprobs, top_logprobs = bool(parsed.logprobs), parsed.top_logprobs or 0
+    else:  # Completions: `logprobs: N` asks for the N most likely alternatives too
+        logprobs, top_logprobs = parsed.logprobs is not None, parsed.logprobs or 0
+        sources["parameters.top_logprobs"] = "logprobs"
+    stop = parsed.stop
+    if isinstance(stop, str):
+        sources["parameters.stop[0]"] = "stop"
+    return GenerationParams(
+        max_tokens=max_tokens,
+        temperature=parsed.temperature,
+        top_p=parsed.top_p,
+        # vLLM's -1 (and 0) mean "no top-k".
+        top_k=parsed.top_k if parsed.top_k is not None and parsed.top_k > 0 else None,
+        seed=parsed.seed,
+        stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        constraint=_constraint(parsed, sources),
+    )
+
+
+def _constraint(
+    parsed: ChatBody | CompletionBody, sources: dict[str, str]
+) -> OutputConstraint | None:
+    given: list[tuple[str, OutputConstraint]] = []
+    response_format = parsed.response_format
+    if response_format is not None and response_format.type == "json_object":
+        given.append(("response_format", _json_schema({"type": "object"})))
+    elif response_format is not None and response_format.type == "json_schema":
+        schema = response_format.json_schema
+        if schema is None or schema.schema_ is None:
+            raise InvalidArgumentError(
+                [FieldViolation("response_format.json_schema.schema", "is required")]
+            )
+        given.append(("response_format", _json_schema(schema.schema_)))
+    if parsed.guided_json is not None:
+        text = parsed.guided_json
+        given.append(
+            (
+                "guided_json",
+                _json_schema(text)
+                if isinstance(text, dict)
+                else OutputConstraint(ConstraintKind.JSON_SCHEMA, text),
+            )
+        )
+    if parsed.guided_regex is not None:
+        given.append(("guided_regex", OutputConstraint(ConstraintKind.REGEX, parsed.guided_regex)))
+    if parsed.guided_grammar is not None:
+        grammar = OutputConstraint(ConstraintKind.LARK_GRAMMAR, parsed.guided_grammar)
+        given.append(("guided_grammar", grammar))
+    if len(given) > 1:
+        names = ", ".join(name for name, _ in given)
+        raise InvalidArgumentError(
+            [FieldViolation(given[1][0], f"set one of {names}, not several")]
+        )
+    if not given:
+        return None
+    name, constraint = given[0]
+    sources[constraint.field] = name
+    return constraint
+
+
+def _json_schema(schema: dict[str, Any]) -> OutputConstraint:
+    return OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(schema))
+
+
+def _messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
+    converted = []
+    for message in messages:
+        content = message.content
+        if isinstance(content, list):  # text parts, as vLLM joins them
+            content = "\n".join(part.text or "" for part in content)
+        converted.append(ChatMessage(_ROLE_ALIASES.get(message.role, message.role), content or ""))
+    return tuple(converted)
+
+
+def _prompt(prompt: str | list[str] | list[int] | list[list[int]]) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0]
+    if prompt and all(isinstance(p, str) for p in prompt):
+        why = "a list of several prompts is not supported; send one prompt per request"
+    else:
+        why = "token ids are not supported as a prompt; send its text"
+    raise InvalidArgumentError([FieldViolation("prompt", why)])
+
+
+def _priority(priority: str | int | None) -> Priority | None:
+    if priority is None:
+        return None
+    if isinstance(priority, str) and priority in _PRIORITIES:
+        return _PRIORITIES[priority]
+    levels = ", ".join(_PRIORITIES)
+    kind = (
+        "vLLM's integer priorities are not" if isinstance(priority, int) else f"{priority!r} is not"
+    )
+    raise InvalidArgumentError(
+        [FieldViolation("priority", f"{kind} inferwire's; use one of {levels}")]
+    )

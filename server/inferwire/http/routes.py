@@ -1,0 +1,210 @@
+"""The HTTP routes: OpenAI's Completions, Chat Completions and Models, vLLM's /tokenize and
+/detokenize, and /health, /version and /metrics.
+
+Generation, models and tokens need the `infer` scope (a token, or an anonymous scope);
+/health, /version and /metrics stay open with a tokens file, as grpc.health.v1 and
+reflection do on gRPC: probes and the gateway's endpoint picker call them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from inferwire import __version__
+from inferwire.core.auth import Scope
+from inferwire.core.errors import InvalidArgumentError
+from inferwire.core.manager import ModelManager
+from inferwire.core.types import ChatMessage, ModelStatus, StreamChunk
+from inferwire.http.bodies import read_json
+from inferwire.http.calls import Endpoints, HttpCall
+from inferwire.http.requests import ParsedRequest, parse, validation_error
+from inferwire.http.responses import EventStream, unary_json
+from inferwire.http.streams import EventStreamResponse, unless_gone
+
+_STARTED = int(time.time())
+
+
+class TokenizeBody(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str
+    prompt: str | None = None
+    messages: list[dict[str, Any]] | None = None
+
+
+class DetokenizeBody(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str
+    tokens: list[int] = Field(max_length=1 << 20)
+
+
+class Routes:
+    """The routes over one model manager."""
+
+    def __init__(
+        self, manager: ModelManager, endpoints: Endpoints, registry: CollectorRegistry
+    ) -> None:
+        self._manager, self._endpoints, self._registry = manager, endpoints, registry
+
+    def app(self) -> Starlette:
+        route = self._endpoints.route
+        infer = Scope.INFER
+        table: list[tuple[str, str, Scope | None, Any, bool]] = [
+            ("POST", "/v1/completions", infer, self._completions, True),
+            ("POST", "/v1/chat/completions", infer, self._chat, True),
+            ("GET", "/v1/models", infer, self._models, False),
+            ("GET", "/v1/models/{model}", infer, self._model, False),
+            ("POST", "/tokenize", infer, self._tokenize, False),
+            ("POST", "/detokenize", infer, self._detokenize, False),
+            ("GET", "/health", None, self._health, False),
+            ("GET", "/version", None, self._version, False),
+            ("GET", "/metrics", None, self._metrics, False),
+        ]
+        routes = [
+            Route(path, route(method, path, scope, handler, inference), methods=[method])
+            for method, path, scope, handler, inference in table
+        ]
+        return Starlette(routes=routes)
+
+    # ---- generation -------------------------------------------------------------
+
+    async def _completions(self, call: HttpCall, request: Request) -> Response:
+        return await self._generate(call, request, chat=False)
+
+    async def _chat(self, call: HttpCall, request: Request) -> Response:
+        return await self._generate(call, request, chat=True)
+
+    async def _generate(self, call: HttpCall, request: Request, chat: bool) -> Response:
+        body = await read_json(request, self._endpoints.max_body_bytes)
+        request_id = request.headers.get("x-request-id")
+        if isinstance(body, dict) and isinstance(body.get("model"), str):
+            call.named = (body["model"], request_id or "")  # for a refusal's access line
+        parsed = parse(body, chat, call.principal.tenant, request_id)
+        call.principal.require_model(parsed.inference.model)
+        if parsed.stream:
+            return await self._stream(call, request, parsed)
+        try:
+            result = await unless_gone(request, self._manager.infer(parsed.inference))
+        except InvalidArgumentError as error:
+            raise parsed.renamed(error) from None
+        logprobs = parsed.inference.params.logprobs
+        return JSONResponse(
+            unary_json(chat, result, logprobs), headers={"x-request-id": result.request_id}
+        )
+
+    async def _stream(self, call: HttpCall, request: Request, parsed: ParsedRequest) -> Response:
+        request_id, chunks = self._manager.infer_stream(parsed.inference)
+        try:
+            # The first chunk is awaited before the status goes out, so that a request the
+            # core refuses (invalid, unknown model, queue full) gets its status, not a 200.
+            first = await unless_gone(request, anext(chunks))
+        except InvalidArgumentError as error:
+            await chunks.aclose()
+            raise parsed.renamed(error) from None
+        except BaseException:
+            await chunks.aclose()
+            raise
+        stream = EventStream(
+            parsed.chat,
+            request_id,
+            parsed.inference.model,
+            parsed.inference.params.logprobs,
+            parsed.include_usage,
+        )
+        return EventStreamResponse(
+            call,
+            stream.first(),
+            _events(stream, first, chunks),
+            stream.error,
+            headers={"x-request-id": request_id},
+        )
+
+    # ---- models and tokens ----------------------------------------------------------
+
+    async def _models(self, call: HttpCall, request: Request) -> Response:
+        visible = [s for s in self._manager.list_models() if call.principal.may_use(s.name)]
+        return JSONResponse({"object": "list", "data": [_model_card(s) for s in visible]})
+
+    async def _model(self, call: HttpCall, request: Request) -> Response:
+        name = request.path_params["model"]
+        status = self._manager.model_status(name)
+        call.principal.require_model(name)
+        return JSONResponse(_model_card(status))
+
+    async def _tokenize(self, call: HttpCall, request: Request) -> Response:
+        body = _validated(TokenizeBody, await read_json(request, self._endpoints.max_body_bytes))
+        call.principal.require_model(body.model)
+        messages = tuple(
+            ChatMessage(str(m.get("role", "")), str(m.get("content", "")))
+            for m in body.messages or ()
+        )
+        result = await self._manager.tokenize(body.model, body.prompt or "", messages)
+        status = self._manager.model_status(body.model)
+        context = status.capabilities.context_length if status.capabilities else 0
+        return JSONResponse(
+            {
+                "count": len(result.token_ids),
+                "max_model_len": context or None,
+                "tokens": list(result.token_ids),
+                "token_strs": None,
+            }
+        )
+
+    async def _detokenize(self, call: HttpCall, request: Request) -> Response:
+        body = _validated(DetokenizeBody, await read_json(request, self._endpoints.max_body_bytes))
+        call.principal.require_model(body.model)
+        return JSONResponse({"prompt": await self._manager.detokenize(body.model, body.tokens)})
+
+    # ---- the server --------------------------------------------------------------------
+
+    async def _health(self, call: HttpCall, request: Request) -> Response:
+        return Response(status_code=200 if self._manager.serving else 503)
+
+    async def _version(self, call: HttpCall, request: Request) -> Response:
+        return JSONResponse({"version": __version__})
+
+    async def _metrics(self, call: HttpCall, request: Request) -> Response:
+        return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def _events(
+    stream: EventStream, first: StreamChunk, chunks: AsyncGenerator[StreamChunk, None]
+) -> AsyncGenerator[bytes, None]:
+    """The stream's events from its first chunk on; closing it closes the core's stream."""
+    delta, end = stream.delta, stream.end
+    try:
+        chunk = first
+        while chunk.finish_reason is None:
+            yield delta(chunk)
+            chunk = await anext(chunks)
+        yield end(chunk)
+    finally:
+        await chunks.aclose()
+
+
+def _model_card(status: ModelStatus) -> dict[str, Any]:
+    capabilities = status.capabilities
+    return {
+        "id": status.name,
+        "object": "model",
+        "created": _STARTED,
+        "owned_by": "inferwire",
+        "root": status.base_model or status.name,
+        "parent": status.base_model or None,
+        "max_model_len": capabilities.context_length or None if capabilities else None,
+    }
+
+
+def _validated(model: Callable[..., Any], body: Any) -> Any:
+    try:
+        return model.model_validate(body)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        raise validation_error(exc) from None

@@ -1,0 +1,111 @@
+"""Answers that end when the client goes: Server-Sent Events, and whole answers.
+
+A client that closes its connection cancels its request: `EventStreamResponse` watches
+for the disconnect while it sends and cancels the sending task, which closes the core's
+stream (so the engine stops within one token, as a cancelled `InferStream` does);
+`unless_gone` does the same for a whole answer the core is still generating. Either way
+the call's access line says `cancelled`. An error after the first event has gone out is
+one last event with OpenAI's error body, and the stream ends (as vLLM does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from inferwire.edge.errors import Code
+from inferwire.http.bodies import ClientGone
+from inferwire.http.calls import HttpCall
+from inferwire.http.errors import HTTP_STATUS, http_error
+
+T = TypeVar("T")
+_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # proxies (nginx) pass each event on at once
+]
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_gone(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result, or ClientGone (and `work` cancelled) if the client leaves first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise ClientGone
+    return task.result()
+
+
+class EventStreamResponse(Response):
+    """A stream of events (each a `data: ...\\n\\n` bytes chunk) until `events` ends."""
+
+    streams = True  # calls.py: its access line is written when it ends
+
+    def __init__(
+        self,
+        call: HttpCall,
+        first: bytes,
+        events: AsyncGenerator[bytes, None],
+        error_event: Callable[[dict[str, Any]], bytes],
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        # Not Response.__init__: its empty body would set `content-length: 0`.
+        self.status_code, self.background = 200, None
+        self.init_headers(headers)
+        self._call, self._first, self._events, self._error_event = call, first, events, error_event
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sending = asyncio.ensure_future(self._send_all(send))
+        watcher = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await asyncio.wait((sending, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not sending.done():  # the client left: generation stops with the stream
+                sending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sending
+                self._call.finish(HTTP_STATUS[Code.CANCELLED], Code.CANCELLED)
+        if sending.done() and not sending.cancelled() and (error := sending.exception()):
+            raise error
+
+    async def _send_all(self, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [*self.raw_headers, *_HEADERS],
+            }
+        )
+        code, status, why = Code.OK, 200, ""
+        try:
+            if self._first:
+                await send({"type": "http.response.body", "body": self._first, "more_body": True})
+            async with contextlib.aclosing(self._events) as events:
+                async for event in events:
+                    await send({"type": "http.response.body", "body": event, "more_body": True})
+        except Exception as error:  # after the first event: one last event says why
+            status, body, _, code = http_error(error)
+            why = body["error"]["message"]
+            event = self._error_event(body)
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        # The status line went out as 200; the line says what the stream ended with.
+        self._call.finish(status, code, why)

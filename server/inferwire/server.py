@@ -1,0 +1,193 @@
+"""The house: one process's models, metrics, tracing and callers, and its two doors.
+
+`InferwireServer` builds the core (`core.manager.ModelManager`) and what every door
+shares (the Prometheus registry, OpenTelemetry, the callers of `server.auth`, the
+`server.tls` files), then the gRPC door (`api.listener.GrpcListener`: InferenceService,
+KServe v2, health, reflection) and the HTTP door (`http.server.HttpServer`: the
+OpenAI-compatible API), on one event loop. `stop()` drains both together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from typing import Any
+
+from inferwire.api.listener import GrpcListener
+from inferwire.api.metrics import MetricsEndpoint, PrometheusMetrics
+from inferwire.api.tls import CertificateFiles
+from inferwire.backends import create_backend
+from inferwire.config import Settings
+from inferwire.core.manager import BackendFactory, ModelManager
+from inferwire.core.metrics import MemoryMetrics, MetricsListener
+from inferwire.core.tracing import Tracer
+from inferwire.core.validation import RequestLimits
+from inferwire.edge.callers import Callers
+from inferwire.edge.calls import JoinsCalls
+from inferwire.edge.certificates import log_transport_security
+from inferwire.edge.tracing import server_tracing
+from inferwire.http.calls import Endpoints
+from inferwire.http.routes import Routes
+from inferwire.http.server import HttpServer
+
+log = logging.getLogger(__name__)
+
+
+def build_manager(
+    settings: Settings,
+    backend_factory: BackendFactory = create_backend,
+    metrics: MetricsListener | None = None,
+    tracer: Tracer | None = None,
+    memory_metrics: MemoryMetrics | None = None,
+) -> ModelManager:
+    """Create the model manager; raises ConfigurationError for a bad model entry."""
+    return ModelManager(
+        settings.models,
+        backend_factory,
+        RequestLimits(max_prompt_bytes=settings.server.max_prompt_bytes),
+        health_check_interval_s=settings.server.health_check_interval_s,
+        metrics=metrics,
+        tracer=tracer,
+        keep_text=settings.server.log_prompts,
+        memory=settings.server.memory,
+        memory_metrics=memory_metrics,
+        tenants=settings.server.tenant_registry(),
+        adapters=settings.server.adapters,
+    )
+
+
+class StartupLoadError(Exception):
+    """Start-up models failed to load, and `server.exit_on_startup_failure` is set."""
+
+    def __init__(self, failures: dict[str, str]) -> None:
+        self.failures = failures
+        super().__init__(
+            "; ".join(f"model {name!r} failed to load: {why}" for name, why in failures.items())
+        )
+
+
+class InferwireServer:
+    """A configured server. `start()` binds and loads; `stop()` drains in the documented order."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        address: str | None = None,
+        backend_factory: BackendFactory = create_backend,
+        tracer_provider: Any = None,
+    ) -> None:
+        """`tracer_provider`: an OpenTelemetry TracerProvider to trace with, whatever the
+        settings say; None: tracing as `server.tracing` and the OTEL_* variables say."""
+        self.settings = settings
+        server = settings.server
+        self.address = address or server.address
+        self.metrics = PrometheusMetrics()
+        # Raises ConfigurationError when tracing is asked for but cannot be had.
+        self.tracing = server_tracing(server.tracing, tracer_provider)
+        self.manager = build_manager(
+            settings,
+            backend_factory,
+            JoinsCalls(self.metrics),
+            self.tracing.tracer if self.tracing else None,
+            memory_metrics=self.metrics,
+        )
+        self._metrics_endpoint = (
+            MetricsEndpoint(server.metrics_address, self.metrics.registry)
+            if server.metrics_address
+            else None
+        )
+        # Read and checked now: a bad certificate, key or tokens file is a configuration error.
+        self.tls = CertificateFiles(server.tls) if server.tls.enabled else None
+        callers = Callers(server.auth, frozenset(t.name for t in server.tenants))
+        self.metrics.tenants_configured(t.name for t in server.tenants)
+        self.grpc = GrpcListener(
+            server, self.address, self.manager, self.metrics, callers, self.tracing, self.tls
+        )
+        self.http: HttpServer | None = None
+        if server.http_address:
+            endpoints = Endpoints(callers, self.tracing, server.max_receive_message_bytes)
+            app = Routes(self.manager, endpoints, self.metrics.registry).app()
+            self.http = HttpServer(app, server.http_address, self.tls)
+        self.port = 0
+        self.http_port: int | None = None  # None: HTTP is off
+        self.metrics_port: int | None = None  # None: metrics are off
+        self.startup_failures: dict[str, str] = {}
+        self._listening = False
+        self._stopped = False
+
+    @property
+    def health_port(self) -> int | None:
+        """The plaintext health-only listener's port; None: there is none."""
+        return self.grpc.health_port
+
+    async def start(self) -> int:
+        """Bind, start serving, then load start-up models. Returns the gRPC port.
+
+        Start-up models that failed to load are left in `startup_failures`.
+        """
+        if self._metrics_endpoint is not None:
+            self.metrics_port = self._metrics_endpoint.start()
+        self.port = await self.grpc.start()
+        self._listening = True
+        if self.http is not None:
+            self.http_port = await self.http.start(self.settings.server.grace_period_s)
+            log.info("http listening", extra={"address": self.http.address, "port": self.http_port})
+        log.info("listening", extra={"address": self.address, "port": self.port})
+        log_transport_security(self.address, self.tls)
+        self.startup_failures = await self.manager.start()
+        return self.port
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Drain: NOT_SERVING everywhere, refuse new calls, let in-flight ones finish, unload."""
+        if self._stopped or not self._listening:  # nothing was served or loaded
+            self._stopped = True
+            return
+        self._stopped = True
+        grace = self.settings.server.grace_period_s if grace_s is None else grace_s
+        started = time.perf_counter()
+        await self.manager.begin_shutdown()
+        await self.grpc.health.enter_shutdown()
+        if self.settings.server.shutdown_delay_s:
+            await asyncio.sleep(self.settings.server.shutdown_delay_s)
+        doors = [self.grpc.stop(grace)]
+        if self.http is not None:
+            doors.append(self.http.stop())
+        await asyncio.gather(*doors)  # HTTP streams drain with the gRPC ones
+        await self.manager.close()
+        if self._metrics_endpoint is not None:
+            await asyncio.to_thread(self._metrics_endpoint.stop)
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.close)
+        log.info("stopped", extra={"drain_ms": round((time.perf_counter() - started) * 1e3, 1)})
+
+    async def wait_for_termination(self) -> None:
+        await self.grpc.wait_for_termination()
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM or SIGINT, then drain and return.
+
+    Raises StartupLoadError, after the same drain, when a start-up model failed to load
+    and `server.exit_on_startup_failure` is set.
+    """
+    server = InferwireServer(settings)
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_requested.set)
+    try:
+        await server.start()
+        if server.startup_failures and settings.server.exit_on_startup_failure:
+            log.error(
+                "a start-up model failed to load; exiting (server.exit_on_startup_failure)",
+                extra={"models": sorted(server.startup_failures)},
+            )
+            raise StartupLoadError(server.startup_failures)
+        await stop_requested.wait()
+        log.info(
+            "shutdown requested; draining", extra={"grace_period_s": settings.server.grace_period_s}
+        )
+    finally:
+        await server.stop()
