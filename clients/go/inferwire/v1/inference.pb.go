@@ -249,15 +249,19 @@ type GenerationParameters struct {
 	// it (INVALID_ARGUMENT).
 	Constraint *OutputConstraint `protobuf:"bytes,9,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	// Generate at least this many tokens before the end-of-sequence token may
-	// end the output (it is masked until then). At most max_tokens when both
-	// are set, and at most the model's limit (ModelCapabilities.
-	// max_output_tokens); an unset max_tokens then defaults to at least this.
-	// 0 means no minimum. A stop string still ends the output early, and so
-	// does a full context window (FINISH_REASON_LENGTH), as in vLLM.
+	// end the output (it is masked until then). 0 means no minimum. At most
+	// max_tokens when both are set, and at most the model's limit
+	// (ModelCapabilities.max_output_tokens); an unset max_tokens is then at
+	// least this. A stop string still ends the output sooner (stop strings are
+	// not held back, unlike vLLM's min_tokens), and so does a full context
+	// window (FINISH_REASON_LENGTH). Models that cannot hold it refuse it
+	// (INVALID_ARGUMENT), as does a constrained request on the onnxruntime-genai
+	// backend.
 	MinTokens *uint32 `protobuf:"varint,10,opt,name=min_tokens,json=minTokens,proto3,oneof" json:"min_tokens,omitempty"`
-	// Never end on the end-of-sequence token: generate until max_tokens (or a
-	// stop string, or a full context window). The end-of-sequence token is never
-	// returned as text.
+	// Never end on the end-of-sequence token: generate until max_tokens
+	// (FINISH_REASON_LENGTH), unless a stop string or a full context window
+	// ends the output sooner. The end-of-sequence token is never returned as
+	// text. Refused (INVALID_ARGUMENT) where min_tokens is.
 	IgnoreEos     *bool `protobuf:"varint,11,opt,name=ignore_eos,json=ignoreEos,proto3,oneof" json:"ignore_eos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
