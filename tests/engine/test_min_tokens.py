@@ -12,7 +12,6 @@ backend read from the configuration: greedy decoding of PROMPT then ends after
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,11 @@ import grpc
 import onnxruntime_genai as og
 import pytest
 
-from inferwire.api.server import InferwireServer
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import load_settings
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
+from tests.support.engine import demo_model_variant, serving
 from tests.support.status import bad_request_fields
 from tests.support.waiting import read_rest
 
@@ -44,50 +43,38 @@ def period_id() -> int:
 @pytest.fixture(scope="module")
 def period_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled model whose configuration also ends a sequence at "."."""
-    directory = tmp_path_factory.mktemp("period-eos")
-    source = builtin_model_path()
-    for entry in source.iterdir():
-        if entry.is_file() and entry.name != "genai_config.json":
-            (directory / entry.name).symlink_to(entry)
-    config = json.loads((source / "genai_config.json").read_text())
-    config["model"]["eos_token_id"] = [config["model"]["eos_token_id"], period_id()]
-    (directory / "genai_config.json").write_text(json.dumps(config))
-    return directory
+
+    def add_period(config: dict[str, Any]) -> None:
+        config["model"]["eos_token_id"] = [config["model"]["eos_token_id"], period_id()]
+
+    return demo_model_variant(
+        tmp_path_factory.mktemp("period-eos"), "genai_config.json", add_period
+    )
 
 
 @pytest.fixture(scope="module")
 async def stub(period_model: Path) -> AsyncIterator[inference_pb2_grpc.InferenceServiceStub]:
     options = {"path": str(period_model)}
-    server = InferwireServer(
-        load_settings(
-            server={"address": "127.0.0.1:0", "metrics_address": "", "grace_period_s": 2},
-            models=[
-                {
-                    "name": "solo",
-                    "load_on_startup": True,
-                    "options": {**options, "batching": "per_request"},
-                },
-                {
-                    # Preempted only when waiting requests would double its batch, so a
-                    # second request preempts a running one at once.
-                    "name": "batched",
-                    "load_on_startup": True,
-                    "max_concurrency": 4,
-                    "options": {
-                        **options,
-                        "batching": "engine",
-                        "static_batch_steps": 1_000_000,
-                    },
-                },
-            ],
-        )
+    settings = load_settings(
+        server={"address": "127.0.0.1:0", "metrics_address": "", "grace_period_s": 2},
+        models=[
+            {
+                "name": "solo",
+                "load_on_startup": True,
+                "options": {**options, "batching": "per_request"},
+            },
+            {
+                # Preempted only when waiting requests would double its batch, so a
+                # second request preempts a running one at once.
+                "name": "batched",
+                "load_on_startup": True,
+                "max_concurrency": 4,
+                "options": {**options, "batching": "engine", "static_batch_steps": 1_000_000},
+            },
+        ],
     )
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            yield inference_pb2_grpc.InferenceServiceStub(channel)
-    finally:
-        await server.stop(grace_s=1)
+    async with serving(settings) as stub:
+        yield stub
 
 
 async def infer(stub: Any, model: str, **parameters: Any) -> pb.InferResponse:
