@@ -28,6 +28,7 @@ from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support import figures
+from tests.support.engine import demo_model_variant, serving
 from tests.support.status import bad_request_fields
 
 MODEL_DIR = builtin_model_path()
@@ -487,25 +488,19 @@ async def plain_stub(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[inference_pb2_grpc.InferenceServiceStub]:
     """A server whose model `plain` is the demo model without a chat template."""
-    folder = tmp_path_factory.mktemp("plain-model")
-    for source in MODEL_DIR.iterdir():
-        if source.name == "tokenizer_config.json":
-            config = json.loads(source.read_text())
-            del config["chat_template"]
-            (folder / source.name).write_text(json.dumps(config))
-        elif source.suffix != ".md":
-            (folder / source.name).symlink_to(source)
+    folder = demo_model_variant(
+        tmp_path_factory.mktemp("plain-model"),
+        "tokenizer_config.json",
+        lambda config: config.pop("chat_template"),
+    )
     settings = load_settings(
         server={"address": "127.0.0.1:0", "health_check_interval_s": 3600},
         models=[{"name": "plain", "load_on_startup": True, "options": {"path": str(folder)}}],
     )
-    server = InferwireServer(settings)
-    await server.start()
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            yield inference_pb2_grpc.InferenceServiceStub(channel)
+        async with serving(settings, grace_s=0) as stub:
+            yield stub
     finally:
-        await server.stop(grace_s=0)
         shutil.rmtree(folder, ignore_errors=True)
 
 

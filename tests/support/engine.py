@@ -10,12 +10,21 @@ saturate or break a model do not disturb each other:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 
+from inferwire.api.server import InferwireServer
+from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import Settings, load_settings
+from inferwire.v1 import inference_pb2_grpc
 
 MAX_PROMPT_BYTES = 4096
 
@@ -63,3 +72,32 @@ class RequestLogRecords:
             ):
                 return record
         return None
+
+
+def demo_model_variant(
+    folder: Path, config_file: str, edit: Callable[[dict[str, Any]], None]
+) -> Path:
+    """The bundled model in `folder`, its files linked, but for the JSON file `config_file`
+    (genai_config.json, tokenizer_config.json), written with `edit` applied; no model card."""
+    for source in builtin_model_path().iterdir():
+        if source.name == config_file:
+            config = json.loads(source.read_text())
+            edit(config)
+            (folder / source.name).write_text(json.dumps(config))
+        elif source.is_file() and source.suffix != ".md":
+            (folder / source.name).symlink_to(source)
+    return folder
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    settings: Settings, grace_s: float = 1
+) -> AsyncIterator[inference_pb2_grpc.InferenceServiceStub]:
+    """An in-process server for `settings`, and a stub on a channel to it."""
+    server = InferwireServer(settings)
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            yield inference_pb2_grpc.InferenceServiceStub(channel)
+    finally:
+        await server.stop(grace_s=grace_s)

@@ -79,6 +79,10 @@ EXTREMES_BY_FIELD = {
     "top_p": FLOAT32_EXTREMES,
     "top_k": (*INT32_EXTREMES, 4096, 4097),  # the demo model's vocabulary is 4096
     "seed": UINT32_EXTREMES,
+    # The requests have max_tokens 4: 4 is the most min_tokens may be there, 1024 the
+    # demo model's output limit.
+    "min_tokens": (*UINT32_EXTREMES, 4, 5, 1024, 1025),
+    "ignore_eos": (True,),
 }
 
 int32 = st.one_of(_extremes(*INT32_EXTREMES), st.integers(INT32_MIN, INT32_MAX))
@@ -112,8 +116,11 @@ def generation_parameters(draw: st.DrawFn) -> pb.GenerationParameters:
     }
     plausible["logprobs"] = st.booleans()
     plausible["top_logprobs"] = st.integers(0, 5)
+    plausible["min_tokens"] = st.integers(0, 8)
+    plausible["ignore_eos"] = st.booleans()
     wild = {"max_tokens": max_tokens, "temperature": float32, "top_p": float32}
     wild |= {"top_k": int32, "seed": uint32, "logprobs": st.booleans(), "top_logprobs": uint32}
+    wild |= {"min_tokens": uint32, "ignore_eos": st.booleans()}
     wild_field = draw(st.sampled_from([None, *wild]))
     stops = mostly(st.lists(plausible_text, max_size=3), st.lists(short_text, max_size=20))
     message = pb.GenerationParameters(stop=draw(stops))
@@ -206,7 +213,8 @@ _JSON_VALUE = st.one_of(
     short_text,
     st.lists(short_text, max_size=20),
 )
-_SAMPLING_KEYS = ["max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", ""]
+_SAMPLING_KEYS = ["max_tokens", "temperature", "top_p", "top_k", "seed", "stop"]
+_SAMPLING_KEYS += ["min_tokens", "ignore_eos", "n", ""]
 sampling_json = mostly(
     st.builds(
         json.dumps,

@@ -3,6 +3,7 @@
 import grpc
 import pytest
 
+from tests.support.status import bad_request_fields
 from tests.support.triton import SKIP_REASON, TRITON_DIR, read_record, wait_for_record
 from tests.triton_models.echo_engine import echo_text
 
@@ -71,6 +72,39 @@ async def test_natural_end_is_finish_reason_stop(stub, model):
     response = await stub.Infer(pb.InferRequest(model=model, prompt="one two"))
     assert response.text == echo_text("one two", 6)  # the models end after 3x the words
     assert response.finish_reason == pb.FINISH_REASON_STOP
+
+
+@pytest.mark.parametrize(
+    ("parameters", "tokens", "finish"),
+    [
+        ({"min_tokens": 8}, 8, pb.FINISH_REASON_STOP),  # later than its end after 6
+        ({"ignore_eos": True}, 12, pb.FINISH_REASON_LENGTH),
+        ({"min_tokens": 3}, 6, pb.FINISH_REASON_STOP),  # the minimum came first
+    ],
+)
+async def test_min_tokens_and_ignore_eos_reach_the_vllm_model(
+    stub, record_dir, parameters, tokens, finish
+):
+    request_id = "vllm-minimum-" + "-".join(f"{k}-{v}" for k, v in parameters.items())
+    params = pb.GenerationParameters(max_tokens=12, **parameters)
+    text, last, _ = await stream_text(
+        stub, model="vllm", prompt="one two", parameters=params, request_id=request_id
+    )
+    assert text == echo_text("one two", tokens)
+    assert (last.finish_reason, last.usage.completion_tokens) == (finish, tokens)
+    record = await wait_for_record(record_dir, "vllm_echo", request_id)
+    assert record["params"] == {"max_tokens": 12, **parameters}
+
+
+@pytest.mark.parametrize("field", ["min_tokens", "ignore_eos"])
+async def test_the_trtllm_model_without_min_length_or_end_id_refuses_them(stub, field):
+    """trtllm_echo has neither a min_length nor an end_id input, as older ensembles."""
+    params = pb.GenerationParameters(max_tokens=12, **{field: 4 if field == "min_tokens" else True})
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await stub.Infer(pb.InferRequest(model="trtllm", prompt="one two", parameters=params))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_fields(raised.value) == [f"parameters.{field}"]
+    assert "not supported by the TensorRT-LLM convention" in raised.value.details()
 
 
 async def test_usage_comes_from_the_models_output_tensors(stub, health_stub):

@@ -65,10 +65,14 @@ class Generation:
     text in pieces of CONSTRAINED_PIECE characters.
     """
 
-    def __init__(self, prompt, max_tokens, stops, include_stop, guided=None):
+    def __init__(
+        self, prompt, max_tokens, stops, include_stop, guided=None, min_tokens=0, ignore_eos=False
+    ):
         self.prompt = prompt
         self.words = prompt.split() or ["?"]
         self.max_tokens = max_tokens
+        self.min_tokens = min_tokens
+        self.ignore_eos = ignore_eos
         self.stops = stops
         self.include_stop = include_stop
         self.text = ""
@@ -93,11 +97,12 @@ class Generation:
         """Generate token by token; yield the text each token added to `text`.
 
         Ends on cancellation (`cancelled`), at `max_tokens` (finish `length`), after three
-        times the prompt's words or the whole constrained text (`stop`), or when a stop
-        string appears in the text (`stop`): the text is cut at the stop string, or after
-        it with `include_stop`.
+        times the prompt's words or the whole constrained text (`stop`; not before
+        `min_tokens`, and never with `ignore_eos`), or when a stop string appears in the
+        text (`stop`): the text is cut at the stop string, or after it with `include_stop`.
         """
         natural_end = 3 * len(self.words) if self._planned is None else len(self._planned)
+        natural_end = float("inf") if self.ignore_eos else max(natural_end, self.min_tokens)
         while True:
             if is_cancelled():
                 self.cancelled = True

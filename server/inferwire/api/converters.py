@@ -42,6 +42,8 @@ def request_from_proto(
         logprobs=p.logprobs,
         top_logprobs=p.top_logprobs,
         constraint=constraint_from_proto(p.constraint),
+        min_tokens=p.min_tokens if p.HasField("min_tokens") else None,
+        ignore_eos=p.ignore_eos,
     )
     return types.InferenceRequest(
         request_id=message.request_id,

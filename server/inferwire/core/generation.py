@@ -54,12 +54,20 @@ def generation_request(
     return GenerationRequest(
         request_id=request_id,
         prompt=prompt,
-        max_tokens=facts.default_max_tokens if params.max_tokens is None else params.max_tokens,
+        max_tokens=_max_tokens(params, facts.default_max_tokens),
         params=params,
         deadline=request.deadline,
         has_context=bool(request.context),
         is_chat=bool(request.messages),
     )
+
+
+def _max_tokens(params: GenerationParams, default: int) -> int:
+    """The request's max_tokens; unset: the model's default, raised to min_tokens (which
+    is within the model's limit, and at most an explicit max_tokens: both checked)."""
+    if params.max_tokens is not None:
+        return params.max_tokens
+    return max(default, params.min_tokens or 0)
 
 
 def _capability_violations(
@@ -88,6 +96,12 @@ def _limit_violations(
         yield FieldViolation(
             "parameters.max_tokens",
             f"is {params.max_tokens}; model {model!r} allows at most {limits.max_output_tokens}",
+        )
+    if params.min_tokens is not None and params.min_tokens > limits.max_output_tokens:
+        yield FieldViolation(
+            "parameters.min_tokens",
+            f"is {params.min_tokens}; model {model!r} generates at most "
+            f"{limits.max_output_tokens} tokens",
         )
     if limits.max_seed is not None and params.seed is not None and params.seed > limits.max_seed:
         yield FieldViolation(

@@ -82,6 +82,10 @@ class GenerationParams:
     logprobs: bool = False  # return each generated token's log-probability
     top_logprobs: int = 0  # with logprobs: this many most likely alternatives per token
     constraint: OutputConstraint | None = None
+    # At least this many tokens before the end-of-sequence token may end the output; 0 or
+    # None: no minimum. Stop strings and the context window still end it earlier.
+    min_tokens: int | None = None
+    ignore_eos: bool = False  # never end on the end-of-sequence token: run to max_tokens
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,15 @@ class GenerationRequest:
     deadline: float | None = None  # time.monotonic() by which the caller needs the result
     has_context: bool = False  # whether `prompt` includes context passages
     is_chat: bool = False  # whether `prompt` is chat messages rendered by the chat template
+
+    @property
+    def min_tokens(self) -> int:
+        """Tokens to generate before the end-of-sequence token may end the output: all of
+        max_tokens with `ignore_eos`, else `params.min_tokens` (0: no minimum). A backend
+        that bounds generation further (the context window) bounds this too."""
+        if self.params.ignore_eos:
+            return self.max_tokens
+        return min(self.params.min_tokens or 0, self.max_tokens)
 
     @property
     def prompt_field(self) -> str:

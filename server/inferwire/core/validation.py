@@ -1,8 +1,8 @@
 """Request validation that needs no model: shapes, ranges and server-wide limits.
 
 Every violation names the request field, so clients can point at it. Limits
-that depend on the loaded model (max_tokens, the context window) are checked
-by the model manager and the backend.
+that depend on the loaded model (max_tokens and min_tokens against its output limit, the
+context window) are checked by the model manager and the backend.
 """
 
 from __future__ import annotations
@@ -150,6 +150,22 @@ def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[Fi
         yield FieldViolation(
             "parameters.max_tokens", f"must be at least 1, got {params.max_tokens}"
         )
+    if params.min_tokens is not None:
+        if params.min_tokens < 0:
+            yield FieldViolation(
+                "parameters.min_tokens",
+                f"must be >= 0 (0 means no minimum), got {params.min_tokens}",
+            )
+        elif (
+            params.max_tokens is not None
+            and params.max_tokens >= 1  # else max_tokens is the field to fix
+            and params.min_tokens > params.max_tokens
+        ):
+            yield FieldViolation(
+                "parameters.min_tokens",
+                f"is {params.min_tokens}; it must not exceed parameters.max_tokens "
+                f"({params.max_tokens})",
+            )
     if params.temperature is not None and not (
         math.isfinite(params.temperature) and params.temperature >= 0
     ):

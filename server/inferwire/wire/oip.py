@@ -46,6 +46,8 @@ TOP_P = "top_p"
 TOP_K = "top_k"
 RANDOM_SEED = "random_seed"
 STOP_WORDS = "stop_words"
+MIN_LENGTH = "min_length"  # tokens to generate before the end token may end the output
+END_ID = "end_id"  # the end token's id; -1 in a signed end_id: no end token
 
 # Each convention's tensors with their datatypes, in the order ModelMetadata lists them.
 VLLM_INPUTS = {
@@ -82,6 +84,8 @@ TRTLLM_INPUTS = {
     TOP_K: "INT32",
     RANDOM_SEED: "UINT64",
     STOP_WORDS: "BYTES",
+    MIN_LENGTH: "INT32",
+    END_ID: "INT32",
 }
 # Each TensorRT-LLM sampling tensor, and the sampling parameter it carries by vLLM's name
 # (which is inferwire's too): the two conventions say the same things differently.
@@ -92,6 +96,7 @@ TRTLLM_SAMPLING = {
     TOP_K: "top_k",
     RANDOM_SEED: "seed",
     STOP_WORDS: "stop",
+    MIN_LENGTH: "min_tokens",
 }
 
 # ---- Triton's request and response parameters --------------------------------------------

@@ -247,7 +247,22 @@ type GenerationParameters struct {
 	// Constrain the output to a JSON schema, a regular expression or a Lark
 	// grammar. Models whose capabilities say constrained_output = false refuse
 	// it (INVALID_ARGUMENT).
-	Constraint    *OutputConstraint `protobuf:"bytes,9,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	Constraint *OutputConstraint `protobuf:"bytes,9,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	// Generate at least this many tokens before the end-of-sequence token may
+	// end the output (it is masked until then). 0 means no minimum. At most
+	// max_tokens when both are set, and at most the model's limit
+	// (ModelCapabilities.max_output_tokens); an unset max_tokens is then at
+	// least this. A stop string still ends the output sooner (stop strings are
+	// not held back, unlike vLLM's min_tokens), and so does a full context
+	// window (FINISH_REASON_LENGTH). Models that cannot hold it refuse it
+	// (INVALID_ARGUMENT), as does a constrained request on the onnxruntime-genai
+	// backend.
+	MinTokens *uint32 `protobuf:"varint,10,opt,name=min_tokens,json=minTokens,proto3,oneof" json:"min_tokens,omitempty"`
+	// Never end on the end-of-sequence token: generate until max_tokens
+	// (FINISH_REASON_LENGTH), unless a stop string or a full context window
+	// ends the output sooner. The end-of-sequence token is never returned as
+	// text. Refused (INVALID_ARGUMENT) where min_tokens is.
+	IgnoreEos     *bool `protobuf:"varint,11,opt,name=ignore_eos,json=ignoreEos,proto3,oneof" json:"ignore_eos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -343,6 +358,20 @@ func (x *GenerationParameters) GetConstraint() *OutputConstraint {
 		return x.Constraint
 	}
 	return nil
+}
+
+func (x *GenerationParameters) GetMinTokens() uint32 {
+	if x != nil && x.MinTokens != nil {
+		return *x.MinTokens
+	}
+	return 0
+}
+
+func (x *GenerationParameters) GetIgnoreEos() bool {
+	if x != nil && x.IgnoreEos != nil {
+		return *x.IgnoreEos
+	}
+	return false
 }
 
 // OutputConstraint restricts what the model may generate.
@@ -2213,7 +2242,7 @@ var File_inferwire_v1_inference_proto protoreflect.FileDescriptor
 
 const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa5\x03\n" +
+	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x04\n" +
 	"\x14GenerationParameters\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
@@ -2226,14 +2255,21 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\ftop_logprobs\x18\b \x01(\rH\x06R\vtopLogprobs\x88\x01\x01\x12>\n" +
 	"\n" +
 	"constraint\x18\t \x01(\v2\x1e.inferwire.v1.OutputConstraintR\n" +
-	"constraintB\r\n" +
+	"constraint\x12\"\n" +
+	"\n" +
+	"min_tokens\x18\n" +
+	" \x01(\rH\aR\tminTokens\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"ignore_eos\x18\v \x01(\bH\bR\tignoreEos\x88\x01\x01B\r\n" +
 	"\v_max_tokensB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\b\n" +
 	"\x06_top_kB\a\n" +
 	"\x05_seedB\v\n" +
 	"\t_logprobsB\x0f\n" +
-	"\r_top_logprobs\"z\n" +
+	"\r_top_logprobsB\r\n" +
+	"\v_min_tokensB\r\n" +
+	"\v_ignore_eos\"z\n" +
 	"\x10OutputConstraint\x12!\n" +
 	"\vjson_schema\x18\x01 \x01(\tH\x00R\n" +
 	"jsonSchema\x12\x16\n" +

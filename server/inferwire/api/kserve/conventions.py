@@ -4,8 +4,9 @@ Inputs: `text_input` (BYTES [1]), `stream` (BOOL [1]), `sampling_parameters` (BY
 JSON), `exclude_input_in_output` (BOOL [1]) and the `return_finish_reason`,
 `return_num_input_tokens`, `return_num_output_tokens` flags (BOOL [1]). A TensorRT-LLM
 ensemble's tensors (`max_tokens` INT32, `temperature`, `top_p`, `top_k`, `random_seed`,
-`stop_words`) are taken too, and so are the request's `parameters` (the KServe way). A
-parameter given in two places, or anything else, is INVALID_ARGUMENT naming it.
+`stop_words`, `min_length`) are taken too, and so are the request's `parameters` (the
+KServe way). A parameter given in two places, or anything else, is INVALID_ARGUMENT
+naming it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,16 @@ RETURN_FLAGS = {flag: out for flag, out in VLLM_RETURN_FLAGS.items() if out in S
 # The integer datatypes an integer input may come in, and the float ones.
 _ALIKE = {"INT32": ("INT32", "INT64", "UINT32", "UINT64"), "FP32": ("FP32", "FP64")}
 _ALIKE["UINT64"] = _ALIKE["INT32"]
-SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+SAMPLING_KEYS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "min_tokens",
+    "ignore_eos",
+)
 # Request parameters Triton clients send on their own, which need nothing from us: every
 # stream response ends its request with `triton_final_response` anyway.
 _CLIENT_PARAMETERS = (ENABLE_EMPTY_FINAL_RESPONSE,)
@@ -217,6 +227,16 @@ def _stops(value: Any, field: str) -> tuple[str, ...]:
     return tuple(_text(s, field) if isinstance(s, bytes) else s for s in items)
 
 
+def _boolean(value: Any, field: str) -> bool:
+    """JSON's true and false, or their text. (Triton's vLLM backend takes `bool(value)`,
+    which makes the string "false" true: refused here instead.)"""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise invalid(field, "must be true or false")
+    return value
+
+
 def _top_k(value: Any, field: str) -> int:
     count = _integer(-1, INT32_MAX)(value, field)
     return 0 if count == -1 else count  # vLLM's -1 is our 0: no limit
@@ -229,6 +249,8 @@ _CONVERT: dict[str, Callable[[Any, str], Any]] = {
     "top_k": _top_k,
     "seed": _integer(0, UINT32_MAX),
     "stop": _stops,
+    "min_tokens": _integer(0, UINT32_MAX),
+    "ignore_eos": _boolean,
 }
 
 

@@ -274,6 +274,7 @@ class OrtGenAIBackend(Backend):
     ) -> PreparedRequest:
         """The request as a path takes it: refused here if the model cannot serve it."""
         self._refuse_logprobs_with_constraint(request)
+        self._refuse_minimum_with_constraint(request)
         with progress.tracer.span(TOKENIZE):
             prompt_ids = await model.encode(request.prompt)
         progress.counted(prompt_tokens=len(prompt_ids))
@@ -282,7 +283,29 @@ class OrtGenAIBackend(Backend):
         # The context window bounds generation too; reaching it ends with LENGTH.
         max_tokens = min(request.max_tokens, model.context_length - len(prompt_ids))
         return PreparedRequest(
-            prompt_ids, max_tokens, request.params, model.sampling(request.params)
+            prompt_ids,
+            max_tokens,
+            request.params,
+            model.sampling(request.params),
+            min_tokens=min(request.min_tokens, max_tokens),
+        )
+
+    def _refuse_minimum_with_constraint(self, request: GenerationRequest) -> None:
+        # llguidance ends a constrained output with the end-of-sequence token once the
+        # output is complete, whatever min_length masks (measured on onnxruntime-genai 0.18:
+        # a regex output ended after 9 tokens with min_length 20), so a minimum length
+        # cannot hold; refused rather than silently not honoured.
+        constraint = request.params.constraint
+        if constraint is None or (field := _minimum_field(request)) is None:
+            return
+        raise InvalidArgumentError(
+            [
+                FieldViolation(
+                    field,
+                    f"model {self.model_name!r} ends a constrained output when it is "
+                    f"complete; it cannot hold a minimum length ({constraint.field} is set)",
+                )
+            ]
         )
 
     def _refuse_logprobs_with_constraint(self, request: GenerationRequest) -> None:
@@ -298,6 +321,15 @@ class OrtGenAIBackend(Backend):
                     )
                 ]
             )
+
+
+def _minimum_field(request: GenerationRequest) -> str | None:
+    """The field that asks for a minimum length, if any: ignore_eos, else min_tokens."""
+    if request.params.ignore_eos:
+        return "parameters.ignore_eos"
+    if request.params.min_tokens:
+        return "parameters.min_tokens"
+    return None
 
 
 def _path_description(engine: EngineScheduler | None) -> str:

@@ -16,6 +16,12 @@ the bundled model; see docs/ort_genai_batching.md for the measurements):
   requests therefore take the per-request generator unless the model is a
   dynamic-batching one (`EngineScheduler.serves`), and so do the generator's features,
   log-probabilities and output constraints.
+- `TurnOptions.set_min_generated_tokens(n)` masks every end-of-sequence id until the turn
+  has generated n tokens, on a static engine too (checked on the bundled weights with a
+  second end-of-sequence id, the common ".": a turn that ends after 4 tokens without it
+  runs 17 with n=10, and exactly max_generated_tokens with n equal to it). So min_tokens
+  and ignore_eos (n = max_tokens) stay on the engine, and a row begun again owes only the
+  rest of its minimum.
 - `Request.cancel_turn` ends one row at the next `run` (one `CANCELLED` event, no token);
   the other rows go on unchanged. A cancelled turn cannot be continued on the same
   request (a new turn there does not resume the sequence exactly), but a new request with
@@ -327,8 +333,13 @@ class EngineScheduler:
             self._release(row)
             return
         try:
-            prepared = row.prepared
-            turn = prepared.sampling.turn_options(request, prepared.max_tokens - len(row.generated))
+            prepared, generated = row.prepared, len(row.generated)
+            # A row begun again (preempted) owes only the rest of its minimum.
+            turn = prepared.sampling.turn_options(
+                request,
+                prepared.max_tokens - generated,
+                max(prepared.min_tokens - generated, 0),
+            )
             tokens = np.array(prepared.prompt_ids + row.generated, dtype=np.int32)
             row.turn_id = request.begin_turn(tokens, turn)
         except Exception as exc:

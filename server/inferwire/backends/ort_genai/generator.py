@@ -135,7 +135,10 @@ class _GeneratorRun:
         and no entry.
         """
         model, request, emit = self._model, self._request, self._hand_over
-        options = request.sampling.search_options(len(request.prompt_ids) + request.max_tokens)
+        prompt_tokens = len(request.prompt_ids)
+        # ORT GenAI's min_length counts the prompt too; it masks every end-of-sequence id.
+        min_length = prompt_tokens + request.min_tokens if request.min_tokens else 0
+        options = request.sampling.search_options(prompt_tokens + request.max_tokens, min_length)
         generator = _make_generator(model.model, request, options)
         if self.adapter is not None:
             generator.set_active_adapter(self.adapter.adapters, self.adapter.name)
@@ -149,6 +152,8 @@ class _GeneratorRun:
                 sampler,
                 request.params.top_logprobs,
                 model.token_texts,
+                masked=model.eos_token_ids,
+                masked_steps=request.min_tokens,
             )
         pending: list[TokenLogprob] = []
         detokenizer = model.tokenizer.create_stream()

@@ -4,10 +4,12 @@ They are the log-probabilities of the distribution the sampler chose from, so th
 sampler's own processing is repeated here, in its order (`Generator::GenerateNextToken`
 in onnxruntime-genai 0.18):
 
-1. The repetition penalty of the model's configuration: for every token id already in
+1. The minimum length (min_tokens, ignore_eos): until the sequence has it, every
+   end-of-sequence id is masked (its probability is 0).
+2. The repetition penalty of the model's configuration: for every token id already in
    the sequence, prompt included, a negative logit is multiplied by the penalty and a
    positive one divided by it (CTRL's rule, applied once per distinct id).
-2. When sampling, the temperature divides the logits; greedy decoding uses none.
+3. When sampling, the temperature divides the logits; greedy decoding uses none.
 
 top_k and top_p truncation are not applied: the log-probabilities are over the whole
 vocabulary, as most engines report them. Under greedy decoding the chosen token is
@@ -54,9 +56,15 @@ class TokenLogprobs:
         sampler: SamplerSettings,
         top: int,
         token_text: Callable[[int], str],
+        masked: Iterable[int] = (),
+        masked_steps: int = 0,
     ) -> None:
+        """`masked`: the ids (end of sequence) masked for the first `masked_steps` tokens."""
         self._in_sequence = np.zeros(vocab_size, dtype=bool)
         self._in_sequence[np.fromiter(prompt_ids, dtype=np.int64)] = True
+        self._masked = np.fromiter(masked, dtype=np.int64)
+        self._masked_steps = masked_steps
+        self._steps = 0
         self._penalty = np.float32(sampler.repetition_penalty)
         self._temperature = sampler.temperature
         self._top = top
@@ -65,6 +73,9 @@ class TokenLogprobs:
     def distribution(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
         """Log-probabilities over the vocabulary for the next token, from its raw logits."""
         scores = logits.reshape(-1).astype(np.float32, copy=True)
+        if self._steps < self._masked_steps:
+            scores[self._masked] = -np.inf
+        self._steps += 1
         if self._penalty != 1:
             seen = scores[self._in_sequence]
             # In float32, as the engine computes it, so greedy ties break alike.

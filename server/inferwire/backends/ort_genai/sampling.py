@@ -58,14 +58,25 @@ class Sampling:
         }
         return {name: value for name, value in chosen.items() if value is not None}
 
-    def search_options(self, max_length: int) -> dict[str, Any]:
-        """For an `og.Generator` of one sequence of at most `max_length` tokens."""
-        return {"max_length": max_length, "batch_size": 1, **self.options()}
+    def search_options(self, max_length: int, min_length: int = 0) -> dict[str, Any]:
+        """For an `og.Generator` of one sequence of at most `max_length` tokens, whose
+        end-of-sequence tokens are masked while it is shorter than `min_length` (both count
+        the prompt; 0: no minimum)."""
+        options = {"max_length": max_length, "batch_size": 1, **self.options()}
+        if min_length:
+            options["min_length"] = min_length
+        return options
 
-    def turn_options(self, request: og.Request, max_generated_tokens: int) -> og.TurnOptions:
-        """For a turn of `request` on the engine."""
+    def turn_options(
+        self, request: og.Request, max_generated_tokens: int, min_generated_tokens: int = 0
+    ) -> og.TurnOptions:
+        """For a turn of `request` on the engine, which generates at most
+        `max_generated_tokens` and masks its end-of-sequence tokens until it has generated
+        `min_generated_tokens` (0: no minimum); neither counts the prompt."""
         turn = og.TurnOptions(request)
         turn.set_max_generated_tokens(max_generated_tokens)
+        if min_generated_tokens > 0:
+            turn.set_min_generated_tokens(min_generated_tokens)
         for name, value in self.options().items():
             _TURN_SETTERS[name](turn, value)
         return turn
@@ -79,6 +90,9 @@ class PreparedRequest:
     max_tokens: int  # to generate at most; the context window bounds it too
     params: GenerationParams
     sampling: Sampling
+    # To generate before an end-of-sequence token may end the output (min_tokens, or all of
+    # max_tokens with ignore_eos); at most max_tokens. The engine masks those tokens.
+    min_tokens: int = 0
 
     @property
     def coalesce(self) -> bool:

@@ -66,7 +66,8 @@ class SimulatorOptions(BackendOptions):
 
     output_tokens: int | None = Field(default=None, ge=1)
     """Tokens a completion has before it ends by itself (finish reason STOP), unless
-    max_tokens comes first; unset: every completion runs to max_tokens (LENGTH)."""
+    max_tokens comes first; unset: every completion runs to max_tokens (LENGTH). A
+    request's min_tokens raises it; with ignore_eos it runs to max_tokens."""
 
     context_length: int = Field(default=8192, ge=2)
     """The context window in words (prompt plus completion); longer prompts are refused."""
@@ -143,7 +144,8 @@ class SimulatorBackend(Backend):
         check_prompt_fits(request, prompt, self.model_name, self.facts.limits)
         # The context window bounds generation too; reaching it ends with LENGTH.
         room = min(request.max_tokens, self.options.context_length - prompt)
-        length, ends_by_itself = natural_length(self.options.output_tokens, room)
+        minimum = min(request.min_tokens, room)  # min_tokens; all of it with ignore_eos
+        length, ends_by_itself = natural_length(self.options.output_tokens, room, minimum)
         seed = request_seed(request.params.seed, request.prompt)
         words = Words(seed)
         schedule = Schedule(self._pace(), start, seed)

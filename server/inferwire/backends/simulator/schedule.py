@@ -83,9 +83,12 @@ class Schedule:
         return due
 
 
-def natural_length(output_tokens: int | None, max_tokens: int) -> tuple[int, bool]:
+def natural_length(
+    output_tokens: int | None, max_tokens: int, min_tokens: int = 0
+) -> tuple[int, bool]:
     """How many tokens a request generates, and whether it ends by itself (STOP) rather
-    than at max_tokens (LENGTH)."""
-    if output_tokens is not None and output_tokens < max_tokens:
-        return output_tokens, True
+    than at max_tokens (LENGTH). It cannot end by itself before `min_tokens` (the
+    request's min_tokens, or max_tokens with ignore_eos)."""
+    if output_tokens is not None and max(output_tokens, min_tokens) < max_tokens:
+        return max(output_tokens, min_tokens), True
     return max_tokens, False

@@ -4,7 +4,8 @@
   with optional finish reason, token counts and log-probabilities; output constraints go in
   `sampling_parameters.guided_decoding`.
 - TensorRT-LLM ensemble: `text_input`, `max_tokens` and one tensor per sampling
-  parameter -> `text_output`.
+  parameter -> `text_output`; min_tokens as `min_length`, ignore_eos as `end_id` -1 (or
+  `min_length` = max_tokens), refused on a model without those inputs.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNot
 from inferwire.core.types import ConstraintKind, GenerationRequest, OutputConstraint
 from inferwire.wire.oip import (
     ENABLE_EMPTY_FINAL_RESPONSE,
+    END_ID,
     EXCLUDE_INPUT_IN_OUTPUT,
     LOGPROBS,
     MAX_TOKENS,
+    MIN_LENGTH,
     NUM_INPUT_TOKENS,
     NUM_OUTPUT_TOKENS,
     RANDOM_SEED,
@@ -133,6 +136,10 @@ def _vllm_inputs(
         sampling["top_k"] = params.top_k or -1  # vLLM: -1 means no limit
     if params.seed is not None:
         sampling["seed"] = params.seed
+    if params.min_tokens is not None:
+        sampling["min_tokens"] = params.min_tokens
+    if params.ignore_eos:
+        sampling["ignore_eos"] = True
     if params.stop:
         # The core's matcher removes the stop string and reports STOP_SEQUENCE.
         sampling["stop"] = list(params.stop)
@@ -183,7 +190,42 @@ def _tensorrt_llm_inputs(
         values[name] = [value]
     if params.stop and STOP_WORDS in layout.inputs:
         values[STOP_WORDS] = [s.encode() for s in params.stop]
+    values |= _minimum_length(layout, request, model_name)
     return values
+
+
+# The integer datatypes that can carry -1, TensorRT-LLM's end_id for "no end token".
+_SIGNED = frozenset({"INT8", "INT16", "INT32", "INT64"})
+
+
+def _minimum_length(
+    layout: TritonModelLayout, request: GenerationRequest, model_name: str
+) -> InputValues:
+    """min_tokens as the ensemble's `min_length` (generated tokens, the end token banned
+    until then). ignore_eos as `end_id` -1, no end token at all, as TensorRT-LLM users
+    turn the end of sequence off, where the model has a signed end_id; else as
+    `min_length` = max_tokens. INVALID_ARGUMENT naming the field on a model with neither."""
+    minimum = request.min_tokens  # max_tokens with ignore_eos
+    if not minimum:
+        return {}
+    end_id = layout.inputs.get(END_ID)
+    if request.params.ignore_eos and end_id is not None and end_id.datatype in _SIGNED:
+        return {END_ID: [-1]}
+    if MIN_LENGTH in layout.inputs:
+        return {MIN_LENGTH: [minimum]}
+    if request.params.ignore_eos:
+        field, lacking = "parameters.ignore_eos", f"no {MIN_LENGTH!r} and no signed {END_ID!r}"
+    else:
+        field, lacking = "parameters.min_tokens", f"no {MIN_LENGTH!r}"
+    raise InvalidArgumentError(
+        [
+            FieldViolation(
+                field,
+                f"not supported by the TensorRT-LLM convention of model {model_name!r} on "
+                f"Triton: it takes {lacking} input",
+            )
+        ]
+    )
 
 
 @dataclass(frozen=True)

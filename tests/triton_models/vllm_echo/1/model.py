@@ -8,6 +8,7 @@ flag with the last response. `num_output_tokens` counts the tokens of each respo
 `logprobs` (JSON, asked for with `return_logprobs` and `sampling_parameters.logprobs`) lists
 the tokens of each response, as the vLLM backend does. `sampling_parameters.guided_decoding`
 (json, regex or grammar) constrains the output; one it cannot follow is an INVALID_ARG error.
+`sampling_parameters.min_tokens` delays its natural end, `ignore_eos` removes it.
 `sampling_parameters.lora_name` picks a LoRA adapter from `multi_lora.json` beside this
 file, as the vLLM backend does: adapter `x` answers as if each prompt word ended in `.x`;
 an adapter the file does not name is refused in the vLLM backend's words.
@@ -78,7 +79,13 @@ class TritonPythonModel(ThreadPerRequest):
         prepend = not _flag(request, "exclude_input_in_output") and not stream
         try:
             generation = Generation(
-                prompt, max_tokens, stops, include_stop, guided=params.get("guided_decoding")
+                prompt,
+                max_tokens,
+                stops,
+                include_stop,
+                guided=params.get("guided_decoding"),
+                min_tokens=int(params.get("min_tokens", 0)),
+                ignore_eos=bool(params.get("ignore_eos", False)),
             )
         except (UnsupportedConstraint, ValueError, TypeError, KeyError) as exc:
             error = pb_utils.TritonError(

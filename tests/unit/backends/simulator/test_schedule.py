@@ -69,3 +69,10 @@ def test_natural_length_ends_by_itself_only_before_max_tokens():
     assert natural_length(4, 10) == (4, True)
     assert natural_length(10, 10) == (10, False)
     assert natural_length(30, 10) == (10, False)
+
+
+def test_min_tokens_holds_the_natural_end_back_and_ignore_eos_runs_to_max_tokens():
+    assert natural_length(4, 10, min_tokens=6) == (6, True)
+    assert natural_length(4, 10, min_tokens=3) == (4, True)
+    assert natural_length(4, 10, min_tokens=10) == (10, False)  # ignore_eos: min is max
+    assert natural_length(None, 10, min_tokens=6) == (10, False)

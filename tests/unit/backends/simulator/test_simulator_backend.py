@@ -128,6 +128,16 @@ async def test_output_tokens_ends_by_itself_with_stop(stub):
     assert capped.finish_reason == pb.FINISH_REASON_LENGTH
 
 
+async def test_min_tokens_delays_the_natural_end_and_ignore_eos_runs_to_max_tokens(stub):
+    longer = await infer(stub, model="short", max_tokens=10, min_tokens=6)
+    assert (longer.finish_reason, longer.usage.completion_tokens) == (pb.FINISH_REASON_STOP, 6)
+    ignoring = await infer(stub, model="short", max_tokens=10, ignore_eos=True)
+    assert (ignoring.finish_reason, ignoring.usage.completion_tokens) == (
+        pb.FINISH_REASON_LENGTH,
+        10,
+    )
+
+
 async def test_stop_string_cuts_the_text_and_counts_tokens_to_the_match(stub):
     full = (await infer(stub, seed=5, max_tokens=40)).text
     stop = full.split(" ")[6][:2]  # the first two letters of the sixth word

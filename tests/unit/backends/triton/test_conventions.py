@@ -239,6 +239,73 @@ def test_tensorrt_llm_model_lacking_an_input_the_request_needs_names_the_field(
     ]
 
 
+def test_vllm_request_carries_min_tokens_and_ignore_eos_in_the_sampling_parameters():
+    values = inputs_of(build(layout_of(Convention.VLLM, VLLM), min_tokens=4, ignore_eos=True))
+    assert json.loads(values["sampling_parameters"][0]) == {
+        "max_tokens": 16,
+        "min_tokens": 4,
+        "ignore_eos": True,
+    }
+    # ignore_eos false is vLLM's default, and an unset min_tokens the model's.
+    values = inputs_of(build(layout_of(Convention.VLLM, VLLM), min_tokens=0))
+    assert json.loads(values["sampling_parameters"][0]) == {"max_tokens": 16, "min_tokens": 0}
+
+
+TRTLLM_LENGTHS = TRTLLM | tensors(INT32=["min_length", "end_id"])
+
+
+def test_tensorrt_llm_min_tokens_goes_in_min_length():
+    values = inputs_of(build(layout_of(Convention.TENSORRT_LLM, TRTLLM_LENGTHS), min_tokens=5))
+    assert (values["min_length"], "end_id" in values) == ([5], False)
+    assert "min_length" not in inputs_of(
+        build(layout_of(Convention.TENSORRT_LLM, TRTLLM_LENGTHS), min_tokens=0)
+    )
+
+
+@pytest.mark.parametrize(
+    ("inputs", "sent"),
+    [
+        (TRTLLM_LENGTHS, {"end_id": [-1]}),  # no end token at all
+        (TRTLLM | tensors(INT32=["min_length"]), {"min_length": [16]}),  # banned until max
+        (TRTLLM | tensors(INT32=["min_length"], UINT32=["end_id"]), {"min_length": [16]}),
+    ],
+)
+def test_tensorrt_llm_ignore_eos_is_end_id_minus_one_or_min_length_max_tokens(inputs, sent):
+    values = inputs_of(
+        build(layout_of(Convention.TENSORRT_LLM, inputs), min_tokens=3, ignore_eos=True)
+    )
+    assert {name: values[name] for name in ("min_length", "end_id") if name in values} == sent
+
+
+@pytest.mark.parametrize(
+    ("inputs", "params", "violation"),
+    [
+        (
+            TRTLLM,
+            {"min_tokens": 2},
+            FieldViolation(
+                "parameters.min_tokens",
+                "not supported by the TensorRT-LLM convention of model 'llama' on Triton: "
+                "it takes no 'min_length' input",
+            ),
+        ),
+        (
+            TRTLLM | tensors(UINT32=["end_id"]),  # an older ensemble: -1 does not fit
+            {"ignore_eos": True},
+            FieldViolation(
+                "parameters.ignore_eos",
+                "not supported by the TensorRT-LLM convention of model 'llama' on Triton: "
+                "it takes no 'min_length' and no signed 'end_id' input",
+            ),
+        ),
+    ],
+)
+def test_tensorrt_llm_model_without_the_inputs_refuses_them(inputs, params, violation):
+    with pytest.raises(InvalidArgumentError) as raised:
+        build(layout_of(Convention.TENSORRT_LLM, inputs), **params)
+    assert raised.value.violations == [violation]
+
+
 def test_optional_inputs_the_model_lacks_are_left_out():
     values = inputs_of(build(layout_of(Convention.TENSORRT_LLM, TRTLLM_MINIMAL), stop=("X",)))
     assert values == {"text_input": [b"Hello"], "max_tokens": [16]}

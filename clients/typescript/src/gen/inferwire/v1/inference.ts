@@ -271,7 +271,30 @@ export interface GenerationParameters {
    * grammar. Models whose capabilities say constrained_output = false refuse
    * it (INVALID_ARGUMENT).
    */
-  constraint: OutputConstraint | undefined;
+  constraint:
+    | OutputConstraint
+    | undefined;
+  /**
+   * Generate at least this many tokens before the end-of-sequence token may
+   * end the output (it is masked until then). 0 means no minimum. At most
+   * max_tokens when both are set, and at most the model's limit
+   * (ModelCapabilities.max_output_tokens); an unset max_tokens is then at
+   * least this. A stop string still ends the output sooner (stop strings are
+   * not held back, unlike vLLM's min_tokens), and so does a full context
+   * window (FINISH_REASON_LENGTH). Models that cannot hold it refuse it
+   * (INVALID_ARGUMENT), as does a constrained request on the onnxruntime-genai
+   * backend.
+   */
+  minTokens?:
+    | number
+    | undefined;
+  /**
+   * Never end on the end-of-sequence token: generate until max_tokens
+   * (FINISH_REASON_LENGTH), unless a stop string or a full context window
+   * ends the output sooner. The end-of-sequence token is never returned as
+   * text. Refused (INVALID_ARGUMENT) where min_tokens is.
+   */
+  ignoreEos?: boolean | undefined;
 }
 
 /** OutputConstraint restricts what the model may generate. */
@@ -671,6 +694,8 @@ function createBaseGenerationParameters(): GenerationParameters {
     logprobs: undefined,
     topLogprobs: undefined,
     constraint: undefined,
+    minTokens: undefined,
+    ignoreEos: undefined,
   };
 }
 
@@ -702,6 +727,12 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     }
     if (message.constraint !== undefined) {
       OutputConstraint.encode(message.constraint, writer.uint32(74).fork()).join();
+    }
+    if (message.minTokens !== undefined) {
+      writer.uint32(80).uint32(message.minTokens);
+    }
+    if (message.ignoreEos !== undefined) {
+      writer.uint32(88).bool(message.ignoreEos);
     }
     return writer;
   },
@@ -791,6 +822,22 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
             message.constraint = OutputConstraint.decode(reader, reader.uint32());
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.minTokens = reader.uint32();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.ignoreEos = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -830,6 +877,16 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
         ? globalThis.Number(object.top_logprobs)
         : undefined,
       constraint: isSet(object.constraint) ? OutputConstraint.fromJSON(object.constraint) : undefined,
+      minTokens: isSet(object.minTokens)
+        ? globalThis.Number(object.minTokens)
+        : isSet(object.min_tokens)
+        ? globalThis.Number(object.min_tokens)
+        : undefined,
+      ignoreEos: isSet(object.ignoreEos)
+        ? globalThis.Boolean(object.ignoreEos)
+        : isSet(object.ignore_eos)
+        ? globalThis.Boolean(object.ignore_eos)
+        : undefined,
     };
   },
 
@@ -862,6 +919,12 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     if (message.constraint !== undefined) {
       obj.constraint = OutputConstraint.toJSON(message.constraint);
     }
+    if (message.minTokens !== undefined) {
+      obj.minTokens = Math.round(message.minTokens);
+    }
+    if (message.ignoreEos !== undefined) {
+      obj.ignoreEos = message.ignoreEos;
+    }
     return obj;
   },
 
@@ -881,6 +944,8 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     message.constraint = (object.constraint !== undefined && object.constraint !== null)
       ? OutputConstraint.fromPartial(object.constraint)
       : undefined;
+    message.minTokens = object.minTokens ?? undefined;
+    message.ignoreEos = object.ignoreEos ?? undefined;
     return message;
   },
 };
