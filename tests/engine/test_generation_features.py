@@ -24,7 +24,6 @@ import pytest
 
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import load_settings
-from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support import figures
