@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 import pytest
 
-from inferwire.api.server import InferwireServer
+from inferwire.server import InferwireServer
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import Settings, load_settings
 from inferwire.v1 import inference_pb2_grpc
