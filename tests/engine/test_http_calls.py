@@ -23,6 +23,10 @@ SIMULATED = """\
     backend: simulator
     load_on_startup: true
     options: {time_to_first_token_ms: 5, inter_token_ms: 2, context_length: 4096}
+  - name: sim-short
+    backend: simulator
+    load_on_startup: true
+    options: {time_to_first_token_ms: 1, inter_token_ms: 1, output_tokens: 5}
 """
 TOKENS = {"reader": "iwt_reader", "narrow": "iwt_narrow", "limited": "iwt_limited"}
 
@@ -95,7 +99,7 @@ def test_a_token_sees_and_uses_only_its_models(guarded):
         narrow.completions.create(model="sim", prompt="x", max_tokens=2)
     assert raised.value.status_code == 403 and "'sim'" in raised.value.message
     reader = client_of(guarded, TOKENS["reader"])
-    assert {m.id for m in reader.models.list()} == {"demo", "sim"}
+    assert {m.id for m in reader.models.list()} == {"demo", "sim", "sim-short"}
 
 
 def test_a_tenant_over_its_rate_is_rate_limited_with_retry_after(guarded):
@@ -225,3 +229,15 @@ def test_a_body_that_is_not_a_request_gets_a_4xx_naming_why(
 def test_the_http_port_is_logged_at_start(guarded):
     assert any('"http listening"' in line for line in guarded.log_lines)
     assert isinstance(guarded.http_port, int)
+
+
+@pytest.mark.parametrize(
+    ("extra", "tokens", "finish"),
+    [({}, 5, "stop"), ({"min_tokens": 12}, 12, "stop"), ({"ignore_eos": True}, 20, "length")],
+)
+def test_vllm_s_min_tokens_and_ignore_eos_reach_the_engine(guarded, extra, tokens, finish):
+    # sim-short ends by itself after 5 tokens (its end of sequence).
+    reply = client_of(guarded, TOKENS["reader"]).completions.create(
+        model="sim-short", prompt="one", max_tokens=20, extra_body=extra
+    )
+    assert (reply.usage.completion_tokens, reply.choices[0].finish_reason) == (tokens, finish)

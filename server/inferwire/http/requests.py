@@ -88,6 +88,8 @@ class _Generation(_Body):
     response_format: ResponseFormat | None = None
     # vLLM's extensions
     top_k: int | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
     guided_json: str | dict[str, Any] | None = None
     guided_regex: str | None = None
     guided_grammar: str | None = None
@@ -274,6 +276,8 @@ def _params(parsed: ChatBody | CompletionBody, sources: dict[str, str]) -> Gener
         # vLLM's -1 (and 0) mean "no top-k".
         top_k=parsed.top_k if parsed.top_k is not None and parsed.top_k > 0 else None,
         seed=parsed.seed,
+        min_tokens=parsed.min_tokens,
+        ignore_eos=bool(parsed.ignore_eos),
         stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
         logprobs=logprobs,
         top_logprobs=top_logprobs,

@@ -1,0 +1,91 @@
+"""The HTTP calls docs/http.md and README.md show, run as they are written (the real `curl`,
+the Python `openai` snippet) against a live `inferwire serve` with the bundled model,
+its `localhost:8000` pointed at the test server's port."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.process import ServerProcess, start_serving_server, stop_server_process
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = (ROOT / "docs" / "http.md", ROOT / "README.md")
+BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
+
+
+def blocks(language: str) -> list[tuple[Path, str]]:
+    return [
+        (doc, match[2])
+        for doc in DOCS
+        for match in BLOCK.finditer(doc.read_text())
+        if match[1] == language
+    ]
+
+
+def curl_commands() -> list[tuple[Path, str]]:
+    """Each `$ curl ...` of a console block, its `\\` continuations joined."""
+    commands = []
+    for doc, block in blocks("console"):
+        joined = block.replace("\\\n", " ")
+        commands += [(doc, line[2:]) for line in joined.splitlines() if line.startswith("$ curl")]
+    return commands
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[ServerProcess]:
+    server = start_serving_server()
+    try:
+        yield server
+    finally:
+        stop_server_process(server)
+
+
+def test_the_docs_show_curl_and_python_calls():
+    assert len(curl_commands()) >= 4  # http.md's three, and the README's
+    assert any("-sN" in command for _, command in curl_commands())
+    assert any("OpenAI(" in code for _, code in blocks("python"))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [c for _, c in curl_commands()],
+    ids=[f"{d.name}:{i}" for i, (d, _) in enumerate(curl_commands())],
+)
+def test_each_documented_curl_answers_as_shown(served, command):
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    argv = [
+        a.replace("localhost:8000", f"127.0.0.1:{served.http_port}") for a in shlex.split(command)
+    ]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    if "-N" in argv[1] or '"stream": true' in command:
+        events = [line for line in result.stdout.splitlines() if line]
+        assert events[-1] == "data: [DONE]", result.stdout
+        chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+        assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    else:
+        answer = json.loads(result.stdout)
+        assert "error" not in answer, answer
+        assert answer["object"] in ("list", "text_completion", "chat.completion")
+
+
+def test_each_documented_python_openai_snippet_runs(served):
+    for doc, code in blocks("python"):
+        if "from openai import OpenAI" not in code:
+            continue
+        patched = code.replace("localhost:8000", f"127.0.0.1:{served.http_port}")
+        result = subprocess.run(
+            [sys.executable, "-c", patched], capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, f"{doc.name}: {result.stderr}"
+        assert "prompt_tokens" in result.stdout, result.stdout
