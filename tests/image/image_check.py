@@ -15,10 +15,11 @@ public images cannot be pulled here; build the image on it with BuildKit (the ho
 CA bundle goes in as a build secret, so pip works behind a TLS-intercepting proxy
 and no certificate reaches the image); run it with `--read-only`, `--cap-drop ALL`,
 the image's non-root user and random loopback host ports; probe it with the real
-grpc_health_probe ("" and model/demo), grpcurl (an Infer through reflection) and an
-HTTP scrape of /metrics; stop it (SIGTERM must drain to exit code 0). Then run it once
-more as the Kubernetes Triton overlay does, a Triton model found through DNS, against a
-real tritonserver on the host (triton_check.py). Finally stop dockerd, if this script
+grpc_health_probe ("" and model/demo), grpcurl (an Infer through reflection), an
+HTTP scrape of /metrics and an OpenAI Completions call on port 8000; stop it (SIGTERM
+must drain to exit code 0). Then run it once more as the Kubernetes Triton overlay does,
+a Triton model found through DNS, against a real tritonserver on the host
+(triton_check.py). Finally stop dockerd, if this script
 started it, by PID. It prints the image size and the time each step took.
 
 `Unavailable` means Docker cannot be used here (not root, apt fails, dockerd does not
@@ -296,12 +297,27 @@ def check_infer_counted(metrics_address: str) -> None:
     log(f"/metrics: {started[0]}")
 
 
+def check_http_completion(http_address: str) -> None:
+    """One OpenAI Completions call on the image's HTTP port (8000)."""
+    body = json.dumps({"model": "demo", "prompt": "The image", "max_tokens": 8}).encode()
+    request = urllib.request.Request(
+        f"http://{http_address}/v1/completions",
+        data=body,
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        reply = json.loads(response.read())
+    assert reply["usage"]["completion_tokens"] == 8, reply
+    log(f"HTTP /v1/completions: {reply['choices'][0]['text'][:60]!r}")
+
+
 def probe(container: str) -> None:
     grpc_address, metrics_address = host_port(container, 50051), host_port(container, 9464)
     wait_container_serving(container, grpc_address, "")
     wait_container_serving(container, grpc_address, "model/demo")
     infer(grpc_address, {"model": "demo", "prompt": "The image", "request_id": "image-check"})
     check_infer_counted(metrics_address)
+    check_http_completion(host_port(container, 8000))
 
 
 EXTRA_CAS = Path("/usr/local/share/ca-certificates")
@@ -392,7 +408,8 @@ def locked_down_container(
 def run_and_probe(timings: dict[str, float]) -> None:
     """The image as built, with its bundled demo model, on random loopback host ports."""
     ports = ["--publish", "127.0.0.1::50051", "--publish", "127.0.0.1::9464"]
-    label = "probe demo: grpc_health_probe, grpcurl Infer, /metrics"
+    ports += ["--publish", "127.0.0.1::8000"]
+    label = "probe demo: grpc_health_probe, grpcurl Infer, /metrics, HTTP /v1/completions"
     with locked_down_container("demo", ports, timings) as container, step(label, timings):
         probe(container)
 
