@@ -32,6 +32,7 @@ SCENARIOS = {
     "triton_overhead": "bench.triton_overhead",
     "kserve_overhead": "bench.kserve_overhead",
     "grpc_floor": "bench.grpc_floor",
+    "http_overhead": "bench.http_overhead",
     "gateway_capacity": "bench.gateway_capacity",
     "ghz_infer": "bench.ghz_infer",
     "memory": "bench.memory",
