@@ -91,7 +91,7 @@ class AuthSettings(BaseModel):
     tokens_file: Path | None = None
     """YAML list of {name, sha256, scopes, models}; re-read when it changes. Unset: every
     RPC is open (local development)."""
-    anonymous_scopes: list[Literal["infer", "admin"]] = Field(default_factory=list)
+    anonymous_scopes: list[Literal["infer", "admin", "gateway"]] = Field(default_factory=list)
     """Scopes granted to callers without a token, e.g. [infer]; only with a tokens file."""
     open_services: list[str] = Field(
         default_factory=lambda: [
@@ -104,6 +104,29 @@ class AuthSettings(BaseModel):
     certificate_tenants: dict[str, str] = Field(default_factory=dict)
     """With mutual TLS: a client certificate's subject CN or URI SAN -> the tenant its
     calls count against (when they send no token); the subject becomes the principal."""
+    gateway_subjects: list[str] = Field(default_factory=list)
+    """With mutual TLS: client certificate subjects (CN or URI SAN) allowed to speak for
+    others, as a token with the `gateway` scope is: their calls' gateway headers are
+    honoured (docs/deployment.md#behind-the-kubernetes-inference-gateway)."""
+
+
+Level = Literal["interactive", "standard", "batch"]
+
+
+class GatewaySettings(BaseModel):
+    """The `server.gateway:` block: what the Kubernetes inference gateway's headers mean."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    objectives: dict[str, Level] = Field(
+        default_factory=lambda: {
+            "critical": "interactive",
+            "default": "standard",
+            "sheddable": "batch",
+        }
+    )
+    """`x-gateway-inference-objective` name -> the priority it asks for (never above the
+    tenant's own)."""
 
 
 class TransportSettings(BaseModel):
@@ -198,6 +221,8 @@ class ServerSettings(BaseModel):
     """Settings of callers whose credentials name no configured tenant."""
     scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
     """How the model queues admit: `max_wait_s`, after which a batch request ages up."""
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    """The Kubernetes inference gateway's objectives, by name (docs/deployment.md)."""
 
     @model_validator(mode="after")
     def _known_tenants(self) -> ServerSettings:

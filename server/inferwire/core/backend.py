@@ -185,6 +185,13 @@ class Backend(abc.ABC):
     async def health(self) -> BackendHealth:
         """Whether the loaded model can serve right now."""
 
+    def kv_cache_usage(self) -> float | None:
+        """The fraction (0 to 1) of the KV cache that serves this model held now, when the
+        backend can read it (a Triton server's own gauge); None: the core counts it from
+        its live requests (an embedded engine), or nothing is known. Quick: read at every
+        metrics scrape."""
+        return None
+
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt the model's chat template makes of `messages`, the reply opened.
 
