@@ -111,6 +111,12 @@ class AuthSettings(BaseModel):
 
 
 Level = Literal["interactive", "standard", "batch"]
+# InferenceObjective names llm-d's examples use, by the priority they ask for.
+DEFAULT_OBJECTIVES: dict[str, Level] = {
+    "critical": "interactive",
+    "default": "standard",
+    "sheddable": "batch",
+}
 
 
 class GatewaySettings(BaseModel):
@@ -118,13 +124,7 @@ class GatewaySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    objectives: dict[str, Level] = Field(
-        default_factory=lambda: {
-            "critical": "interactive",
-            "default": "standard",
-            "sheddable": "batch",
-        }
-    )
+    objectives: dict[str, Level] = Field(default_factory=lambda: dict(DEFAULT_OBJECTIVES))
     """`x-gateway-inference-objective` name -> the priority it asks for (never above the
     tenant's own)."""
 
