@@ -27,6 +27,7 @@ from inferwire.core.validation import RequestLimits
 from inferwire.edge.callers import Callers
 from inferwire.edge.calls import JoinsCalls
 from inferwire.edge.certificates import log_transport_security
+from inferwire.edge.gateway import GatewayHeaders, ModelServerMetrics
 from inferwire.edge.tracing import server_tracing
 from inferwire.http.calls import Endpoints
 from inferwire.http.routes import Routes
@@ -102,13 +103,16 @@ class InferwireServer:
         self.tls = CertificateFiles(server.tls) if server.tls.enabled else None
         callers = Callers(server.auth, frozenset(t.name for t in server.tenants))
         self.metrics.tenants_configured(t.name for t in server.tenants)
+        # The model-server protocol's gauges (vllm:*), on the metrics port and /metrics.
+        self.metrics.registry.register(ModelServerMetrics(self.manager.server_load))
         self.grpc = GrpcListener(
             server, self.address, self.manager, self.metrics, callers, self.tracing, self.tls
         )
         self.http: HttpServer | None = None
         if server.http_address:
             endpoints = Endpoints(callers, self.tracing, server.max_receive_message_bytes)
-            app = Routes(self.manager, endpoints, self.metrics.registry).app()
+            gateway = GatewayHeaders(server.gateway)
+            app = Routes(self.manager, endpoints, self.metrics.registry, gateway).app()
             self.http = HttpServer(app, server.http_address, self.tls)
         self.port = 0
         self.http_port: int | None = None  # None: HTTP is off

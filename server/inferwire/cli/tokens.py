@@ -17,7 +17,11 @@ def token_new(
     ],
     scope: Annotated[
         list[str],
-        typer.Option("--scope", metavar="SCOPE", help="infer or admin; repeatable."),
+        typer.Option(
+            "--scope",
+            metavar="SCOPE",
+            help="infer or admin (or gateway, for an inference gateway); repeatable.",
+        ),
     ],
     model: Annotated[
         list[str] | None,
@@ -40,7 +44,9 @@ def token_new(
     try:
         scopes = [Scope(s) for s in scope]
     except ValueError:
-        raise typer.BadParameter("each must be infer or admin", param_hint="--scope") from None
+        raise typer.BadParameter(
+            "each must be infer or admin (or gateway)", param_hint="--scope"
+        ) from None
     token = new_token()
     typer.echo(token)
     typer.echo(entry_yaml(name, hash_token(token), scopes, model or [], tenant), nl=False)

@@ -35,10 +35,13 @@ _MAX_NAME_CHARS = 64
 
 
 class Scope(enum.StrEnum):
-    """What a token may do: `infer` runs models and reads their state; `admin` does all."""
+    """What a token may do: `infer` runs models and reads their state; `admin` does all of
+    that and manages models; `gateway` lets a caller speak for others (the inference
+    gateway's fairness and objective headers), and is never implied by `admin`."""
 
     INFER = "infer"
     ADMIN = "admin"
+    GATEWAY = "gateway"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class Principal:
         return self.tenant_name or self.name
 
     def has_scope(self, scope: Scope) -> bool:
+        if scope is Scope.GATEWAY:
+            return scope in self.scopes  # only when the entry lists it
         return Scope.ADMIN in self.scopes or scope in self.scopes
 
     def may_use(self, model: str) -> bool:
@@ -72,7 +77,7 @@ class Principal:
 
 ANONYMOUS = "anonymous"
 # The caller when no tokens file is configured: every RPC is open.
-UNRESTRICTED = Principal(ANONYMOUS, frozenset(Scope))
+UNRESTRICTED = Principal(ANONYMOUS, frozenset({Scope.INFER, Scope.ADMIN}))
 
 
 @dataclass(frozen=True)
@@ -176,11 +181,13 @@ def _entry(raw: object, where: str) -> TokenEntry:
         )
     scopes = raw.get("scopes")
     if not isinstance(scopes, list) or not scopes:
-        raise ConfigurationError(f"{where}.scopes: must be a non-empty list (infer, admin)")
+        raise ConfigurationError(
+            f"{where}.scopes: must be a non-empty list (infer, admin, gateway)"
+        )
     try:
         parsed_scopes = frozenset(Scope(s) for s in scopes)
     except ValueError:
-        raise ConfigurationError(f"{where}.scopes: each must be infer or admin") from None
+        raise ConfigurationError(f"{where}.scopes: each must be infer, admin or gateway") from None
     models = raw.get("models", ["*"])
     if not isinstance(models, list) or not models or not all(isinstance(m, str) for m in models):
         raise ConfigurationError(f"{where}.models: must be a non-empty list of glob patterns")

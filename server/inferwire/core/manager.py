@@ -28,6 +28,7 @@ from inferwire.core.quotas import TokenCharge
 from inferwire.core.readiness import HealthListener, Readiness
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.residency import Residency
+from inferwire.core.server_load import ServerLoad, server_load
 from inferwire.core.specs import ModelSpec, duplicate_name
 from inferwire.core.tenants import Tenants, admitted
 from inferwire.core.tracing import GENERATE, NO_TRACER, Tracer
@@ -355,6 +356,7 @@ class ModelManager:
                 job = generation_request(model, facts, request, record.request_id)
                 async with model.slot(self._tracer, admission.claim):
                     record.admitted = time.perf_counter()
+                    model.request_started(record)
                     with self._tracer.span(GENERATE):
                         yield model, job, admission.charge
         except (GeneratorExit, asyncio.CancelledError):
@@ -414,6 +416,11 @@ class ModelManager:
             models = [m for m in models if include(m.spec.name)]
         reports = tuple(m.health_report() for m in models)
         return HealthReport(self.serving, reports, backend_health_reports(models))
+
+    def server_load(self) -> ServerLoad:
+        """The whole server's waiting and running requests, KV-cache usage and adapters
+        (core/server_load.py)."""
+        return server_load(self._models.values(), self._lifecycle.residency)
 
     async def check_backend_health(self) -> None:
         """Ask every loaded model's backend for its health once; publish what changed.

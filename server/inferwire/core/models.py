@@ -132,6 +132,7 @@ class ManagedModel:
             base._adapters.append(self)
         self._report_load = report_load
         self.statistics = RequestStatistics(spec.name)
+        self._live: set[RequestRecord] = set()  # requests holding a slot (their KV cache)
         self._version = next(_VERSIONS)
         self._status: tuple[tuple[int, float | None], ModelStatus] | None = None
 
@@ -303,10 +304,21 @@ class ManagedModel:
             generated_tokens_total=self.generated_tokens_total,
         )
 
+    def request_started(self, record: RequestRecord) -> None:
+        """A request took a slot: its tokens hold the model's KV cache until it ends."""
+        self._live.add(record)
+
     def request_ended(self, record: RequestRecord) -> None:
         """Count an ended request of this model in its statistics and token total."""
+        self._live.discard(record)
         self.generated_tokens_total += record.completion_tokens
         self.statistics.ended(record)
+
+    @property
+    def live_tokens(self) -> int:
+        """The prompt and generated tokens of the requests running now."""
+        # A copy first: a metrics scrape may read this from another thread.
+        return sum(r.prompt_tokens + r.completion_tokens for r in tuple(self._live))
 
     # ---- admission ---------------------------------------------------------------------
 

@@ -92,6 +92,34 @@ class Residency:
             return estimate
         return replace(estimate, amount=declared, detail="declared as memory_bytes")
 
+    def resident_at_once(self, models: list[ManagedModel]) -> int:
+        """How many of `models` (adapters) could be resident together within their devices'
+        budgets, beside the other models resident now (smallest first); a model with no
+        budget on its device, or no footprint, always fits."""
+        fits = 0
+        by_device: dict[str, list[int]] = {}
+        for model in models:
+            footprint = self.footprint(model)
+            budget = None if footprint is None else self.budget(footprint.device)
+            if footprint is None or budget is None:
+                fits += 1
+            else:
+                by_device.setdefault(footprint.device, []).append(footprint.amount)
+        for device, amounts in by_device.items():
+            budget = self.budget(device) or 0
+            others = sum(
+                m.charged.amount
+                for m in self._models
+                if m.charged is not None and m.charged.device == device and m not in models
+            )
+            free = budget - others
+            for amount in sorted(amounts):
+                if amount > free:
+                    break
+                free -= amount
+                fits += 1
+        return fits
+
     def used(self, device: str, besides: ManagedModel | None = None) -> int:
         return sum(
             m.charged.amount

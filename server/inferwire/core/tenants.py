@@ -22,7 +22,8 @@ from inferwire.core.record import RequestRecord
 from inferwire.core.scheduling import Claim
 from inferwire.core.types import InferenceRequest, Priority
 
-UNCONFIGURED_LABEL = "unconfigured"  # the metrics label of a tenant not in server.tenants
+UNCONFIGURED_LABEL = "unconfigured"
+MAX_UNCONFIGURED_TENANTS = 1024  # the metrics label of a tenant not in server.tenants
 # The tenant of a request that names none (no tokens file: every caller is anonymous).
 ANONYMOUS_TENANT = "anonymous"
 # A tenant's priority is one of Priority's labels: ^(interactive|standard|batch)$.
@@ -89,11 +90,12 @@ class Tenant:
         """Its metrics label: only configured names become labels."""
         return self.name if self.configured else UNCONFIGURED_LABEL
 
-    def priority_for(self, asked: Priority | None) -> Priority:
-        """The priority a request runs at: the tenant's, or a lower one it asked for."""
+    def priority_for(self, asked: Priority | None, hint: Priority | None = None) -> Priority:
+        """The priority a request runs at: the tenant's, or a lower one it asked for; a
+        gateway's `hint` (its objective) is taken up to the tenant's own, never above."""
         own = self.settings.level
         if asked is None:
-            return own
+            return own if hint is None else max(hint, own)
         if asked < own:
             raise PermissionDeniedError(
                 f"priority: {asked.label} is above tenant {self.name!r}'s priority "
@@ -129,16 +131,26 @@ class Tenants:
             t.name: Tenant(t.name, TenantSettings(**t.model_dump(exclude={"name"})), True, clock)
             for t in configured
         }
+        self._unconfigured = 0  # tenants made up on first use
 
     def of(self, request: InferenceRequest) -> Tenant:
         """The tenant a request counts against (anonymous when it names none)."""
         return self.get(request.tenant or ANONYMOUS_TENANT)
 
     def get(self, name: str) -> Tenant:
-        """The tenant called `name`; an unconfigured one gets the default settings."""
+        """The tenant called `name`; an unconfigured one gets the default settings. Past
+        MAX_UNCONFIGURED_TENANTS names made up on first use (a gateway's fairness ids are
+        its callers' choice), further ones share one tenant, so memory stays bounded."""
         tenant = self._tenants.get(name)
-        if tenant is None:
-            tenant = self._tenants[name] = Tenant(name, self.default, False, self.clock)
+        if tenant is not None:
+            return tenant
+        if self._unconfigured < MAX_UNCONFIGURED_TENANTS:
+            self._unconfigured += 1
+        else:
+            name = UNCONFIGURED_LABEL
+            if (shared := self._tenants.get(name)) is not None:
+                return shared
+        tenant = self._tenants[name] = Tenant(name, self.default, False, self.clock)
         return tenant
 
 
@@ -161,7 +173,7 @@ def admitted(
     at the latest.
     """
     tenant = tenants.get(record.tenant)  # the one `_arrived` found for the request
-    priority = tenant.priority_for(request.priority)
+    priority = tenant.priority_for(request.priority, request.priority_hint)
     record.priority = priority.label
     try:
         tenant.quota.admit()

@@ -50,11 +50,15 @@ class Callers:
         )
         self._anonymous = anonymous_principal(Scope(s) for s in settings.anonymous_scopes)
         self._tenant_by_subject = dict(settings.certificate_tenants)
+        self._gateway_subjects = frozenset(settings.gateway_subjects)
 
     @property
     def checks_anything(self) -> bool:
-        """False without a tokens file and certificate tenants: every call is unrestricted."""
-        return self._store is not None or bool(self._tenant_by_subject)
+        """False without a tokens file, certificate tenants and gateway subjects: every call
+        is unrestricted."""
+        return (
+            self._store is not None or bool(self._tenant_by_subject) or bool(self._gateway_subjects)
+        )
 
     def caller(
         self,
@@ -76,5 +80,9 @@ class Callers:
             # its certificate's tenant, the subject becoming its principal.
             for subject in subjects():
                 if (tenant := self._tenant_by_subject.get(subject)) is not None:
-                    return dataclasses.replace(principal, name=subject, tenant_name=tenant)
+                    principal = dataclasses.replace(principal, name=subject, tenant_name=tenant)
+                    break
+        if self._gateway_subjects and not self._gateway_subjects.isdisjoint(subjects()):
+            # The connection's certificate is the inference gateway's: it speaks for others.
+            principal = dataclasses.replace(principal, scopes=principal.scopes | {Scope.GATEWAY})
         return principal

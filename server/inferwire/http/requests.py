@@ -138,10 +138,17 @@ def _renamed(violation: FieldViolation, sources: Mapping[str, str]) -> FieldViol
     return FieldViolation(name.removeprefix("parameters."), violation.description)
 
 
-def parse(body: Any, chat: bool, tenant: str, request_id: str | None) -> ParsedRequest:
+def parse(
+    body: Any,
+    chat: bool,
+    tenant: str,
+    request_id: str | None,
+    priority_hint: Priority | None = None,
+) -> ParsedRequest:
     """The request in `body` (decoded JSON); raises InvalidArgumentError naming the field.
 
-    `request_id`: the caller's `X-Request-Id`, which wins over the body's `request_id`."""
+    `request_id`: the caller's `X-Request-Id`, which wins over the body's `request_id`;
+    `tenant`, `priority_hint`: who it runs as (edge/gateway.py)."""
     model_type = ChatBody if chat else CompletionBody
     try:
         parsed = model_type.model_validate(body)
@@ -165,6 +172,7 @@ def parse(body: Any, chat: bool, tenant: str, request_id: str | None) -> ParsedR
         messages=messages,
         tenant=tenant,
         priority=_priority(parsed.priority),
+        priority_hint=priority_hint,
     )
     options = parsed.stream_options
     include_usage = bool(parsed.stream and options is not None and options.include_usage)

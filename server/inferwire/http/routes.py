@@ -24,6 +24,7 @@ from inferwire.core.auth import Scope
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
 from inferwire.core.types import ChatMessage, ModelStatus, StreamChunk
+from inferwire.edge.gateway import FAIRNESS_HEADER, OBJECTIVE_HEADER, GatewayHeaders
 from inferwire.http.bodies import read_json
 from inferwire.http.calls import Endpoints, HttpCall
 from inferwire.http.requests import ParsedRequest, parse, validation_error
@@ -50,9 +51,14 @@ class Routes:
     """The routes over one model manager."""
 
     def __init__(
-        self, manager: ModelManager, endpoints: Endpoints, registry: CollectorRegistry
+        self,
+        manager: ModelManager,
+        endpoints: Endpoints,
+        registry: CollectorRegistry,
+        gateway: GatewayHeaders,
     ) -> None:
         self._manager, self._endpoints, self._registry = manager, endpoints, registry
+        self._gateway = gateway
 
     def app(self) -> Starlette:
         route = self._endpoints.route
@@ -87,7 +93,12 @@ class Routes:
         request_id = request.headers.get("x-request-id")
         if isinstance(body, dict) and isinstance(body.get("model"), str):
             call.named = (body["model"], request_id or "")  # for a refusal's access line
-        parsed = parse(body, chat, call.principal.tenant, request_id)
+        tenant, hint = self._gateway.resolve(
+            call.principal,
+            request.headers.get(FAIRNESS_HEADER),
+            request.headers.get(OBJECTIVE_HEADER),
+        )
+        parsed = parse(body, chat, tenant, request_id, hint)
         call.principal.require_model(parsed.inference.model)
         if parsed.stream:
             return await self._stream(call, request, parsed)

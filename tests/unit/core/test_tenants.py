@@ -315,3 +315,31 @@ def test_a_free_slot_is_taken_at_once_with_the_stamps_a_granted_wait_gets() -> N
 
     asyncio.run(scenario())
     assert granted == ["b", "a"]
+
+
+def test_names_made_up_on_first_use_are_bounded_then_share_one_tenant():
+    from inferwire.core.tenants import MAX_UNCONFIGURED_TENANTS, UNCONFIGURED_LABEL, Tenants
+
+    tenants = Tenants()
+    made = [tenants.get(f"fairness-{i}") for i in range(MAX_UNCONFIGURED_TENANTS + 5)]
+    assert len({id(t) for t in made[:MAX_UNCONFIGURED_TENANTS]}) == MAX_UNCONFIGURED_TENANTS
+    overflow = made[MAX_UNCONFIGURED_TENANTS:]
+    assert {t.name for t in overflow} == {UNCONFIGURED_LABEL} and len(
+        {id(t) for t in overflow}
+    ) == 1
+    assert all(t.label == UNCONFIGURED_LABEL for t in made)  # no label per made-up name
+
+
+def test_a_gateway_s_priority_hint_never_raises_a_tenant():
+    from inferwire.core.tenants import TenantConfig, Tenants
+    from inferwire.core.types import Priority
+
+    tenants = Tenants(
+        [
+            TenantConfig(name="bulk", priority="batch"),
+            TenantConfig(name="ui", priority="interactive"),
+        ]
+    )
+    assert tenants.get("bulk").priority_for(None, Priority.INTERACTIVE) is Priority.BATCH
+    assert tenants.get("ui").priority_for(None, Priority.BATCH) is Priority.BATCH
+    assert tenants.get("ui").priority_for(None, None) is Priority.INTERACTIVE
