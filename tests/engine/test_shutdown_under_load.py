@@ -1,13 +1,16 @@
 """SIGTERM to a real `inferwire serve` with 16 streams in flight: each finishes in full
-within the grace period, new calls are refused, and the process exits 0."""
+within the grace period, new calls are refused, and the process exits 0; HTTP streams
+drain with the gRPC ones."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 
 import grpc
+import httpx
 import pytest
 
 from inferwire.v1 import inference_pb2 as pb
@@ -69,5 +72,42 @@ async def test_sigterm_during_16_streams_finishes_each_refuses_new_calls_and_exi
             f"(grace {GRACE_S} s); exit code {exit_code}",
         )
         assert exit_code == 0
+    finally:
+        stop_server_process(server)
+
+
+async def test_sigterm_drains_http_streams_with_grpc_ones(tmp_path):
+    config = tmp_path / "inferwire.yaml"
+    config.write_text(CONFIG)
+    server = start_serving_server("--config", str(config), "--grace-period", str(GRACE_S))
+    body = {"model": "demo", "prompt": "Hello", "max_tokens": MAX_TOKENS, "temperature": 0}
+    try:
+        async with (
+            httpx.AsyncClient(base_url=server.http_url, timeout=GRACE_S + 30) as client,
+            grpc.aio.insecure_channel(server.target, options=SLOW_READER_OPTIONS) as slow,
+        ):
+            grpc_call = inference_pb2_grpc.InferenceServiceStub(slow).InferStream(
+                pb.InferStreamRequest(
+                    model="demo",
+                    prompt="Hello",
+                    parameters=pb.GenerationParameters(max_tokens=MAX_TOKENS, temperature=0),
+                ),
+                timeout=GRACE_S + 30,
+            )
+            await grpc_call.read()
+            async with client.stream(
+                "POST", "/v1/completions", json={**body, "stream": True}
+            ) as reply:
+                lines = reply.aiter_lines()
+                first = await anext(lines)
+                assert first.startswith("data: {")
+                server.process.send_signal(signal.SIGTERM)
+                events = [line async for line in lines if line]
+            assert events[-1] == "data: [DONE]"
+            finish = json.loads(events[-2].removeprefix("data: "))["choices"][0]["finish_reason"]
+            assert finish == "length"
+            rest = await read_rest(grpc_call)
+            assert rest[-1].usage.completion_tokens == MAX_TOKENS
+        assert await asyncio.to_thread(server.process.wait, GRACE_S + 10) == 0
     finally:
         stop_server_process(server)
