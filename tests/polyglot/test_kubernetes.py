@@ -4,89 +4,40 @@ the inferwire configuration in their ConfigMap, read by inferwire's own load_set
 
 from __future__ import annotations
 
-import os
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from inferwire.backends.triton.options import TritonOptions
-from inferwire.config import Settings, load_settings
-from tests.support.polyglot import REPO, require_tool
+from tests.support.kubernetes import (
+    DEPLOY,
+    KUBERNETES_VERSION,
+    inferwire_container,
+    mounted_settings,
+    one,
+    port_of,
+    volume_at,
+    without_inferwire_environment,
+)
+from tests.support.kubernetes import render as render_directory
 
-KUBERNETES = REPO / "deploy" / "kubernetes"
-KUBERNETES_VERSION = "1.32.0"  # the oldest Kubernetes the manifests are checked against
+KUBERNETES = DEPLOY / "kubernetes"
 KUSTOMIZATIONS = ["base", "overlays/triton"]
 
 
 def render(kustomization: str) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        [require_tool("kustomize"), "build", str(KUBERNETES / kustomization)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    return render_directory(KUBERNETES / kustomization)
 
 
 @pytest.fixture(autouse=True)
 def pod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pod sets no INFERWIRE_* variable beyond INFERWIRE_CONFIG; the test run's must not
-    leak into the settings read here (conftest sets some for the servers it starts)."""
-    for name in [n for n in os.environ if n.startswith("INFERWIRE_")]:
-        monkeypatch.delenv(name)
+    without_inferwire_environment(monkeypatch)
 
 
 @pytest.fixture(scope="module", params=KUSTOMIZATIONS)
 def rendered(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
     return request.param, render(request.param)
-
-
-def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} objects"
-    return found[0]
-
-
-def inferwire_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    pod = one(objects, "Deployment", "inferwire")["spec"]["template"]["spec"]
-    (container,) = [c for c in pod["containers"] if c["name"] == "inferwire"]
-    return container
-
-
-def mounted_settings(objects: list[dict[str, Any]], tmp_path: Path) -> Settings:
-    """The configuration file the container reads, loaded as `inferwire serve` would."""
-    container = inferwire_container(objects)
-    config_path = Path(
-        next(e["value"] for e in container["env"] if e["name"] == "INFERWIRE_CONFIG")
-    )
-    volume = volume_at(objects, config_path)
-    config_map = one(objects, "ConfigMap", volume["configMap"]["name"])
-    file = tmp_path / config_path.name
-    file.write_text(config_map["data"][config_path.name])
-    return load_settings(file)
-
-
-def volume_at(objects: list[dict[str, Any]], path: Path) -> dict[str, Any]:
-    """The pod volume mounted at the directory that holds `path` (a whole-directory mount)."""
-    pod = one(objects, "Deployment", "inferwire")["spec"]["template"]["spec"]
-    mounts = [
-        m
-        for m in inferwire_container(objects)["volumeMounts"]
-        if Path(m["mountPath"]) == path.parent
-    ]
-    assert len(mounts) == 1, f"{path}: no volume is mounted at {path.parent}"
-    assert "subPath" not in mounts[0], "a subPath mount never sees a rotated Secret"
-    (volume,) = [v for v in pod["volumes"] if v["name"] == mounts[0]["name"]]
-    return volume
-
-
-def port_of(address: str) -> int:
-    return int(address.rsplit(":", 1)[1])
 
 
 def test_every_rendered_object_is_valid_against_the_kubernetes_schemas(rendered):
