@@ -45,7 +45,7 @@ log = logging.getLogger(__package__)
 KV_POLL_INTERVAL_S = 1.0
 # An endpoint's last reading counts for this many intervals, then it is unknown.
 STALE_AFTER_INTERVALS = 3
-# A metrics page larger than this is refused (Triton's list every model's metrics).
+# A metrics page larger than this is refused (a Triton page lists every model's metrics).
 MAX_PAGE_BYTES = 16 * 2**20
 
 TRTLLM_FAMILY = "nv_trt_llm_kv_cache_block_metrics"
