@@ -147,7 +147,8 @@ class TritonBackend(Backend):
                 self.model_name,
                 self.options,
                 lambda: [ep.url for ep in self._pool.endpoints],
-                {self.triton_model, *self._layout.steps},
+                self.triton_model,
+                self._layout.steps,
             )
         if self._discovery is not None:
             self._pool.on_trouble = self._discovery.refresh_soon

@@ -15,8 +15,9 @@ The gauges read, from the Prometheus text Triton serves:
 - vLLM backend: `vllm:gpu_cache_usage_perc` (what Triton's vLLM backend exports, 1 = 100 %),
   and `vllm:kv_cache_usage_perc` (vLLM's own current name for it).
 Only series of the model's own Triton models count: a series with a `model` label must
-name the served model or, for an ensemble, one of its steps; one with a `version` label
-must name the configured `version`, when one is set.
+name the served model or, for an ensemble, one of its steps; a series of the served model
+with a `version` label must name the configured `version`, when one is set (a step's
+versions are its own).
 
 A failed fetch (refused, timed out, not 200, not Prometheus text) makes that endpoint's
 usage unknown; it is logged once when the endpoint starts failing and once when it
@@ -66,10 +67,10 @@ class MetricsPageError(Exception):
     """A metrics endpoint answered, but not with a metrics page."""
 
 
-def kv_usage(page: str, models: Collection[str], version: str = "") -> float | None:
-    """The highest KV-cache usage fraction on a Prometheus text page for `models` (and
-    `version`, when not empty); None when the page has none. ValueError: not Prometheus
-    text."""
+def kv_usage(page: str, model: str, steps: Collection[str] = (), version: str = "") -> float | None:
+    """The highest KV-cache usage fraction on a Prometheus text page for `model` (its
+    `version`, when not empty) or its ensemble `steps`; None when the page has none.
+    ValueError: not Prometheus text."""
     # Only the families read go to the parser: a page lists every model's metrics.
     lines = [line for line in page.splitlines() if line.startswith(_LINE_PREFIXES)]
     fractions = []
@@ -80,9 +81,10 @@ def kv_usage(page: str, models: Collection[str], version: str = "") -> float | N
                 continue
             if sample.name == TRTLLM_FAMILY and labels.get(TRTLLM_KIND_LABEL) != TRTLLM_FRACTION:
                 continue
-            if "model" in labels and labels["model"] not in models:
+            named = labels.get("model")
+            if named is not None and named != model and named not in steps:
                 continue
-            if version and labels.get("version", version) != version:
+            if version and named == model and labels.get("version", version) != version:
                 continue
             if math.isfinite(sample.value):
                 fractions.append(min(1.0, max(0.0, float(sample.value))))
@@ -142,7 +144,8 @@ class KvCachePoller:
         model_name: str,
         urls: Callable[[], Iterable[str]],
         port: int,
-        models: Collection[str],
+        model: str,
+        steps: Collection[str] = (),
         version: str = "",
         interval_s: float = KV_POLL_INTERVAL_S,
         fetch: Fetch = fetch_page,
@@ -150,7 +153,8 @@ class KvCachePoller:
         self.model_name = model_name
         self._urls = urls  # the endpoints' gRPC urls, asked again before every round
         self.port = port
-        self.models = frozenset(models)
+        self.model = model  # the Triton model's name, and its ensemble's steps
+        self.steps = tuple(steps)
         self.version = version
         self.interval_s = interval_s
         self._fetch = fetch
@@ -164,13 +168,14 @@ class KvCachePoller:
         model_name: str,
         options: TritonOptions,
         urls: Callable[[], Iterable[str]],
-        models: Collection[str],
+        model: str,
+        steps: Collection[str],
     ) -> KvCachePoller | None:
-        """A running poller of `models`' gauges on the metrics port of every endpoint in
-        `urls()`; None without options.metrics_port."""
+        """A running poller of the gauges of `model` (or of its ensemble `steps`) on the
+        metrics port of every endpoint in `urls()`; None without options.metrics_port."""
         if options.metrics_port is None:
             return None
-        poller = cls(model_name, urls, options.metrics_port, models, options.version)
+        poller = cls(model_name, urls, options.metrics_port, model, steps, options.version)
         poller.start()
         return poller
 
@@ -220,7 +225,7 @@ class KvCachePoller:
         address = join_host_port(host, port)
         try:
             page = await self._fetch(host, port, self.interval_s)
-            fraction = kv_usage(page, self.models, self.version)
+            fraction = kv_usage(page, self.model, self.steps, self.version)
         except Exception as exc:  # whatever went wrong, the endpoint's usage is unknown
             self.readings.pop(address, None)
             self._note_trouble(address, f"metrics at {address} unreadable: {_reason(exc)}")
@@ -242,7 +247,7 @@ class KvCachePoller:
             )
 
     def _extra(self, address: str | None = None) -> dict[str, object]:
-        extra: dict[str, object] = {"model": self.model_name, "models": sorted(self.models)}
+        extra: dict[str, object] = {"model": self.model_name, "triton_model": self.model}
         if address is not None:
             extra["metrics_url"] = f"http://{address}/metrics"
         return extra

@@ -51,32 +51,35 @@ def vllm_page(name: str, value: str, labels: str = 'model="vllm_model",version="
 
 
 def test_the_tensorrt_llm_fraction_of_this_model_is_read():
-    assert kv_usage(TRTLLM_PAGE, {"tensorrt_llm"}) == 0.6  # the highest of its versions
-    assert kv_usage(TRTLLM_PAGE, {"tensorrt_llm"}, version="1") == 0.4
-    assert kv_usage(TRTLLM_PAGE, {"other"}) == 0.9
-    # Another model's gauge only: nothing known for this one.
-    assert kv_usage(TRTLLM_PAGE, {"ensemble"}) is None
+    assert kv_usage(TRTLLM_PAGE, "tensorrt_llm") == 0.6  # the highest of its versions
+    assert kv_usage(TRTLLM_PAGE, "tensorrt_llm", version="1") == 0.4
+    assert kv_usage(TRTLLM_PAGE, "other") == 0.9
+    # Other models' gauges only: nothing known for this one.
+    assert kv_usage(TRTLLM_PAGE, "ensemble") is None
+    # An ensemble's step counts, whatever its version (the option names the ensemble's).
+    assert kv_usage(TRTLLM_PAGE, "ensemble", ("preprocessing", "tensorrt_llm"), "1") == 0.6
 
 
 @pytest.mark.parametrize("name", ["vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"])
 def test_the_vllm_backends_gauge_is_read_by_either_name(name):
-    assert kv_usage(vllm_page(name, "0.25"), {"vllm_model"}) == 0.25
-    assert kv_usage(vllm_page(name, "0.25"), {"llama"}) is None
+    assert kv_usage(vllm_page(name, "0.25"), "vllm_model") == 0.25
+    assert kv_usage(vllm_page(name, "0.25"), "vllm_model", version="2") is None
+    assert kv_usage(vllm_page(name, "0.25"), "llama") is None
 
 
 def test_a_series_without_model_label_counts_and_values_are_kept_to_0_to_1():
     page = vllm_page("vllm:kv_cache_usage_perc", "0.3", labels='engine="0"')
-    assert kv_usage(page, {"anything"}) == 0.3
-    assert kv_usage(vllm_page("vllm:gpu_cache_usage_perc", "1.5"), {"vllm_model"}) == 1.0
-    assert kv_usage(vllm_page("vllm:gpu_cache_usage_perc", "-0.1"), {"vllm_model"}) == 0.0
-    assert kv_usage(vllm_page("vllm:gpu_cache_usage_perc", "NaN"), {"vllm_model"}) is None
+    assert kv_usage(page, "anything") == 0.3
+    assert kv_usage(vllm_page("vllm:gpu_cache_usage_perc", "1.5"), "vllm_model") == 1.0
+    assert kv_usage(vllm_page("vllm:gpu_cache_usage_perc", "-0.1"), "vllm_model") == 0.0
+    assert kv_usage(vllm_page("vllm:gpu_cache_usage_perc", "NaN"), "vllm_model") is None
 
 
 def test_a_page_without_the_gauges_knows_nothing_and_broken_text_is_an_error():
-    assert kv_usage("", {"m"}) is None
-    assert kv_usage('nv_gpu_utilization{gpu_uuid="GPU-1"} 0.5\n', {"m"}) is None
+    assert kv_usage("", "m") is None
+    assert kv_usage('nv_gpu_utilization{gpu_uuid="GPU-1"} 0.5\n', "m") is None
     with pytest.raises(ValueError):
-        kv_usage('vllm:kv_cache_usage_perc{model="m" 0.5\n', {"m"})
+        kv_usage('vllm:kv_cache_usage_perc{model="m" 0.5\n', "m")
 
 
 def test_an_ensembles_steps_are_the_models_whose_gauges_count():
@@ -167,7 +170,7 @@ class FakeMetrics:
 
 
 def poller(urls: list[str], fetch: FakeMetrics) -> KvCachePoller:
-    return KvCachePoller("llama", lambda: urls, 8002, {"vllm_model"}, fetch=fetch)
+    return KvCachePoller("llama", lambda: urls, 8002, "vllm_model", fetch=fetch)
 
 
 async def test_the_fullest_endpoint_that_answered_is_the_usage():
@@ -242,7 +245,7 @@ async def test_the_task_reads_until_stopped_and_a_stopped_poller_knows_nothing()
     fetch = FakeMetrics()
     fetch.gauge("10.0.0.1", 0.5)
     urls = ["10.0.0.1:8001"]
-    kv = KvCachePoller("llama", lambda: urls, 8002, {"vllm_model"}, interval_s=0.01, fetch=fetch)
+    kv = KvCachePoller("llama", lambda: urls, 8002, "vllm_model", interval_s=0.01, fetch=fetch)
     kv.start()
     while len(fetch.asked) < 3:
         await asyncio.sleep(0.01)
