@@ -6,8 +6,10 @@ The test models in tests/triton_models run in Triton's Python backend stub, whic
 the system Python (Debian: libpython3.11 and python3-numpy).
 
 Every tritonserver binds 127.0.0.1 (or its `address`) port 0; the port is read back from
-the process's own listening socket. Each one runs in its own process group, killed by PID
-at the end, with the Python backend stubs it started.
+the process's own listening socket. Its metrics service (Prometheus text over HTTP) is off,
+unless a `metrics_port` is given: then it listens there, on the same address. Each one
+runs in its own process group, killed by PID at the end, with the Python backend stubs it
+started.
 
 Servers:
   main  - vllm_echo, trtllm_echo and plain_identity; most tests (the chat models use
@@ -28,9 +30,12 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +98,7 @@ class TritonServer:
     model_control_mode: str = "explicit"
     headers: dict[str, str] = field(default_factory=dict)
     address: str = "127.0.0.1"  # a loopback address; the DNS tests use 127.0.0.2 and up
+    metrics_port: int | None = None  # None: --allow-metrics=false
 
     @property
     def url(self) -> str:
@@ -112,7 +118,7 @@ class TritonServer:
             f"--grpc-address={self.address}",
             f"--grpc-port={self.port}",
             "--allow-http=false",
-            "--allow-metrics=false",
+            *self._metrics_args(),
             "--exit-timeout-secs=2",
             # The caller's trace context reaches the models as request parameters.
             "--grpc-header-forward-pattern=traceparent",
@@ -135,10 +141,25 @@ class TritonServer:
                 self.kill()
                 raise AssertionError(f"tritonserver did not start:\n{self.log_path.read_text()}")
             if self.port == 0:
-                self.port = listening_port(self.process.pid)
+                self.port = listening_port(self.process.pid, exclude={self.metrics_port})
             if self.port and _server_ready(self.url, tuple(self.headers.items())):
                 return
             time.sleep(0.05)
+
+    def _metrics_args(self) -> tuple[str, ...]:
+        if self.metrics_port is None:
+            return ("--allow-metrics=false",)
+        return (
+            "--allow-metrics=true",
+            "--allow-gpu-metrics=false",
+            "--allow-cpu-metrics=false",
+            f"--metrics-address={self.address}",
+            f"--metrics-port={self.metrics_port}",
+        )
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.address}:{self.metrics_port}/metrics"
 
     def __enter__(self) -> TritonServer:
         self.start()
@@ -193,8 +214,36 @@ class TritonServer:
             stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(model_name=model))
 
 
-def listening_port(pid: int) -> int:
-    """The TCP port a process listens on, from /proc (0 until it listens)."""
+def free_port(*addresses: str) -> int:
+    """A port free on every one of `addresses` (servers sharing one port on several)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind((addresses[0], 0))
+            port = probe.getsockname()[1]
+            try:
+                for address in addresses[1:]:
+                    with socket.socket() as other:
+                        other.bind((address, port))
+            except OSError:
+                continue
+            return port
+
+
+@contextlib.contextmanager
+def all_running(servers: list[TritonServer]) -> Iterator[list[TritonServer]]:
+    """Start `servers` side by side (each waits until it is ready); kill them all at the end."""
+    try:
+        with ThreadPoolExecutor(len(servers)) as pool:
+            list(pool.map(TritonServer.start, servers))
+        yield servers
+    finally:
+        for server in servers:
+            server.kill()
+
+
+def listening_port(pid: int, exclude: Collection[int | None] = ()) -> int:
+    """The TCP port a process listens on, other than `exclude`, from /proc (0 until it
+    listens)."""
     inodes = set()
     with contextlib.suppress(OSError):
         for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -207,8 +256,9 @@ def listening_port(pid: int) -> int:
             next(f)
             for line in f:
                 fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                    return int(fields[1].rsplit(":", 1)[1], 16)
+                port = int(fields[1].rsplit(":", 1)[1], 16)
+                if fields[3] == "0A" and fields[9] in inodes and port not in exclude:  # 0A: LISTEN
+                    return port
     return 0
 
 

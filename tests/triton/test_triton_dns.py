@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +21,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support.dns import DnsServer
-from tests.support.triton import SKIP_REASON, TRITON_DIR, TritonServer, health_status
+from tests.support.triton import (
+    SKIP_REASON,
+    TRITON_DIR,
+    TritonServer,
+    all_running,
+    free_port,
+    health_status,
+)
 from tests.support.waiting import read_rest
 from tests.triton_models.echo_engine import echo_text
 
@@ -46,12 +51,6 @@ BOUND_S = 30.0
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
 
-def free_port(address: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((address, 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tritons(triton_dir: Path, record_dir: Path) -> Iterator[list[TritonServer]]:
     port = free_port(ADDRESSES[0])
@@ -64,13 +63,8 @@ def tritons(triton_dir: Path, record_dir: Path) -> Iterator[list[TritonServer]]:
         )
         for address in ADDRESSES
     ]
-    try:
-        with ThreadPoolExecutor(len(servers)) as pool:
-            list(pool.map(TritonServer.start, servers))
+    with all_running(servers):
         yield servers
-    finally:
-        for server in servers:
-            server.kill()
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ Modules, by concern: `options` (the `options` keys), `backend` (lifecycle, healt
 the generation loop), `model_control` (loading and unloading the model on the endpoints,
 and the periodic endpoint check that loads it again where it was lost), `endpoints`
 (channels, health, round-robin, failover), `discovery` (endpoints from DNS),
+`kv_metrics` (the Triton servers' KV-cache gauges, from their metrics ports),
 `conventions` (detection and request building per convention), `tensors` (input
 encoding, output decoding), `streaming` (deltas from cumulative text), `chat` (chat
 templates), `logprobs` (log-probabilities from the outputs), `tasks` (stopping background

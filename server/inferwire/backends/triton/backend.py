@@ -5,6 +5,9 @@
   Triton lost it. unload stops the check and unloads the model; release, at gateway
   shutdown, stops it and only disconnects.
 - health() reports what the last endpoint check found, without I/O.
+- With `metrics_port`, a poller task (kv_metrics.py), started at load and stopped at
+  unload or release, reads the Triton servers' KV-cache gauges; kv_cache_usage()
+  reports the latest, without I/O.
 - With `discovery: dns`, a resolver task started at load and stopped at unload or
   release keeps the endpoints in step with DNS: a new address joins once the model is
   loaded and healthy there; a gone one drains.
@@ -30,6 +33,7 @@ from inferwire.backends.triton.chat import ChatTemplate
 from inferwire.backends.triton.conventions import TritonModelLayout, UsageSource, build_request
 from inferwire.backends.triton.discovery import DnsDiscovery, diff
 from inferwire.backends.triton.endpoints import EndpointPool, slow_ones
+from inferwire.backends.triton.kv_metrics import KvCachePoller
 from inferwire.backends.triton.model_control import ModelControl
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.streaming import DeltaTracker, ResponseReader
@@ -80,6 +84,7 @@ class TritonBackend(Backend):
         self._stream_mode = self.options.stream_output
         self._discovery: DnsDiscovery | None = None
         self._control = ModelControl(self._pool, self.options)
+        self._kv: KvCachePoller | None = None
 
     # ---- lifecycle -------------------------------------------------------
 
@@ -137,6 +142,14 @@ class TritonBackend(Backend):
             },
         )
         self._control.start_checks()
+        if self._kv is None:  # with metrics_port; an ensemble's steps report its KV cache
+            self._kv = KvCachePoller.started(
+                self.model_name,
+                self.options,
+                lambda: [ep.url for ep in self._pool.endpoints],
+                self.triton_model,
+                self._layout.steps,
+            )
         if self._discovery is not None:
             self._pool.on_trouble = self._discovery.refresh_soon
             self._discovery.start()
@@ -194,10 +207,20 @@ class TritonBackend(Backend):
         await self._pool.close()
 
     async def _stop_background_tasks(self) -> None:
-        """Stop DNS resolution and the endpoint check: no reload may follow an unload."""
+        """Stop DNS resolution, the endpoint check (no reload may follow an unload) and
+        the KV-cache readings."""
         self._layout, self.facts = None, None
+        if self._kv is not None:
+            await self._kv.stop()
+        self._kv = None
         await self._stop_discovery()
         await self._control.stop_checks()
+
+    def kv_cache_usage(self) -> float | None:
+        """The fullest endpoint's KV-cache usage, as its Triton last reported it (with
+        metrics_port); None when unknown. No I/O."""
+        kv = self._kv
+        return None if kv is None or self._layout is None else kv.usage()
 
     @staticmethod
     def _load_tokenizer(path: str) -> Any:

@@ -76,6 +76,7 @@ class TritonModelLayout:
     inputs: dict[str, InputMetadata]
     outputs: set[str]
     usage_source: UsageSource
+    steps: tuple[str, ...] = ()  # an ensemble's models (TensorRT-LLM's `tensorrt_llm`)
 
     @property
     def returns_logprobs(self) -> bool:
@@ -327,6 +328,7 @@ def describe_model(
         inputs=inputs,
         outputs=outputs,
         usage_source=usage,
+        steps=tuple(dict.fromkeys(step.model_name for step in config.ensemble_scheduling.step)),
     )
 
 

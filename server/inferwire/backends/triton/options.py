@@ -88,6 +88,12 @@ class TritonOptions(BackendOptions):
     """The most models the gateway keeps loaded at once on this model's endpoints (its
     pool, the same urls); a load beyond it evicts an idle one (server.memory). Triton does
     not report per-model memory, so the budget counts models. Unset: no limit."""
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """Triton's metrics port (its --metrics-port, 8002 by default), the same on the host of
+    every url: while the model is loaded, the backend reads the KV-cache gauge of Triton's
+    TensorRT-LLM or vLLM backend from http://<host>:<metrics_port>/metrics about once a
+    second, and reports the fullest endpoint's as the model's KV-cache usage (the
+    inference gateway's `vllm:kv_cache_usage_perc`). Unset: not read, the usage is unknown."""
 
     @model_validator(mode="after")
     def _one_way_to_name_endpoints(self) -> TritonOptions:
@@ -97,7 +103,8 @@ class TritonOptions(BackendOptions):
             raise ValueError("urls must not repeat")
         if self.discovery == "static" and self.dns_server is not None:
             raise ValueError("dns_server needs discovery: dns")
-        if self.discovery == "dns":
+        if self.discovery == "dns" or self.metrics_port is not None:
+            # A host is needed to resolve, and to find the metrics port on.
             for url in [*self.endpoints, *([self.dns_server] if self.dns_server else [])]:
                 split_host_port(url)  # raises ValueError: "'triton' is not host:port"
         return self
