@@ -20,8 +20,9 @@ from bench.cpu import GROUPS
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# The issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2, gateway_capacity 2).
-TARGET_COUNT = 14
+# The issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2, gateway_capacity 2;
+# issue 33: http_overhead 2).
+TARGET_COUNT = 16
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,8 @@ def test_summary_has_the_machine_and_every_target(results: Path) -> None:
     targets = summary.split("## Targets", 1)[1].split("## Scenarios", 1)[0]
     rows = [line for line in targets.splitlines() if line.startswith("|")][2:]
     assert len(rows) == TARGET_COUNT
+    listed = sum(len(json.loads((results / f"{s}.json").read_text())["targets"]) for s in SCENARIOS)
+    assert listed == TARGET_COUNT
     assert all(row.split("|")[4].strip() in ("pass", "miss") for row in rows)
     for scenario in SCENARIOS:
         assert f"[{scenario}]({scenario}.md)" in summary
