@@ -135,7 +135,8 @@ class TransportSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_metadata_bytes: int = Field(default=16 * 1024, ge=1024)
-    """Largest request metadata block (headers); bigger ones are refused."""
+    """Largest request metadata block (headers); bigger ones are refused. The HTTP API
+    holds a request's head (request line and headers) to the same size: 431 beyond it."""
     max_concurrent_streams: int = Field(default=4096, ge=1)
     """Concurrent RPCs per HTTP/2 connection. A client that knows the limit queues further
     calls; a burst sent on a new connection before the client has read the limit is
@@ -190,6 +191,10 @@ class ServerSettings(BaseModel):
     http_address: str = "0.0.0.0:8000"
     """host:port of the OpenAI-compatible HTTP API (docs/http.md), on the same models as
     gRPC; port 0 picks a free port (logged at start-up); an empty string turns it off."""
+    http_read_timeout_s: float = Field(default=30.0, gt=0)
+    """How long an HTTP client may take to send a request's headers (else the connection
+    is closed), and then its body (else 408): slow senders (slowloris) hold a connection
+    this long and no longer."""
     metrics_address: str = "0.0.0.0:9464"
     """host:port ([::]:port for IPv6) where Prometheus scrapes `/metrics`; port 0 picks a
     free port (logged at start-up); an empty string turns metrics off."""

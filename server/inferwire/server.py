@@ -110,10 +110,18 @@ class InferwireServer:
         )
         self.http: HttpServer | None = None
         if server.http_address:
-            endpoints = Endpoints(callers, self.tracing, server.max_receive_message_bytes)
+            endpoints = Endpoints(
+                callers, self.tracing, server.max_receive_message_bytes, server.http_read_timeout_s
+            )
             gateway = GatewayHeaders(server.gateway)
             app = Routes(self.manager, endpoints, self.metrics.registry, gateway).app()
-            self.http = HttpServer(app, server.http_address, self.tls)
+            self.http = HttpServer(
+                app,
+                server.http_address,
+                self.tls,
+                server.http_read_timeout_s,
+                server.transport.max_metadata_bytes,
+            )
         self.port = 0
         self.http_port: int | None = None  # None: HTTP is off
         self.metrics_port: int | None = None  # None: metrics are off

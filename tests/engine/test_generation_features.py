@@ -374,6 +374,8 @@ INVALID_CONSTRAINTS = {
     "schema-bad-type": ("json_schema", '{"type": "objec"}', "objec"),
     "regex-unclosed": ("regex", "([a-z", "unclosed"),
     "grammar-unknown-rule": ("lark_grammar", "start: missing", "missing"),
+    # The demo model's vocabulary cannot spell U+0800: the engine fails at the first token.
+    "regex-the-model-cannot-spell": ("regex", "\u0800", "cannot spell"),
 }
 
 

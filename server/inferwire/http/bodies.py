@@ -3,15 +3,18 @@
 A body over `server.max_receive_message_bytes` (gRPC's limit too) is 413; a content type
 that is not JSON is 415 (none at all is taken as JSON, as curl users expect); bytes that
 are not UTF-8, or text that is not JSON (or JSON nested deeper than a request needs), are
-400 with the position; a body that has not arrived within `BODY_TIMEOUT_S` is 408, so a
-client that sends slowly (slowloris) holds one connection for that long and nothing else.
-A client that closes the connection before its body ended is gone: `ClientGone`.
+400 with the position, and so are strings holding a lone surrogate (JSON lets `"\\ud800"`
+be written, but it is no text: it could not be tokenized, logged or echoed back); a body
+that has not arrived within `server.http_read_timeout_s` is 408, so a client that sends
+slowly (slowloris) holds one connection for that long and nothing else. A client that
+closes the connection before its body ended is gone: `ClientGone`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -19,8 +22,9 @@ from starlette.requests import ClientDisconnect, Request
 from inferwire.edge.errors import Code
 from inferwire.http.errors import HttpError
 
-BODY_TIMEOUT_S = 30.0
 _JSON_TYPES = ("application/json",)
+# A `\uD800`..`\uDFFF` escape: only then can a decoded string hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 class ClientGone(Exception):
@@ -31,7 +35,7 @@ def _not_json_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-async def read_json(request: Request, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S) -> Any:
+async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
     """The body, decoded; raises HttpError (4xx) or ClientGone."""
     content_type = request.headers.get("content-type")
     if content_type is not None:
@@ -72,7 +76,7 @@ def decode_json(body: bytes) -> Any:
     if not text.strip():
         raise HttpError(400, "the body is empty; send a JSON object", "body")
     try:
-        return json.loads(text, parse_constant=_not_json_constant)
+        value = json.loads(text, parse_constant=_not_json_constant)
     except json.JSONDecodeError as exc:
         raise HttpError(
             400,
@@ -86,6 +90,45 @@ def decode_json(body: bytes) -> Any:
         raise HttpError(
             400, "the body is not JSON a request needs: nested too deeply", "body"
         ) from None
+    if _SURROGATE_ESCAPE.search(text) and (lone := _lone_surrogate(value)) is not None:
+        where, char = lone
+        raise HttpError(
+            400,
+            f"the body is not text: {where} holds the lone surrogate \\u{ord(char):04x} "
+            "(a \\ud800-\\udfff escape is text only as half of a pair)",
+            where,
+        )
+    return value
+
+
+def _lone_surrogate(value: Any) -> tuple[str, str] | None:
+    """The first string in `value` (keys too) holding a lone surrogate: its path (as
+    requests.py names fields, `messages[0].content`) and the surrogate; None if none.
+    Iterative: `value` may be as deep as the JSON decoder allows."""
+    pending: list[tuple[str, Any]] = [("body", value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, str):
+            if (char := _surrogate_in(item)) is not None:
+                return path, char
+        elif isinstance(item, dict):
+            for key, child in reversed(item.items()):
+                if (char := _surrogate_in(key)) is not None:
+                    return path, char
+                pending.append((key if path == "body" else f"{path}.{key}", child))
+        elif isinstance(item, list):
+            pending.extend((f"{path}[{i}]", child) for i, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _surrogate_in(text: str) -> str | None:
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return text[exc.start]
+    return None
 
 
 def _too_large(max_bytes: int, code: Code) -> HttpError:

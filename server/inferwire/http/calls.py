@@ -94,12 +94,18 @@ class HttpCall(CallRecord):
 
 
 class Endpoints:
-    """What every route shares: the callers, the tracing, how big a body may be."""
+    """What every route shares: the callers, the tracing, how big a body may be and how
+    long it may take to arrive."""
 
     def __init__(
-        self, callers: Callers, tracing: ServerTracing | None, max_body_bytes: int
+        self,
+        callers: Callers,
+        tracing: ServerTracing | None,
+        max_body_bytes: int,
+        body_timeout_s: float,
     ) -> None:
-        self.callers, self.tracing, self.max_body_bytes = callers, tracing, max_body_bytes
+        self.callers, self.tracing = callers, tracing
+        self.max_body_bytes, self.body_timeout_s = max_body_bytes, body_timeout_s
 
     def route(
         self, method: str, path: str, scope: Scope | None, handler: Handler, inference: bool = False

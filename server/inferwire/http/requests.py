@@ -6,13 +6,15 @@ penalties, image or audio parts, tools), never ignored; a field this server does
 at all is ignored and logged once per name, as vLLM does, so that SDK upgrades that add
 fields do not break callers. The core's field violations are renamed to the request's
 own fields (`parameters.max_tokens` -> `max_tokens`), so an error's `param` is a field
-the caller sent.
+the caller sent. A `request_id` must be printable ASCII: it comes back as the
+`x-request-id` header.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -35,6 +37,7 @@ _IGNORED_FIELDS: set[str] = set()  # unknown fields already logged (once per nam
 # OpenAI's newer name for the system role; inferwire's templates know `system`.
 _ROLE_ALIASES = {"developer": "system"}
 _PRIORITIES = {p.label: p for p in Priority}
+_HEADER_TEXT = re.compile(r"[\x20-\x7e]*")  # what a header value may carry, spelled plainly
 
 
 class _Body(BaseModel):
@@ -225,6 +228,10 @@ def _log_ignored(parsed: _Body) -> None:
 
 
 def _refusals(parsed: ChatBody | CompletionBody) -> Iterable[FieldViolation]:
+    if parsed.request_id is not None and not _HEADER_TEXT.fullmatch(parsed.request_id):
+        yield FieldViolation(
+            "request_id", "must be printable ASCII: it comes back as the x-request-id header"
+        )
     if parsed.n is not None and parsed.n != 1:
         yield FieldViolation("n", "only 1 choice per request is supported; send n requests")
     if parsed.logit_bias:

@@ -3,7 +3,9 @@
 
 Generation, models and tokens need the `infer` scope (a token, or an anonymous scope);
 /health, /version and /metrics stay open with a tokens file, as grpc.health.v1 and
-reflection do on gRPC: probes and the gateway's endpoint picker call them.
+reflection do on gRPC: probes and the gateway's endpoint picker call them. A path that
+is no route (404), a method a route does not take (405) and anything that escaped a
+handler (500) get OpenAI's error body too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -24,9 +27,11 @@ from inferwire.core.auth import Scope
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
 from inferwire.core.types import ChatMessage, ModelStatus, StreamChunk
+from inferwire.edge.errors import INTERNAL_MESSAGE, Code
 from inferwire.edge.gateway import FAIRNESS_HEADER, OBJECTIVE_HEADER, GatewayHeaders
 from inferwire.http.bodies import read_json
 from inferwire.http.calls import Endpoints, HttpCall
+from inferwire.http.errors import error_body
 from inferwire.http.requests import ParsedRequest, parse, validation_error
 from inferwire.http.responses import EventStream, unary_json
 from inferwire.http.streams import EventStreamResponse, unless_gone
@@ -78,7 +83,12 @@ class Routes:
             Route(path, route(method, path, scope, handler, inference), methods=[method])
             for method, path, scope, handler, inference in table
         ]
-        return Starlette(routes=routes)
+        handlers = {HTTPException: _no_such_route, Exception: _escaped}
+        return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+
+    async def _body(self, request: Request) -> Any:
+        endpoints = self._endpoints
+        return await read_json(request, endpoints.max_body_bytes, endpoints.body_timeout_s)
 
     # ---- generation -------------------------------------------------------------
 
@@ -89,7 +99,7 @@ class Routes:
         return await self._generate(call, request, chat=True)
 
     async def _generate(self, call: HttpCall, request: Request, chat: bool) -> Response:
-        body = await read_json(request, self._endpoints.max_body_bytes)
+        body = await self._body(request)
         request_id = request.headers.get("x-request-id")
         if isinstance(body, dict) and isinstance(body.get("model"), str):
             call.named = (body["model"], request_id or "")  # for a refusal's access line
@@ -151,7 +161,7 @@ class Routes:
         return JSONResponse(_model_card(status))
 
     async def _tokenize(self, call: HttpCall, request: Request) -> Response:
-        body = _validated(TokenizeBody, await read_json(request, self._endpoints.max_body_bytes))
+        body = _validated(TokenizeBody, await self._body(request))
         call.principal.require_model(body.model)
         messages = tuple(
             ChatMessage(str(m.get("role", "")), str(m.get("content", "")))
@@ -170,7 +180,7 @@ class Routes:
         )
 
     async def _detokenize(self, call: HttpCall, request: Request) -> Response:
-        body = _validated(DetokenizeBody, await read_json(request, self._endpoints.max_body_bytes))
+        body = _validated(DetokenizeBody, await self._body(request))
         call.principal.require_model(body.model)
         return JSONResponse({"prompt": await self._manager.detokenize(body.model, body.tokens)})
 
@@ -199,6 +209,22 @@ async def _events(
         yield end(chunk)
     finally:
         await chunks.aclose()
+
+
+async def _no_such_route(request: Request, exc: HTTPException) -> Response:
+    """Starlette's routing refusals (404, 405) as OpenAI's error body."""
+    where = f"{request.method} {request.url.path}"[:256]
+    if exc.status_code == 405:
+        message, code = f"{where}: the route does not take {request.method}", Code.UNIMPLEMENTED
+    else:
+        message, code = f"{where}: no such route", Code.NOT_FOUND
+    body = error_body(exc.status_code, message, None, code.name.lower())
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _escaped(request: Request, exc: Exception) -> Response:
+    """What escaped a handler (a bug; uvicorn logs its stack): 500, as OpenAI's body."""
+    return JSONResponse(error_body(500, INTERNAL_MESSAGE, None, "internal"), status_code=500)
 
 
 def _model_card(status: ModelStatus) -> dict[str, Any]:

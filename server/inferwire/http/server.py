@@ -1,9 +1,9 @@
 """uvicorn on the server's own event loop: one process, one core, one set of models.
 
 `HttpServer` binds `server.http_address` (port 0 picks a free port), serves the Starlette
-app with uvicorn's httptools protocol (h11 without it), and stops in step with the gRPC
-listener: new connections are refused, requests in flight (streams included) get the
-grace period, then what is left is cancelled.
+app with uvicorn's httptools protocol, and stops in step with the gRPC listener: new
+connections are refused, requests in flight (streams included) get the grace period,
+then what is left is cancelled.
 
 TLS uses the same `server.tls` files as gRPC and rotates with them: the TLS context's SNI
 callback asks `CertificateFiles.changed` before each handshake and swaps in a new context
@@ -11,14 +11,20 @@ when the files changed. With a client CA, client certificates are required, and 
 connection's certificate subjects (CN, then the subject alternative names) reach the
 request (`TLS_SUBJECTS` in the ASGI state) for `server.auth.certificate_tenants`.
 
-A connection that has not sent a whole request's headers within `HEADER_TIMEOUT_S` is
-closed, so slow senders (slowloris) cannot hold connections open.
+Every request's head (request line and headers) must arrive within
+`server.http_read_timeout_s` of its first byte (a new connection's first request: of the
+connection), and the rest of a body the server answered before it ended (408, 413)
+within as long again, else the connection is closed; idle keep-alive connections close
+after uvicorn's 5 s. A head over `server.transport.max_metadata_bytes` is 431, one that
+httptools cannot parse 400, each with OpenAI's error body and the connection closed. So
+slow senders (slowloris) and endless headers hold a connection for a bounded time and
+memory.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import json
 import logging
 import socket
 import ssl
@@ -27,18 +33,15 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
+# httptools (a dependency): its parser's callbacks mark where each request's head ends.
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Protocol
+
 from inferwire.addresses import split_host_port
 from inferwire.edge.certificates import CertificateFiles
 from inferwire.http.calls import TLS_SUBJECTS
+from inferwire.http.errors import error_body
 
 log = logging.getLogger(__name__)
-
-HEADER_TIMEOUT_S = 30.0
-
-if importlib.util.find_spec("httptools") is not None:
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Protocol
-else:  # pragma: no cover  (httptools is a dependency; h11 is uvicorn's own fallback)
-    from uvicorn.protocols.http.h11_impl import H11Protocol as _Protocol  # type: ignore[assignment]
 
 
 def _subjects(certificate: dict[str, Any]) -> list[str]:
@@ -49,8 +52,17 @@ def _subjects(certificate: dict[str, Any]) -> list[str]:
     return subjects
 
 
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback: the head is refused (431) and the parser stops."""
+
+
 class _Protocol_WithCertificate(_Protocol):
-    """uvicorn's protocol, plus the client certificate's subjects and a header deadline."""
+    """uvicorn's protocol, plus the client certificate's subjects and bounds on what a
+    client sends: each request's head in time (`read_timeout_s`) and size
+    (`max_header_bytes`), and the rest of a body answered early in time."""
+
+    read_timeout_s: float  # set by protocol_class
+    max_header_bytes: int
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -59,15 +71,88 @@ class _Protocol_WithCertificate(_Protocol):
         if certificate:
             # Each request's ASGI state is a copy of this: the subjects ride with them.
             self.app_state = {**self.app_state, TLS_SUBJECTS: tuple(_subjects(certificate))}
-        self._header_deadline = self.loop.call_later(HEADER_TIMEOUT_S, self._close_if_silent)
+        # While the server waits for bytes no handler waits for (a request's head, or the
+        # rest of a body after its answer went out): the deadline; and the head's bytes.
+        self._read_deadline: asyncio.TimerHandle | None = None
+        self._in_head, self._head_bytes = True, 0
+        self._arm_read_deadline()
 
-    def _close_if_silent(self) -> None:
-        if self.cycle is None and not self.transport.is_closing():
+    def _arm_read_deadline(self) -> None:
+        if self._read_deadline is None:
+            self._read_deadline = self.loop.call_later(self.read_timeout_s, self._read_late)
+
+    def _disarm_read_deadline(self) -> None:
+        if self._read_deadline is not None:
+            self._read_deadline.cancel()
+            self._read_deadline = None
+
+    def _read_late(self) -> None:
+        self._read_deadline = None
+        if not self.transport.is_closing():
             self.transport.close()
 
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._in_head and self._head_bytes > self.max_header_bytes:
+            self._refuse_head()  # not even ended, and too large already
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm_read_deadline()
+
+    def on_headers_complete(self) -> None:
+        self._disarm_read_deadline()
+        self._in_head, self._head_bytes = False, 0
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.max_header_bytes:
+            self._refuse_head()
+            # Stops the parser; uvicorn answers that (a 400) on a connection already closed.
+            raise _HeadTooLarge
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm_read_deadline()
+        super().on_message_complete()
+        self._in_head = True  # what comes next is the next request's head
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.cycle is not None and self.cycle.more_body:
+            # Answered before its body ended (408, 413, 401...): the rest is read and
+            # dropped, within the same time.
+            self._arm_read_deadline()
+
+    def send_400_response(self, msg: str) -> None:
+        self._refuse(400, "the request is not valid HTTP/1.1", None)
+
+    def _refuse_head(self) -> None:
+        why = f"the request's head (line and headers) is over {self.max_header_bytes} bytes"
+        self._refuse(431, why, "headers")
+
+    def _refuse(self, status: int, message: str, param: str | None) -> None:
+        """Answer `status` with OpenAI's error body, and close the connection."""
+        self._disarm_read_deadline()
+        self._in_head = False
+        if self.transport.is_closing():
+            return
+        body = json.dumps(error_body(status, message, param, "invalid_argument")).encode()
+        reason = {400: b"Bad Request", 431: b"Request Header Fields Too Large"}[status]
+        head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, reason)
+        head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+        self.transport.write(head + body)
+        self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self._header_deadline.cancel()
+        self._disarm_read_deadline()
         super().connection_lost(exc)
+
+
+def protocol_class(read_timeout_s: float, max_header_bytes: int) -> type[_Protocol]:
+    """The HTTP protocol with this server's bounds on a request's head."""
+    bounds = {"read_timeout_s": read_timeout_s, "max_header_bytes": max_header_bytes}
+    return type("HttpProtocol", (_Protocol_WithCertificate,), bounds)
 
 
 class _RotatingContext:
@@ -101,8 +186,16 @@ class _RotatingContext:
 class HttpServer:
     """The HTTP listener: `start()` binds and serves, `stop()` drains."""
 
-    def __init__(self, app: ASGIApp, address: str, tls: CertificateFiles | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        address: str,
+        tls: CertificateFiles | None,
+        read_timeout_s: float,
+        max_header_bytes: int,
+    ) -> None:
         self.address = address
+        self._protocol = protocol_class(read_timeout_s, max_header_bytes)
         self._app = app
         self._tls = _RotatingContext(tls) if tls is not None else None
         self._server: uvicorn.Server | None = None
@@ -132,7 +225,8 @@ class HttpServer:
         tls = self._tls
         config = uvicorn.Config(
             self._app,
-            http=_Protocol_WithCertificate,
+            http=self._protocol,
+            ws="none",  # no WebSocket routes: an Upgrade is served as plain HTTP
             lifespan="off",
             log_config=None,
             access_log=False,  # the edge writes the access line

@@ -40,6 +40,9 @@ LOOKAHEAD_DELTAS = 8
 
 # llguidance reports a constraint it cannot compile with this prefix, when the generator is made.
 _GRAMMAR_ERROR = "Error creating grammar:"
+# ... and one whose text the model's tokens cannot spell (a regex of characters its
+# vocabulary has no tokens for) with this one, when a token is generated.
+_COMMIT_ERROR = "Error committing tokens:"
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ class _GeneratorRun:
                 break
             # The logits are the raw ones: the engine penalises its own copy when it chooses.
             distribution = None if scorer is None else scorer.distribution(generator.get_logits())
-            generator.generate_next_token()
+            _next_token(generator, request)
             cancelled = self._stop.is_set()
             generated = self._tally.count(after_cancel=cancelled)
             if cancelled:
@@ -216,6 +219,21 @@ def guidance_data(constraint: OutputConstraint) -> str:
     if not isinstance(schema, dict) or "x-guidance" in schema:
         return constraint.text
     return json.dumps({"x-guidance": {"whitespace_flexible": False}, **schema})
+
+
+def _next_token(generator: Any, request: PreparedRequest) -> None:
+    """Generate one token; a constraint the model cannot go on satisfying is the request's
+    fault (INVALID_ARGUMENT naming the constraint), not the server's."""
+    try:
+        generator.generate_next_token()
+    except RuntimeError as exc:
+        constraint, reason = request.params.constraint, str(exc)
+        if constraint is None or not reason.startswith(_COMMIT_ERROR):
+            raise
+        # llguidance's reason, less the parser state it dumps after it.
+        reason = reason.removeprefix(_COMMIT_ERROR).split("\n<state>", 1)[0].strip()
+        why = f"the model's tokens cannot spell text that satisfies it: {reason}"
+        raise InvalidArgumentError([FieldViolation(constraint.field, why)]) from None
 
 
 def _make_generator(model: og.Model, request: PreparedRequest, options: dict[str, Any]) -> Any:
