@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -264,6 +265,13 @@ class OrtGenAIBackend(Backend):
         prepared = await self.prepare(loaded.model, request, progress)
         engine = loaded.engine
         path = engine if engine is not None and engine.serves(request.params) else None
+        if (
+            path is not None
+            and request.reserved
+            and not path.dynamic
+            and os.environ.get("INFERWIRE_RESERVED_ROWS") == "generator"
+        ):
+            path = None  # MEASURING: a reserved row on a generator of its own
         events = (path or loaded.per_request).stream(prepared, progress)
         async with contextlib.aclosing(events):
             async for event in events:
@@ -288,6 +296,7 @@ class OrtGenAIBackend(Backend):
             request.params,
             model.sampling(request.params),
             min_tokens=min(request.min_tokens, max_tokens),
+            reserved=request.reserved,
         )
 
     def _refuse_minimum_with_constraint(self, request: GenerationRequest) -> None:

@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Literal
@@ -299,11 +300,12 @@ class EngineScheduler:
     def _admit(self) -> None:
         """Begin waiting rows: at once on a dynamic engine, as a new batch on a static one."""
         if not self.dynamic and self._running:
+            reform = os.environ.get("INFERWIRE_RESERVED_ROWS") == "reform"  # MEASURING
             if (
                 self._waiting
                 and self._static_batch_steps
                 and (self._batch_would_double() or self._batch_steps >= self._static_batch_steps)
-            ):
+            ) or (reform and any(row.prepared.reserved for row in self._waiting)):
                 for row in self._running.values():
                     self._preempt(row, requeue=True)
             return
