@@ -21,7 +21,9 @@ batch a request lands in, for no throughput gain on two cores
 
 With `engine`, requests the engine cannot serve as asked still take the per-request
 path: log-probabilities and output constraints (the generator's features), and a
-seed on a static-batching engine (which refuses per-request seeds).
+seed on a static-batching engine (which refuses per-request seeds); and so does a
+request in a reserved slot (core/reserve.py) on a static engine, so that it need not
+wait for the running batch to drain.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -264,14 +265,8 @@ class OrtGenAIBackend(Backend):
         loaded = self._state
         prepared = await self.prepare(loaded.model, request, progress)
         engine = loaded.engine
-        path = engine if engine is not None and engine.serves(request.params) else None
-        if (
-            path is not None
-            and request.reserved
-            and not path.dynamic
-            and os.environ.get("INFERWIRE_RESERVED_ROWS") == "generator"
-        ):
-            path = None  # MEASURING: a reserved row on a generator of its own
+        served = engine is not None and engine.serves(request.params, request.reserved)
+        path = engine if served else None
         events = (path or loaded.per_request).stream(prepared, progress)
         async with contextlib.aclosing(events):
             async for event in events:
@@ -296,7 +291,6 @@ class OrtGenAIBackend(Backend):
             request.params,
             model.sampling(request.params),
             min_tokens=min(request.min_tokens, max_tokens),
-            reserved=request.reserved,
         )
 
     def _refuse_minimum_with_constraint(self, request: GenerationRequest) -> None:

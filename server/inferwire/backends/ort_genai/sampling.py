@@ -93,9 +93,6 @@ class PreparedRequest:
     # To generate before an end-of-sequence token may end the output (min_tokens, or all of
     # max_tokens with ignore_eos); at most max_tokens. The engine masks those tokens.
     min_tokens: int = 0
-    # It holds a reserved slot (core/reserve.py): it must start without waiting for a
-    # running static batch to finish.
-    reserved: bool = False
 
     @property
     def coalesce(self) -> bool:
