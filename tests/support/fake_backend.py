@@ -3,8 +3,9 @@
 In the style of MLServer's tests/fixtures.py: each `FakeBackend` is a real `Backend`
 subclass whose behaviour a test sets through its attributes; `FakeBackends` is the
 factory the model manager (or `InferwireServer`) takes, and keeps every backend it
-built by model name. Nothing here waits on wall-clock time: a test that needs a
-request to stay in flight closes a gate and opens it when it is ready.
+built by model name. Nothing here waits on wall-clock time unless a test sets `step_s`
+(a fixed time per token): a test that needs a request to stay in flight closes a gate and
+opens it when it is ready.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class FakeBackend(Backend):
         self.load_error: Exception | None = None
         self.reconcile_error: Exception | None = None
         self.generation_gate = Gate()
+        self.step_s = 0.0  # a fixed time per token (0: none)
         self.started = asyncio.Event()  # set once a request reached the backend
         self.infer_error: Exception | None = None
         self.error_after_pieces = 0  # raise infer_error after this many deltas
@@ -149,6 +151,8 @@ class FakeBackend(Backend):
                 if self.infer_error is not None and index == self.error_after_pieces:
                     raise self.infer_error
                 await self.generation_gate.passed()
+                if self.step_s:
+                    await asyncio.sleep(self.step_s)
                 progress.first_token()
                 generated += 1
                 logprobs = (fake_logprob(index, piece, request),) if request.params.logprobs else ()

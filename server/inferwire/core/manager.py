@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -27,6 +28,7 @@ from inferwire.core.models import FAILURE_COOLDOWN_S, ManagedModel, backend_heal
 from inferwire.core.quotas import TokenCharge
 from inferwire.core.readiness import HealthListener, Readiness
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.reserve import Reservation
 from inferwire.core.residency import Residency
 from inferwire.core.server_load import ServerLoad, server_load
 from inferwire.core.specs import ModelSpec, duplicate_name
@@ -119,6 +121,9 @@ class ModelManager:
     def _managed(
         self, spec: ModelSpec, backend: Backend, base: ManagedModel | None = None
     ) -> ManagedModel:
+        reservation = Reservation.of(
+            spec.max_concurrency, spec.reserved_concurrency, self._tenants.interactive_configured
+        )
         return ManagedModel(
             spec,
             backend,
@@ -126,6 +131,7 @@ class ModelManager:
             self._tenants.scheduling.max_wait_s,
             self._tenants.clock,
             base,
+            reservation,
         )
 
     def _model_added(self, name: str) -> None:
@@ -354,9 +360,11 @@ class ModelManager:
                 record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
                 facts = model.require_ready()
                 job = generation_request(model, facts, request, record.request_id)
-                async with model.slot(self._tracer, admission.claim):
+                async with model.slot(self._tracer, admission.claim) as grant:
                     record.admitted = time.perf_counter()
                     model.request_started(record)
+                    if grant.reserved:  # the backend starts it without waiting for others
+                        job = dataclasses.replace(job, reserved=True)
                     with self._tracer.span(GENERATE):
                         yield model, job, admission.charge
         except (GeneratorExit, asyncio.CancelledError):

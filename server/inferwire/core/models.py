@@ -27,7 +27,8 @@ from inferwire.core.errors import (
 )
 from inferwire.core.memory import Footprint
 from inferwire.core.record import RequestRecord
-from inferwire.core.scheduling import Claim, FairQueue
+from inferwire.core.reserve import Reservation
+from inferwire.core.scheduling import Claim, FairQueue, Grant
 from inferwire.core.specs import ModelSpec
 from inferwire.core.statistics import RequestStatistics
 from inferwire.core.tracing import QUEUE, Tracer
@@ -94,13 +95,15 @@ class ManagedModel:
         max_wait_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         base: ManagedModel | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         """`max_wait_s`: when a waiting batch request ages up (core/scheduling.py);
-        `base`: an adapter model's base model."""
+        `base`: an adapter model's base model; `reservation`: its slots kept for the
+        higher classes (core/reserve.py; default: none)."""
         self.spec = spec
         self.backend = backend
         self.lifecycle_lock = asyncio.Lock()  # serialises this model's loads and unloads
-        self.slots = FairQueue(spec.max_concurrency, max_wait_s, clock)
+        self.slots = FairQueue(spec.max_concurrency, max_wait_s, clock, reservation)
         self.idle = asyncio.Event()
         self.idle.set()
         self._state = ModelState.UNLOADED
@@ -275,8 +278,9 @@ class ManagedModel:
         if self._state is ModelState.READY and not self.ready:
             # READY is the lifecycle (loaded); the detail says it cannot serve right now.
             detail = f"not serving: {detail}"
-        if self._state is ModelState.READY and self._memory_detail:
-            detail = f"{detail}; {self._memory_detail}" if detail else self._memory_detail
+        if self._state is ModelState.READY:
+            for more in (self._memory_detail, self.slots.reservation.describe()):
+                detail = f"{detail}; {more}" if detail and more else detail or more
         return ModelStatus(
             self.spec.name,
             self.spec.backend,
@@ -333,10 +337,11 @@ class ManagedModel:
         return facts
 
     @contextlib.asynccontextmanager
-    async def slot(self, tracer: Tracer, claim: Claim | None = None) -> AsyncIterator[None]:
+    async def slot(self, tracer: Tracer, claim: Claim | None = None) -> AsyncIterator[Grant]:
         """Run under the model's concurrency limit, waiting in its bounded queue if needed:
-        priority first, then fairly between tenants (`claim`)."""
-        if self.slots.saturated and self._queued >= self.spec.max_queue:
+        priority first, then fairly between tenants (`claim`); yields the slot's grant."""
+        claim = claim or _ANYONE
+        if self.slots.would_wait(claim.priority) and self._queued >= self.spec.max_queue:
             raise QueueFullError(
                 f"model {self.spec.name!r} is at capacity: {self.spec.max_concurrency} running "
                 f"and {self._queued} queued (max_queue {self.spec.max_queue}); retry later"
@@ -345,28 +350,27 @@ class ManagedModel:
         self.idle.clear()
         try:
             with tracer.span(QUEUE):
-                if not self.slots.try_acquire(claim or _ANYONE):
-                    await self._wait_for_slot(claim or _ANYONE)
+                grant = self.slots.try_acquire(claim) or await self._wait_for_slot(claim)
             try:
                 self._running += 1
                 self._changed_load()
                 self.require_ready()  # it may have started unloading while this one waited
-                yield
+                yield grant
             finally:
                 self._running -= 1
                 self._changed_load()
-                self.slots.release()
+                self.slots.release(grant)
         finally:
             if self._running == 0 and self._queued == 0:
                 self.idle.set()
 
-    async def _wait_for_slot(self, claim: Claim) -> None:
+    async def _wait_for_slot(self, claim: Claim) -> Grant:
         """Wait in the queue, counted in `queued` (a request that gets a slot at once is
         never counted there)."""
         self._queued += 1
         self._changed_load()
         try:
-            await self.slots.acquire(claim)
+            return await self.slots.acquire(claim)
         finally:
             self._queued -= 1
             self._changed_load()

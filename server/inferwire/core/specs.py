@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from inferwire.core.memory import ByteSize
+from inferwire.core.reserve import ReservedConcurrency, reservation_problem
 from inferwire.core.validation import model_name_problem
 
 
@@ -35,6 +36,11 @@ class ModelSpec(BaseModel):
     """Requests the model runs at once."""
     max_queue: int = Field(default=64, ge=0)
     """Requests that may wait for a slot; beyond that, RESOURCE_EXHAUSTED."""
+    reserved_concurrency: ReservedConcurrency | None = None
+    """Slots kept for the higher classes, `{interactive: N, standard: M}`: batch requests
+    hold at most max_concurrency - N - M, standard and batch together at most
+    max_concurrency - N. Unset: one interactive slot when max_concurrency is 2 or more and
+    a configured tenant (or the default one) is interactive; `{}`: none (docs/tenants.md)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Backend-specific settings, validated by the backend; unknown keys are an error."""
     pinned: bool = False
@@ -53,6 +59,12 @@ class ModelSpec(BaseModel):
         if (problem := model_name_problem(name)) is not None:
             raise ValueError(problem)
         return name
+
+    @model_validator(mode="after")
+    def _reservation_fits(self) -> ModelSpec:
+        if problem := reservation_problem(self.reserved_concurrency, self.max_concurrency):
+            raise ValueError(problem)
+        return self
 
 
 def duplicate_name(specs: Iterable[ModelSpec]) -> str | None:

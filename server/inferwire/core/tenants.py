@@ -132,6 +132,11 @@ class Tenants:
             for t in configured
         }
         self._unconfigured = 0  # tenants made up on first use
+        # Whether a configured tenant (or the default one) is interactive: models then
+        # reserve an interactive slot unless they say otherwise (core/reserve.py).
+        self.interactive_configured = any(
+            t.level is Priority.INTERACTIVE for t in (*configured, self.default)
+        )
 
     def of(self, request: InferenceRequest) -> Tenant:
         """The tenant a request counts against (anonymous when it names none)."""

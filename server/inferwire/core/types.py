@@ -121,6 +121,9 @@ class GenerationRequest:
     deadline: float | None = None  # time.monotonic() by which the caller needs the result
     has_context: bool = False  # whether `prompt` includes context passages
     is_chat: bool = False  # whether `prompt` is chat messages rendered by the chat template
+    # It holds a reserved slot (core/reserve.py): a backend that batches starts it without
+    # waiting for the running batch to finish.
+    reserved: bool = False
 
     @property
     def min_tokens(self) -> int:

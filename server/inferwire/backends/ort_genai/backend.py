@@ -21,7 +21,9 @@ batch a request lands in, for no throughput gain on two cores
 
 With `engine`, requests the engine cannot serve as asked still take the per-request
 path: log-probabilities and output constraints (the generator's features), and a
-seed on a static-batching engine (which refuses per-request seeds).
+seed on a static-batching engine (which refuses per-request seeds); and so does a
+request in a reserved slot (core/reserve.py) on a static engine, so that it need not
+wait for the running batch to drain.
 """
 
 from __future__ import annotations
@@ -263,7 +265,8 @@ class OrtGenAIBackend(Backend):
         loaded = self._state
         prepared = await self.prepare(loaded.model, request, progress)
         engine = loaded.engine
-        path = engine if engine is not None and engine.serves(request.params) else None
+        served = engine is not None and engine.serves(request.params, request.reserved)
+        path = engine if served else None
         events = (path or loaded.per_request).stream(prepared, progress)
         async with contextlib.aclosing(events):
             async for event in events:

@@ -15,7 +15,8 @@ the bundled model; see docs/ort_genai_batching.md for the measurements):
   configured for dynamic batching"); temperature, top_p and top_k hold per row. Seeded
   requests therefore take the per-request generator unless the model is a
   dynamic-batching one (`EngineScheduler.serves`), and so do the generator's features,
-  log-probabilities and output constraints.
+  log-probabilities and output constraints, and a request in a reserved slot
+  (core/reserve.py), so as not to wait for a static batch (docs/ort_genai_batching.md).
 - `TurnOptions.set_min_generated_tokens(n)` masks every end-of-sequence id until the turn
   has generated n tokens, on a static engine too (checked on the bundled weights with a
   second end-of-sequence id, the common ".": a turn that ends after 4 tokens without it
@@ -203,11 +204,11 @@ class EngineScheduler:
 
     # ---- the event-loop side --------------------------------------------
 
-    def serves(self, params: GenerationParams) -> bool:
-        """Whether the engine serves a request as asked (see the module docstring)."""
+    def serves(self, params: GenerationParams, reserved: bool = False) -> bool:
+        """Whether the engine serves a request as asked, `reserved` in a reserved slot."""
         if params.logprobs or params.constraint is not None:
             return False
-        return params.seed is None or self.dynamic
+        return (params.seed is None and not reserved) or self.dynamic
 
     def stream(self, request: PreparedRequest, progress: GenerationProgress) -> GenerationEvents:
         """Run one request on the engine: its deltas, then its end."""
