@@ -139,6 +139,7 @@ class InferwireServer:
 
         Start-up models that failed to load are left in `startup_failures`.
         """
+        self.grpc.bind()  # a taken gRPC port fails before anything else listens or logs
         if self._metrics_endpoint is not None:
             self.metrics_port = self._metrics_endpoint.start()
         self.port = await self.grpc.start()

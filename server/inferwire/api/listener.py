@@ -172,8 +172,8 @@ class GrpcListener:
         self.port = 0
         self.health_port: int | None = None  # None: no separate health listener
 
-    async def start(self) -> int:
-        """Bind and serve; returns the bound port."""
+    def bind(self) -> int:
+        """Take the listening ports (failing in one line when taken); returns the gRPC port."""
         self.port = _bind(self.address, self._add_port)
         if self._health_server is not None:
             health_server = self._health_server
@@ -181,9 +181,17 @@ class GrpcListener:
             self.health_port = _bind(
                 health_address, lambda: health_server.add_insecure_port(health_address)
             )
-            await health_server.start()
+        return self.port
+
+    async def start(self) -> int:
+        """Serve on the bound ports (binding them first if `bind` was not called)."""
+        if not self.port:
+            self.bind()
+        if self._health_server is not None:
+            await self._health_server.start()
             log.info(
-                "health listening", extra={"address": health_address, "port": self.health_port}
+                "health listening",
+                extra={"address": self._settings.health_address, "port": self.health_port},
             )
         await self._server.start()
         return self.port
