@@ -40,6 +40,7 @@ SCENARIOS = {
     "model_swap": "bench.model_swap",
     "tenant_isolation": "bench.tenant_isolation",
     "adapters": "bench.adapters",
+    "peers": "bench.peers",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")
