@@ -10,8 +10,10 @@ the bundled model by scripts/demo_gguf.py), and NVIDIA's aiperf over the OpenAI 
   streaming, greedy, INPUT_TOKENS in and OUTPUT_TOKENS out (`ignore_eos`; each request's
   usage is checked to be the full length), at concurrency 1, 8 and 32; both servers have
   32 slots (llama-server `--parallel 32`, inferwire `max_concurrency: 32`) at every level
-  and the same compute threads. The servers alternate within each round and the rounds
-  reverse the order, so drift on a shared machine falls on both.
+  and one compute thread per step. inferwire runs twice: as `inferwire serve` runs it
+  (`batching: auto`, the per-request path on a CPU model) and with `batching: engine`.
+  The servers take turns, the first of each cell rotating, so drift on a shared machine
+  falls on all.
 - CPU from /proc over aiperf's profiling window (bench/peers_aiperf.py): each server's
   per output token (inferwire's by thread group), aiperf's own (it shares the cores), and
   what the rest of the machine used meanwhile.
@@ -42,12 +44,19 @@ from inferwire.backends.ort_genai import builtin_model_path
 NAME = "peers"
 CONCURRENCY = (1, 8, 32)
 ENDPOINTS = ("completions", "chat")
-SERVERS = ("inferwire", "llama_cpp")
+# inferwire as `inferwire serve` runs it (batching: auto, the per-request path on a CPU
+# model), inferwire with `batching: engine` (og.Engine's static batches), llama-server.
+SERVERS = ("inferwire", "inferwire_engine", "llama_cpp")
 INPUT_TOKENS = 64
 OUTPUT_TOKENS = 128
 # Per slot: the input, the chat template's headings (under 16 tokens), the output.
 SLOT_TOKENS = INPUT_TOKENS + 16 + OUTPUT_TOKENS
 SLOTS = max(CONCURRENCY)
+# llama-server's compute threads: one, as ONNX Runtime runs one intra-op thread per
+# generator here. Its default (the physical cores, 2) made 2-6x fewer tokens/s at 3-5x the
+# CPU per token in a check beside aiperf: its two threads spin at every step's barrier
+# while the load tool and its HTTP thread want the same two cores.
+LLAMA_THREADS = 1
 
 
 def _requests(concurrency: int, quick: bool) -> int:
@@ -145,7 +154,7 @@ def _merge(cells: list[dict[str, Any]], tokens: int, wall_s: float) -> dict[str,
 def measure(options: RunOptions) -> dict[str, Any]:
     tools = setup()
     rounds = options.size(2, 1)
-    threads = len(os.sched_getaffinity(0))
+    threads = LLAMA_THREADS
     data: dict[str, Any] = {"setup": tools.steps, "gguf_sha256": tools.gguf_sha256}
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="peers-")))
@@ -157,12 +166,17 @@ def measure(options: RunOptions) -> dict[str, Any]:
             )
         )  # fmt: skip
         gateway = stack.enter_context(inferwire(SLOTS))
+        batched = stack.enter_context(inferwire(SLOTS, batching="engine"))
         texts = corpus_sample(tools.corpus_sdist)
         data["tokenization"] = tokenization_check(builtin_model_path(), llama.url, texts)
         data["greedy"] = greedy_check(builtin_model_path(), llama.url)
         data["llama_server_command"] = [Path(llama.command[0]).name, *llama.command[1:]]
         data["llama_server_command"][2] = tools.gguf.name
-        urls = {"inferwire": gateway.http_url, "llama_cpp": llama.url}
+        urls = {
+            "inferwire": gateway.http_url,
+            "inferwire_engine": batched.http_url,
+            "llama_cpp": llama.url,
+        }
         import onnxruntime_genai as og
 
         tokenizer = og.Tokenizer(og.Model(str(builtin_model_path())))
@@ -171,6 +185,7 @@ def measure(options: RunOptions) -> dict[str, Any]:
             CpuSampler(
                 servers={
                     "inferwire": gateway.process.pid,
+                    "inferwire_engine": batched.process.pid,
                     "llama_cpp": llama.pid,
                     "bench": os.getpid(),
                 }
@@ -183,7 +198,8 @@ def measure(options: RunOptions) -> dict[str, Any]:
             for concurrency in CONCURRENCY:
                 requests = _requests(concurrency, options.quick)
                 for endpoint in ENDPOINTS:
-                    order = SERVERS if (round_index + step) % 2 == 0 else SERVERS[::-1]
+                    turn = (round_index + step) % len(SERVERS)
+                    order = SERVERS[turn:] + SERVERS[:turn]
                     step += 1
                     for server in order:
                         tag = f"{server}-{endpoint}-{concurrency}-{round_index}"

@@ -7,7 +7,12 @@ from typing import Any
 
 from bench.common import RunOptions, ScenarioResult, Target, at_least, at_most, ratio
 
-LABELS = {"inferwire": "inferwire", "llama_cpp": "llama.cpp llama-server"}
+LABELS = {
+    "inferwire": "inferwire (default: per-request)",
+    "inferwire_engine": "inferwire, batching: engine",
+    "llama_cpp": "llama.cpp llama-server",
+}
+OURS = ("inferwire", "inferwire_engine")
 
 
 def _both(points: dict[str, Any], server: str, concurrency: int, endpoints: Sequence[str]):
@@ -27,7 +32,7 @@ def _both(points: dict[str, Any], server: str, concurrency: int, endpoints: Sequ
 def _row(point: dict[str, Any], peer: dict[str, Any] | None) -> list[str]:
     cpu = point["server_cpu_us_per_token"]
     grpc = point["endpoint"] == "grpc"
-    loop = f"{cpu['event_loop']:.0f}" if point["server"] == "inferwire" else "—"
+    loop = f"{cpu['event_loop']:.0f}" if point["server"] in OURS else "—"
     first = "—" if grpc else f"{point['ttft_p50_ms']:.1f} / {point['ttft_p99_ms']:.1f}"
     between = "—" if grpc else f"{point['itl_p50_ms']:.2f} / {point['itl_p99_ms']:.2f}"
     versus = f"{ratio(point['tokens_per_s'], peer['tokens_per_s']):.2f}" if peer else "—"
@@ -73,6 +78,7 @@ def _plot(options: RunOptions, name: str, points: dict[str, Any], levels: Sequen
         ("inferwire", "completions", "inferwire, /v1/completions", "tab:blue", "o", "-"),
         ("inferwire", "chat", "inferwire, /v1/chat/completions", "tab:blue", "s", "-"),
         ("inferwire", "grpc", "inferwire, gRPC InferStream (ghz)", "tab:green", "^", ":"),
+        ("inferwire_engine", "chat", "inferwire batching: engine, chat", "tab:purple", "s", "-."),
         ("llama_cpp", "completions", "llama.cpp, /v1/completions", "tab:orange", "o", "--"),
         ("llama_cpp", "chat", "llama.cpp, /v1/chat/completions", "tab:orange", "s", "--"),
     ]
@@ -128,18 +134,20 @@ def result(
     rows = []
     for c in levels:
         for endpoint in (*endpoints, "grpc"):
-            for server in ("inferwire", "llama_cpp"):
+            for server in LABELS:
                 key = f"{server}/{endpoint}/{c}"
                 if key in points:
-                    peer = (
-                        points.get(f"llama_cpp/{endpoint}/{c}") if server == "inferwire" else None
-                    )
+                    peer = points.get(f"llama_cpp/{endpoint}/{c}") if server in OURS else None
                     rows.append(_row(points[key], peer))
     ratios: dict[str, float] = {}
     targets: list[Target] = []
     for c in levels:
-        ours, theirs = (_both(points, s, c, endpoints) for s in ("inferwire", "llama_cpp"))
+        ours, engine, theirs = (_both(points, s, c, endpoints) for s in LABELS)
         ratios[f"tokens_per_s_at_{c}"] = ratio(ours["tokens_per_s"], theirs["tokens_per_s"])
+        ratios[f"engine_tokens_per_s_at_{c}"] = ratio(
+            engine["tokens_per_s"], theirs["tokens_per_s"]
+        )
+        ratios[f"engine_ttft_p50_at_{c}"] = ratio(engine["ttft_p50_ms"], theirs["ttft_p50_ms"])
         ratios[f"ttft_p50_at_{c}"] = ratio(ours["ttft_p50_ms"], theirs["ttft_p50_ms"])
         ratios[f"cpu_per_token_at_{c}"] = ratio(
             ours["cpu_us_per_token"], theirs["cpu_us_per_token"]
@@ -150,7 +158,8 @@ def result(
     for c in levels:
         targets.append(
             at_least(
-                f"output tokens/s × llama.cpp's, aiperf, concurrency {c} (completions + chat)",
+                f"output tokens/s × llama.cpp's, aiperf, concurrency {c} "
+                "(default path; completions + chat)",
                 ratios[f"tokens_per_s_at_{c}"],
                 1.0,
             )
@@ -158,7 +167,8 @@ def result(
     for c in levels:
         targets.append(
             at_most(
-                f"TTFT p50 × llama.cpp's, aiperf, concurrency {c} (the worse endpoint of each)",
+                f"TTFT p50 × llama.cpp's, aiperf, concurrency {c} "
+                "(default path; worse endpoint of each)",
                 ratios[f"ttft_p50_at_{c}"],
                 1.0,
             )
@@ -172,9 +182,11 @@ def result(
         f"at least {greedy['same_position_min']} of {greedy['tokens_per_prompt']} agree "
         f"position by position, the common prefix at least {greedy['common_prefix_min']}.",
         f"Both servers: {data['slots']} slots at every concurrency (inferwire max_concurrency, "
-        f"llama-server --parallel), {data['threads']} compute threads for llama-server "
+        f"llama-server --parallel), {data['threads']} compute thread for llama-server "
         "(ONNX Runtime runs one intra-op thread per generator, and inferwire's per-request "
-        "path runs one generator per stream on its worker threads), "
+        "path runs one generator per stream on its worker threads; llama-server's default, "
+        "2 here, made 2-6x fewer tokens/s beside aiperf in a check: its threads spin at each "
+        "step's barrier when the cores are shared), "
         f"{data['prompt_tokens']} tokens in, {data['output_tokens']} out with ignore_eos; "
         "every request's usage was checked to be the full length.",
         "llama-server: " + " ".join(data["llama_server_command"]),

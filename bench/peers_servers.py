@@ -6,7 +6,7 @@
   refuses -1), `--jinja` for the GGUF's
   chat template, `--parallel` slots and `-c` = slots × (input + output tokens), the
   compute threads given, `--metrics`.
-- `inferwire`: `inferwire serve` with the bundled model as `demo` (the defaults: `batching:
+- `inferwire`: `inferwire serve` with the bundled model as `demo` (by default `batching:
   auto`, which is the per-request path on a CPU model), `max_concurrency` = the slots.
 - `ghz_stream`: ghz on inferwire's gRPC `InferStream` (reflection), the same prompt length,
   output length and concurrency, so the HTTP figures have their gRPC twin.
@@ -101,8 +101,8 @@ def llama_server(
 
 
 @contextlib.contextmanager
-def inferwire(slots: int) -> Iterator[ServerProcess]:
-    with gateway_server(slots, batching="auto") as server:
+def inferwire(slots: int, batching: str = "auto") -> Iterator[ServerProcess]:
+    with gateway_server(slots, batching=batching) as server:
         yield server
 
 
