@@ -75,3 +75,25 @@ def test_turns_passed_on_every_step_never_get_lost(monkeypatch) -> None:
     for thread in threads:
         thread.join(timeout=20)
     assert steps == [300] * 8
+
+
+def test_a_requests_first_step_goes_ahead_of_the_steps_waiting() -> None:
+    turns = Turns()
+    turns.take()  # a stream is stepping
+    order: list[str] = []
+
+    def waiter(name: str, first: bool) -> None:
+        turns.take(first=first)
+        order.append(name)
+        turns.leave()
+
+    decoding = threading.Thread(target=waiter, args=("decode", False))
+    decoding.start()
+    time.sleep(0.05)  # the decode step waits first
+    prompt = threading.Thread(target=waiter, args=("prompt", True))
+    prompt.start()
+    time.sleep(0.05)
+    turns.leave()
+    decoding.join(5)
+    prompt.join(5)
+    assert order == ["prompt", "decode"]

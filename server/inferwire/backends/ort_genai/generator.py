@@ -65,8 +65,10 @@ class Turns:
         self._since = 0.0
         self._waiting: collections.deque[threading.Lock] = collections.deque()
 
-    def take(self) -> None:
-        """Before a step: the turn, unless this thread's slice goes on."""
+    def take(self, first: bool = False) -> None:
+        """Before a step: the turn, unless this thread's slice goes on. A request's `first`
+        step (its prompt and first token) goes ahead of the others waiting, as a batching
+        server takes a new prompt into its next step."""
         me = threading.get_ident()
         if self._owner == me:
             return
@@ -76,7 +78,10 @@ class Turns:
                 return
             turn = threading.Lock()
             turn.acquire()
-            self._waiting.append(turn)
+            if first:
+                self._waiting.appendleft(turn)
+            else:
+                self._waiting.append(turn)
         turn.acquire()  # released by the thread whose slice ended: ours now
         self._owner, self._since = me, time.perf_counter()
 
@@ -198,7 +203,7 @@ class _GeneratorRun:
         # ORT GenAI's min_length counts the prompt too; it masks every end-of-sequence id.
         min_length = prompt_tokens + request.min_tokens if request.min_tokens else 0
         options = request.sampling.search_options(prompt_tokens + request.max_tokens, min_length)
-        self.turns.take()
+        self.turns.take(first=True)
         generator = _make_generator(model.model, request, options)
         if self.adapter is not None:
             generator.set_active_adapter(self.adapter.adapters, self.adapter.name)
