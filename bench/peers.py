@@ -38,7 +38,7 @@ from bench.common import RunOptions, ScenarioResult
 from bench.peers_aiperf import CpuSampler, aiperf_command, parse_run, summarize_runs
 from bench.peers_checks import corpus_sample, greedy_check, tokenization_check
 from bench.peers_servers import exact_prompt, ghz_stream, inferwire, llama_server
-from bench.peers_setup import setup
+from bench.peers_setup import CACHE, setup
 from inferwire.backends.ort_genai import builtin_model_path
 
 NAME = "peers"
@@ -161,8 +161,7 @@ def measure(options: RunOptions) -> dict[str, Any]:
         llama = stack.enter_context(
             llama_server(
                 tools.llama_server, tools.gguf, SLOTS, SLOT_TOKENS, threads,
-                options.out_dir / "peers_llama_server.log" if not options.quick
-                else scratch / "llama-server.log",
+                CACHE / "llama-server.log",
             )
         )  # fmt: skip
         gateway = stack.enter_context(inferwire(SLOTS))

@@ -77,6 +77,7 @@ class AiperfRun:
     output_tokens: list[int]
     errors: int
     reported_tokens_per_s: float  # aiperf's own output_token_throughput
+    error_types: dict[str, int] = field(default_factory=dict)  # e.g. ServerDisconnectedError
 
     @property
     def wall_s(self) -> float:
@@ -98,9 +99,14 @@ def parse_run(artifact_dir: Path) -> AiperfRun:
     phase = next(p for p in manifest["phases"] if p["phase_kind"] == "profiling")
     summary = json.loads((artifact_dir / "profile_export_aiperf.json").read_text())
     ttft, itl, tokens = [], [], []
+    error_types: dict[str, int] = {}
     for line in (artifact_dir / "profile_export.jsonl").read_text().splitlines():
         record = json.loads(line)
-        if record["metadata"].get("benchmark_phase") != "profiling" or "error" in record:
+        if record["metadata"].get("benchmark_phase") != "profiling":
+            continue
+        if "error" in record:
+            kind = str((record["error"] or {}).get("type", "error"))
+            error_types[kind] = error_types.get(kind, 0) + 1
             continue
         metrics = record["metrics"]
         if (first := _value(metrics, "time_to_first_token")) is not None:
@@ -116,6 +122,7 @@ def parse_run(artifact_dir: Path) -> AiperfRun:
         output_tokens=tokens,
         errors=int(phase["error_request_count"]),
         reported_tokens_per_s=float(summary["output_token_throughput"]["avg"]),
+        error_types=error_types,
     )
 
 
@@ -129,6 +136,10 @@ def summarize_runs(runs: Sequence[AiperfRun]) -> dict[str, Any]:
     return {
         "requests": len(tokens),
         "errors": sum(run.errors for run in runs),
+        "error_types": {
+            kind: sum(run.error_types.get(kind, 0) for run in runs)
+            for kind in sorted({k for run in runs for k in run.error_types})
+        },
         "tokens": sum(tokens),
         "min_output_tokens": min(tokens, default=0),
         "max_output_tokens": max(tokens, default=0),

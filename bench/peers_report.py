@@ -75,8 +75,8 @@ def _plot(options: RunOptions, name: str, points: dict[str, Any], levels: Sequen
     import matplotlib.pyplot as plt
 
     lines = [
-        ("inferwire", "completions", "inferwire, /v1/completions", "tab:blue", "o", "-"),
-        ("inferwire", "chat", "inferwire, /v1/chat/completions", "tab:blue", "s", "-"),
+        ("inferwire", "completions", "inferwire (default), /v1/completions", "tab:blue", "o", "-"),
+        ("inferwire", "chat", "inferwire (default), /v1/chat/completions", "tab:blue", "s", "-"),
         ("inferwire", "grpc", "inferwire, gRPC InferStream (ghz)", "tab:green", "^", ":"),
         ("inferwire_engine", "chat", "inferwire batching: engine, chat", "tab:purple", "s", "-."),
         ("llama_cpp", "completions", "llama.cpp, /v1/completions", "tab:orange", "o", "--"),
@@ -177,10 +177,13 @@ def result(
     notes = [
         f"Conversion checks: {tokenization['identical_samples']} of {tokenization['samples']} "
         f"corpus samples ({tokenization['chars']:,} characters, {tokenization['tokens']:,} "
-        "tokens) tokenize to identical ids in both servers; greedy, "
-        f"{greedy['tokens_per_prompt']} tokens from each of {len(greedy['prompts'])} prompts: "
-        f"at least {greedy['same_position_min']} of {greedy['tokens_per_prompt']} agree "
-        f"position by position, the common prefix at least {greedy['common_prefix_min']}.",
+        "tokens) tokenize to identical ids in both servers; greedy, the first "
+        f"{greedy['tokens_per_prompt']} tokens agree position by position: "
+        + ", ".join(
+            f"{r['prompt']!r} {r['same_position']} (common prefix {r['common_prefix']})"
+            for r in greedy["prompts"]
+        )
+        + ".",
         f"Both servers: {data['slots']} slots at every concurrency (inferwire max_concurrency, "
         f"llama-server --parallel), {data['threads']} compute thread for llama-server "
         "(ONNX Runtime runs one intra-op thread per generator, and inferwire's per-request "
@@ -209,13 +212,19 @@ def result(
     ]
     short = [
         f"{k.split('/')[0]} {k.split('/')[1]} at {k.split('/')[2]}: "
-        f"{p['min_output_tokens']}-{p['max_output_tokens']} tokens, {p['errors']} errors"
+        f"{p['min_output_tokens']}-{p['max_output_tokens']} tokens, {p['errors']} of "
+        f"{p['requests'] + p['errors']} requests failed "
+        f"{p.get('error_types') or '(aiperf: the connection closed)'}"
         for k, p in points.items()
         if p["endpoint"] != "grpc"
         and (p.get("min_output_tokens") != data["output_tokens"] or p.get("errors"))
     ]
     if short:
-        notes.append("Not the full length, or errors: " + "; ".join(short))
+        notes.append(
+            "Not the full length, or failed at aiperf (a failed request's tokens are not "
+            "counted; llama-server closes a keep-alive connection after 100 requests or 5 s "
+            "idle, and aiperf does not retry one it was reusing): " + "; ".join(short)
+        )
     plot = _plot(options, name, points, levels)
     return ScenarioResult(
         name=name,
