@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 import pytest
 
-from inferwire.server import InferwireServer
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.config import Settings, load_settings
+from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2_grpc
 
 MAX_PROMPT_BYTES = 4096
