@@ -4,11 +4,13 @@
 script made the committed `bench/models/demo-q8_0.gguf` (its sha256 beside it), so the
 benchmark needs neither torch nor a retraining. Conversion is an optional step:
 
-    .venv/bin/python -m bench.peers_setup              # fetches llama.cpp's source (sdist)
+    .venv/bin/python -m bench.peers_setup   # llama.cpp's source (sdist), and builds the server
     python3 -m venv /tmp/convenv
     /tmp/convenv/bin/pip install torch==2.11.0 transformers==4.57.6 "numpy~=2.2.6" \
         sentencepiece "protobuf<5" onnx safetensors
-    /tmp/convenv/bin/python scripts/demo_gguf.py
+    /tmp/convenv/bin/python scripts/demo_gguf.py   # --outtype f32: the unquantized twin
+
+The same inputs give the same bytes (the committed file's sha256 was remade so).
 
 1. The Hugging Face checkpoint is read back out of the bundled ONNX model (only `onnx` and
    `numpy`): the builder kept the token embedding and the norms in fp32 and stored every
