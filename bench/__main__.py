@@ -23,6 +23,7 @@ from types import ModuleType
 
 from bench.common import RESULTS, RunOptions, machine, markdown_table, write_json, write_markdown
 from bench.cpu import QUIET_LOAD_PER_CPU, load_per_cpu, wait_until_quiet
+from bench.guide import guide
 
 # name -> module; in the order the suite runs them.
 SCENARIOS = {
@@ -40,6 +41,7 @@ SCENARIOS = {
     "model_swap": "bench.model_swap",
     "tenant_isolation": "bench.tenant_isolation",
     "adapters": "bench.adapters",
+    "peers": "bench.peers",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")
@@ -117,6 +119,7 @@ def write_summary(out_dir: Path) -> Path:
     scenarios = [
         [
             f"[{d['scenario']}]({d['scenario']}.md)",
+            guide(d["scenario"]),
             d["baseline"],
             ", ".join(f"{k} {v:.3f}" for k, v in d["ratios"].items()),
             "quick" if d["quick"] else "full",
@@ -148,7 +151,14 @@ def write_summary(out_dir: Path) -> Path:
         "## Scenarios",
         "",
         markdown_table(
-            ["scenario", "baseline", "ratios", "sizes", "load per CPU before / after"],
+            [
+                "scenario",
+                "what you learn; which figure first",
+                "baseline",
+                "ratios",
+                "sizes",
+                "load per CPU before / after",
+            ],
             scenarios,
         ),
         "",

@@ -52,7 +52,9 @@ async def chat(request: Request) -> StreamingResponse:
 
 async def serve() -> None:
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-    sock = socket.socket()
+    # IPPROTO_TCP, as uvicorn's own listener has: asyncio then sets TCP_NODELAY on every
+    # connection (without it, Nagle holds a keep-alive connection's later events).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
         app, http="httptools", lifespan="off", log_level="warning", access_log=False

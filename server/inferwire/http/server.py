@@ -66,6 +66,13 @@ class _Protocol_WithCertificate(_Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # asyncio sets TCP_NODELAY only on sockets it made itself (proto IPPROTO_TCP); ours
+        # come from a socket we bound, so without this Nagle holds every small event after
+        # a keep-alive connection's first few (once the client delays its ACKs), and a
+        # stream arrives in one piece up to 40 ms late (docs/performance.md).
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         ssl_object = transport.get_extra_info("ssl_object")
         certificate = ssl_object.getpeercert() if ssl_object is not None else None
         if certificate:

@@ -304,7 +304,18 @@ def test_sampling_maps_params_onto_the_options_both_ort_paths_take(
 ):
     sampling = Sampling.of(params, do_sample_default, vocab_size=100)
     assert sampling.options() == expected
-    assert sampling.search_options(64) == {"max_length": 64, "batch_size": 1, **expected}
+    search = sampling.search_options(64)
+    seed = search["random_seed"]  # the request's, else a fresh one
+    assert search == {"max_length": 64, "batch_size": 1, **expected, "random_seed": seed}
+    assert seed == expected.get("random_seed", seed)
+
+
+def test_a_generator_without_a_requested_seed_gets_a_fresh_one_not_the_engines_own() -> None:
+    # ORT GenAI's own seeding (std::random_device) costs 12 ms a generator on a VM.
+    sampling = Sampling.of(types.GenerationParams(temperature=0.8), False, vocab_size=100)
+    seeds = {sampling.search_options(64)["random_seed"] for _ in range(20)}
+    assert len(seeds) > 1
+    assert all(0 <= seed < 2**31 for seed in seeds)
 
 
 def test_json_schemas_get_compact_json_unless_they_choose_their_whitespace():

@@ -7,6 +7,7 @@ options, so the two paths cannot drift apart.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,9 @@ _TURN_SETTERS: dict[str, Callable[[og.TurnOptions, Any], None]] = {
     "top_k": og.TurnOptions.set_top_k,
     "random_seed": og.TurnOptions.set_seed,
 }
+# Seeds for generators whose request sets none (seeded from the OS at import).
+_SEEDS = random.Random()
+_SEED_LIMIT = 2**31  # ORT GenAI takes a signed 32-bit seed
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,11 @@ class Sampling:
         end-of-sequence tokens are masked while it is shorter than `min_length` (both count
         the prompt; 0: no minimum)."""
         options = {"max_length": max_length, "batch_size": 1, **self.options()}
+        # Unset, ORT GenAI seeds every generator from std::random_device, whose RDSEED loop
+        # spins where that instruction is slow (virtual machines): 12 ms a request on the
+        # 2-vCPU VM, most of the bundled model's time to first token (docs/performance.md).
+        # A seed drawn here samples as randomly; a greedy request never reads it.
+        options.setdefault("random_seed", _SEEDS.randrange(_SEED_LIMIT))
         if min_length:
             options["min_length"] = min_length
         return options

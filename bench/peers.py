@@ -1,0 +1,256 @@
+"""inferwire against the server a user would pick instead, measured by the field's own
+load tool: llama.cpp's `llama-server` on the same weights (the committed GGUF, made from
+the bundled model by scripts/demo_gguf.py), and NVIDIA's aiperf over the OpenAI HTTP API.
+
+- Setup (bench/peers_setup.py, cached under .cache/peers/): llama-server built from the
+  llama-cpp-python sdist's llama.cpp, aiperf in its own venv, the GGUF's sha256.
+- Checks (bench/peers_checks.py): both servers tokenize a corpus sample to the same ids;
+  the same greedy prompts give the same first tokens.
+- Load: aiperf against both servers' `/v1/completions` and `/v1/chat/completions`,
+  streaming, greedy, INPUT_TOKENS in and OUTPUT_TOKENS out (`ignore_eos`; each request's
+  usage is checked to be the full length), at concurrency 1, 8 and 32; both servers have
+  32 slots (llama-server `--parallel 32`, inferwire `max_concurrency: 32`) at every level
+  and one compute thread per step. inferwire runs twice: as `inferwire serve` runs it
+  (`batching: auto`, the per-request path on a CPU model) and with `batching: engine`.
+  The servers take turns, the first of each cell rotating, so drift on a shared machine
+  falls on all.
+- CPU from /proc over aiperf's profiling window (bench/peers_aiperf.py): each server's
+  per output token (inferwire's by thread group), aiperf's own (it shares the cores), and
+  what the rest of the machine used meanwhile.
+- gRPC: ghz on inferwire's `InferStream` with the same prompt length, output length and
+  concurrency (aiperf speaks HTTP only), so the table shows HTTP next to gRPC on the same
+  server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import peers_report
+from bench.common import RunOptions, ScenarioResult
+from bench.peers_aiperf import CpuSampler, aiperf_command, parse_run, summarize_runs
+from bench.peers_checks import corpus_sample, greedy_check, tokenization_check
+from bench.peers_servers import exact_prompt, ghz_stream, inferwire, llama_server
+from bench.peers_setup import CACHE, setup
+from inferwire.backends.ort_genai import builtin_model_path
+
+NAME = "peers"
+CONCURRENCY = (1, 8, 32)
+ENDPOINTS = ("completions", "chat")
+# inferwire as `inferwire serve` runs it (batching: auto, the per-request path on a CPU
+# model), inferwire with `batching: engine` (og.Engine's static batches), llama-server.
+SERVERS = ("inferwire", "inferwire_engine", "llama_cpp")
+INPUT_TOKENS = 64
+OUTPUT_TOKENS = 128
+# Per slot: the input, the chat template's headings (under 16 tokens), the output.
+SLOT_TOKENS = INPUT_TOKENS + 16 + OUTPUT_TOKENS
+SLOTS = max(CONCURRENCY)
+# llama-server's compute threads: one, as ONNX Runtime runs one intra-op thread per
+# generator here. Its default (the physical cores, 2) made 2-6x fewer tokens/s at 3-5x the
+# CPU per token in a check beside aiperf: its two threads spin at every step's barrier
+# while the load tool and its HTTP thread want the same two cores.
+LLAMA_THREADS = 1
+
+
+def _requests(concurrency: int, quick: bool) -> int:
+    if quick:
+        return max(2, concurrency)
+    return {1: 24, 8: 64, 32: 128}[concurrency]
+
+
+def _machine_busy_us() -> float:
+    """Every CPU's busy time so far (/proc/stat), µs."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) * 1e6 / os.sysconf("SC_CLK_TCK")
+
+
+def _accounting(
+    sampler: CpuSampler, server: str, tool: str, start_ns: int, end_ns: int, load: float
+) -> dict[str, Any]:
+    """The CPU of one measured window: the server's by group, the load tool's, and the
+    share of the machine that neither they, the idle peer nor this process used."""
+    server_cpu = sampler.between(server, start_ns, end_ns)
+    tool_cpu = sampler.between(tool, start_ns, end_ns).get("total", 0.0)
+    ours = server_cpu.get("total", 0.0) + tool_cpu
+    for name in (*SERVERS, "bench"):
+        if name != server:
+            ours += sampler.between(name, start_ns, end_ns).get("total", 0.0)
+    busy = sampler.between("machine", start_ns, end_ns).get("total", 0.0)
+    wall_us = (end_ns - start_ns) / 1e3 * len(os.sched_getaffinity(0))
+    return {
+        "server_cpu_us": server_cpu,
+        "tool_cpu_us": tool_cpu,
+        "load_before": load,
+        "other_cpu_share": max(0.0, busy - ours) / wall_us if wall_us else 0.0,
+    }
+
+
+def _aiperf_cell(
+    sampler: CpuSampler,
+    aiperf: Path,
+    url: str,
+    server: str,
+    endpoint: str,
+    concurrency: int,
+    requests: int,
+    scratch: Path,
+    tag: str,
+) -> dict[str, Any]:
+    artifacts = scratch / tag
+    command = aiperf_command(
+        aiperf, url, endpoint, concurrency, requests, INPUT_TOKENS, OUTPUT_TOKENS,
+        builtin_model_path(), artifacts,
+    )  # fmt: skip
+    load = os.getloadavg()[0]
+    with (scratch / f"{tag}.log").open("w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        sampler.add_tree(tag, process.pid)
+        code = process.wait(timeout=900)
+    sampler.sample_now()
+    if code != 0:
+        raise RuntimeError(f"aiperf exited {code}: {(scratch / f'{tag}.log').read_text()[-3000:]}")
+    run = parse_run(artifacts)
+    return {"run": run, **_accounting(sampler, server, tag, run.start_ns, run.end_ns, load)}
+
+
+def _ghz_cell(
+    sampler: CpuSampler, target: str, prompt: str, concurrency: int, calls: int, tag: str
+) -> dict[str, Any]:
+    load = os.getloadavg()[0]
+    ghz_stream(target, prompt, 8, concurrency, max(concurrency, 4))  # warm-up
+    run = ghz_stream(
+        target, prompt, OUTPUT_TOKENS, concurrency, calls,
+        on_start=lambda pid: sampler.add_tree(tag, pid),
+    )  # fmt: skip
+    sampler.sample_now()
+    return {"run": run, **_accounting(sampler, "inferwire", tag, run.start_ns, run.end_ns, load)}
+
+
+def _merge(cells: list[dict[str, Any]], tokens: int, wall_s: float) -> dict[str, Any]:
+    """CPU of several cells of one kind, per output token."""
+    server: dict[str, float] = {}
+    for cell in cells:
+        for group, us in cell["server_cpu_us"].items():
+            server[group] = server.get(group, 0.0) + us
+    tool = sum(cell["tool_cpu_us"] for cell in cells)
+    return {
+        "server_cpu_us_per_token": {g: us / tokens for g, us in server.items()} if tokens else {},
+        "tool_cpu_us_per_token": tool / tokens if tokens else 0.0,
+        "tool_cpu_share_of_a_core": tool / 1e6 / wall_s if wall_s else 0.0,
+        "load_before": [round(cell["load_before"], 2) for cell in cells],
+        "other_cpu_share_max": max(cell["other_cpu_share"] for cell in cells),
+    }
+
+
+def measure(options: RunOptions) -> dict[str, Any]:
+    tools = setup()
+    rounds = options.size(2, 1)
+    threads = LLAMA_THREADS
+    data: dict[str, Any] = {"setup": tools.steps, "gguf_sha256": tools.gguf_sha256}
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="peers-")))
+        llama = stack.enter_context(
+            llama_server(
+                tools.llama_server, tools.gguf, SLOTS, SLOT_TOKENS, threads,
+                CACHE / "llama-server.log",
+            )
+        )  # fmt: skip
+        gateway = stack.enter_context(inferwire(SLOTS))
+        batched = stack.enter_context(inferwire(SLOTS, batching="engine"))
+        texts = corpus_sample(tools.corpus_sdist)
+        data["tokenization"] = tokenization_check(builtin_model_path(), llama.url, texts)
+        data["greedy"] = greedy_check(builtin_model_path(), llama.url)
+        data["llama_server_command"] = [Path(llama.command[0]).name, *llama.command[1:]]
+        data["llama_server_command"][2] = tools.gguf.name
+        urls = {
+            "inferwire": gateway.http_url,
+            "inferwire_engine": batched.http_url,
+            "llama_cpp": llama.url,
+        }
+        import onnxruntime_genai as og
+
+        tokenizer = og.Tokenizer(og.Model(str(builtin_model_path())))
+        prompt = exact_prompt(tokenizer, texts, INPUT_TOKENS)
+        sampler = stack.enter_context(
+            CpuSampler(
+                servers={
+                    "inferwire": gateway.process.pid,
+                    "inferwire_engine": batched.process.pid,
+                    "llama_cpp": llama.pid,
+                    "bench": os.getpid(),
+                }
+            )
+        )
+        sampler.add_machine("machine", _machine_busy_us)
+        cells: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+        step = 0
+        for round_index in range(rounds):
+            for concurrency in CONCURRENCY:
+                requests = _requests(concurrency, options.quick)
+                for endpoint in ENDPOINTS:
+                    turn = (round_index + step) % len(SERVERS)
+                    order = SERVERS[turn:] + SERVERS[:turn]
+                    step += 1
+                    for server in order:
+                        tag = f"{server}-{endpoint}-{concurrency}-{round_index}"
+                        cell = _aiperf_cell(
+                            sampler, tools.aiperf, urls[server], server, endpoint,
+                            concurrency, requests, scratch, tag,
+                        )  # fmt: skip
+                        cells.setdefault((server, endpoint, concurrency), []).append(cell)
+                        print(
+                            f"  {tag}: {cell['run'].tokens / cell['run'].wall_s:,.0f} "
+                            f"tokens/s, load {cell['load_before']:.2f}",
+                            flush=True,
+                        )
+                tag = f"grpc-{concurrency}-{round_index}"
+                cell = _ghz_cell(sampler, gateway.target, prompt, concurrency, requests, tag)
+                cells.setdefault(("inferwire", "grpc", concurrency), []).append(cell)
+    data["points"] = _points(cells)
+    data["prompt_tokens"] = INPUT_TOKENS
+    data["output_tokens"] = OUTPUT_TOKENS
+    data["slots"] = SLOTS
+    data["threads"] = threads
+    return data
+
+
+def _points(cells: dict[tuple[str, str, int], list[dict[str, Any]]]) -> dict[str, Any]:
+    points: dict[str, Any] = {}
+    for (server, endpoint, concurrency), group in cells.items():
+        key = f"{server}/{endpoint}/{concurrency}"
+        if endpoint == "grpc":
+            calls = sum(c["run"].calls for c in group)
+            wall = sum(c["run"].total_s for c in group)
+            tokens = calls * OUTPUT_TOKENS
+            summary = {
+                "requests": calls,
+                "tokens": tokens,
+                "wall_s": wall,
+                "tokens_per_s": tokens / wall if wall else 0.0,
+                "latency_p50_ms": max(c["run"].p50_ms for c in group),
+                "latency_p99_ms": max(c["run"].p99_ms for c in group),
+            }
+        else:
+            summary = summarize_runs([c["run"] for c in group])
+            tokens, wall = summary["tokens"], summary["wall_s"]
+        points[key] = {"server": server, "endpoint": endpoint, "concurrency": concurrency,
+                       **summary, **_merge(group, tokens, wall)}  # fmt: skip
+    return points
+
+
+def run(options: RunOptions) -> ScenarioResult:
+    if shutil.which("cmake") is None and not options.quick:
+        raise RuntimeError("cmake is needed to build llama-server (apt-get install cmake g++)")
+    started = time.perf_counter()
+    data = measure(options)
+    data["scenario_seconds"] = round(time.perf_counter() - started, 1)
+    return peers_report.result(options, NAME, data, CONCURRENCY, ENDPOINTS)

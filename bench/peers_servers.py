@@ -1,0 +1,169 @@
+"""The two servers of the `peers` scenario as their users run them, and ghz on gRPC.
+
+- `llama_server`: llama.cpp's `llama-server` on the committed GGUF, CPU only, with the
+  sampling of the bundled model (`--repeat-penalty 1.2` over the whole sequence, as ONNX
+  Runtime GenAI applies it: `--repeat-last-n` the slot's length, since this llama.cpp
+  refuses -1), `--jinja` for the GGUF's
+  chat template, `--parallel` slots and `-c` = slots × (input + output tokens), the
+  compute threads given, `--metrics`.
+- `inferwire`: `inferwire serve` with the bundled model as `demo` (by default `batching:
+  auto`, which is the per-request path on a CPU model), `max_concurrency` = the slots.
+- `ghz_stream`: ghz on inferwire's gRPC `InferStream` (reflection), the same prompt length,
+  output length and concurrency, so the HTTP figures have their gRPC twin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.ghz_infer import ghz_path
+from bench.streams import gateway_server
+from tests.support.process import ServerProcess
+
+REPEAT_PENALTY = 1.2  # scripts/demo_model/export.py's, in genai_config.json
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class LlamaServer:
+    pid: int
+    url: str
+    command: list[str]
+
+
+def llama_server_command(
+    binary: Path, gguf: Path, port: int, slots: int, slot_tokens: int, threads: int
+) -> list[str]:
+    return [
+        str(binary),
+        "--model", str(gguf),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--parallel", str(slots),
+        "--ctx-size", str(slots * slot_tokens),
+        "--threads", str(threads),
+        "--threads-batch", str(threads),
+        "--repeat-penalty", str(REPEAT_PENALTY),
+        # The whole sequence: this llama.cpp refuses -1 ("invalid repeat-last-n = -1"), and
+        # a slot's length covers every request's prompt and output.
+        "--repeat-last-n", str(slot_tokens),
+        "--jinja",
+        "--metrics",
+        "--no-webui",
+        "--alias", "demo",
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def llama_server(
+    binary: Path, gguf: Path, slots: int, slot_tokens: int, threads: int, log: Path
+) -> Iterator[LlamaServer]:
+    """llama-server on a free loopback port, ready (GET /health 200); stopped by PID."""
+    port = _free_port()
+    command = llama_server_command(binary, gguf, port, slots, slot_tokens, threads)
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"llama-server exited {process.returncode}:\n{log.read_text()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama-server not ready in 120 s:\n{log.read_text()}")
+            time.sleep(0.2)
+        yield LlamaServer(process.pid, url, command)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def inferwire(slots: int, batching: str = "auto") -> Iterator[ServerProcess]:
+    with gateway_server(slots, batching=batching) as server:
+        yield server
+
+
+def exact_prompt(tokenizer: Any, texts: list[str], length: int) -> str:
+    """A corpus passage of exactly `length` tokens (re-encoded, as a server would)."""
+    for text in texts:
+        ids = list(tokenizer.encode(text))
+        for start in range(0, max(0, len(ids) - length), 7):
+            prompt = str(tokenizer.decode(ids[start : start + length]))
+            if len(tokenizer.encode(prompt)) == length:
+                return prompt
+    raise RuntimeError(f"no passage of exactly {length} tokens")
+
+
+@dataclass
+class GhzRun:
+    start_ns: int
+    end_ns: int
+    calls: int
+    total_s: float
+    p50_ms: float
+    p99_ms: float
+    pid: int
+
+
+def ghz_stream(
+    target: str,
+    prompt: str,
+    output_tokens: int,
+    concurrency: int,
+    calls: int,
+    on_start: Any = None,
+) -> GhzRun:
+    """ghz, `calls` InferStream calls at `concurrency`, one connection; any failure raises.
+    `on_start(pid)` is called once ghz runs (to sample its CPU)."""
+    data = {
+        "model": "demo",
+        "prompt": prompt,
+        "parameters": {"max_tokens": output_tokens, "temperature": 0, "ignore_eos": True},
+    }
+    command = [
+        str(ghz_path()), "--insecure", "--format=json",
+        "--call=inferwire.v1.InferenceService.InferStream",
+        f"--data={json.dumps(data)}",
+        f"--concurrency={concurrency}", f"--total={calls}", "--connections=1",
+        target,
+    ]  # fmt: skip
+    start_ns = time.time_ns()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if on_start is not None:
+        on_start(process.pid)
+    stdout, stderr = process.communicate(timeout=600)
+    end_ns = time.time_ns()
+    if process.returncode != 0:
+        raise RuntimeError(f"ghz failed: {stderr or stdout}")
+    report = json.loads(stdout)
+    codes = report.get("statusCodeDistribution", {})
+    if set(codes) != {"OK"}:
+        raise RuntimeError(f"ghz saw failures: {codes} {report.get('errorDistribution')}")
+    percentiles = {d["percentage"]: d["latency"] / 1e6 for d in report["latencyDistribution"]}
+    return GhzRun(
+        start_ns, end_ns, int(report["count"]), report["total"] / 1e9,
+        percentiles.get(50, 0.0), percentiles.get(99, 0.0), process.pid,
+    )  # fmt: skip

@@ -1,0 +1,122 @@
+"""The pure parts of the `peers` benchmark (bench/peers_*.py): no llama.cpp, no aiperf.
+
+aiperf's artifacts are read the way the scenario reads them, from files shaped as aiperf
+0.13 writes them; the committed GGUF is checked against its committed sha256; the servers'
+command lines carry the sampling and sizes that make the comparison fair.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.peers_aiperf import AiperfRun, _Series, aiperf_command, parse_run, summarize_runs
+from bench.peers_servers import llama_server_command
+from bench.peers_setup import GGUF, PeersSetupError, check_gguf, expected_sha256, sha256_of
+
+
+def _record(phase: str, ttft: float, itl: float, tokens: int) -> dict[str, object]:
+    return {
+        "metadata": {"benchmark_phase": phase, "request_start_ns": 1},
+        "metrics": {
+            "time_to_first_token": {"value": ttft, "unit": "ms"},
+            "inter_token_latency": {"value": itl, "unit": "ms"},
+            "output_token_count": {"value": tokens, "unit": "tokens"},
+        },
+    }
+
+
+def _artifacts(tmp_path: Path) -> Path:
+    phases = [
+        {"phase_kind": "warmup", "start_ns": 0, "end_ns": 10, "error_request_count": 0},
+        {
+            "phase_kind": "profiling",
+            "start_ns": 2_000_000_000,
+            "end_ns": 4_000_000_000,
+            "error_request_count": 1,
+        },
+    ]
+    (tmp_path / "phase_manifest.json").write_text(json.dumps({"phases": phases}))
+    summary = {"output_token_throughput": {"unit": "tokens/sec", "avg": 250.0}}
+    (tmp_path / "profile_export_aiperf.json").write_text(json.dumps(summary))
+    records = [
+        _record("warmup", 900.0, 9.0, 128),
+        _record("profiling", 10.0, 1.0, 128),
+        _record("profiling", 30.0, 3.0, 128),
+        {**_record("profiling", 1.0, 1.0, 0), "error": {"code": 500}},
+    ]
+    (tmp_path / "profile_export.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    return tmp_path
+
+
+def test_only_the_profiling_phases_successful_requests_are_counted(tmp_path: Path) -> None:
+    run = parse_run(_artifacts(tmp_path))
+    assert run.ttft_ms == [10.0, 30.0]
+    assert run.itl_ms == [1.0, 3.0]
+    assert run.tokens == 256
+    assert run.wall_s == 2.0
+    assert run.errors == 1
+    assert run.reported_tokens_per_s == 250.0
+
+
+def test_rounds_pool_their_requests_and_windows() -> None:
+    runs = [
+        AiperfRun(0, 1_000_000_000, [10.0], [1.0], [128], 0, 128.0),
+        AiperfRun(0, 3_000_000_000, [30.0, 20.0], [3.0, 2.0], [128, 120], 0, 82.7),
+    ]
+    summary = summarize_runs(runs)
+    assert summary["requests"] == 3
+    assert summary["tokens_per_s"] == pytest.approx(376 / 4.0)
+    assert summary["ttft_p50_ms"] == 20.0
+    assert summary["ttft_p99_ms"] == 30.0
+    assert (summary["min_output_tokens"], summary["max_output_tokens"]) == (120, 128)
+
+
+def test_cpu_readings_are_interpolated_at_a_window_edge() -> None:
+    series = _Series([0, 100, 200], [{"total": 0.0}, {"total": 50.0}, {"total": 150.0}])
+    assert series.at(150) == {"total": 100.0}
+    assert series.at(-5) == {"total": 0.0}
+    assert series.at(500) == {"total": 150.0}
+
+
+def test_aiperf_asks_both_servers_for_the_same_greedy_fixed_length_stream(tmp_path: Path) -> None:
+    command = aiperf_command(
+        Path("aiperf"), "http://127.0.0.1:1", "chat", 8, 64, 64, 128, tmp_path, tmp_path
+    )
+    joined = " ".join(command)
+    for part in (
+        "--endpoint-type chat",
+        "--streaming",
+        "--isl 64 --isl-stddev 0",
+        "--osl 128 --osl-stddev 0",
+        "ignore_eos:true",
+        "temperature:0",
+        "--concurrency 8",
+        "--use-server-token-count",
+    ):
+        assert part in joined
+
+
+def test_llama_server_samples_as_the_bundled_model_and_sizes_every_slot() -> None:
+    command = llama_server_command(Path("llama-server"), Path("m.gguf"), 9, 32, 208, 2)
+    flags = dict(zip(command[1::2], command[2::2], strict=False))
+    assert flags["--parallel"] == "32"
+    assert flags["--ctx-size"] == str(32 * 208)
+    assert flags["--repeat-penalty"] == "1.2"
+    assert flags["--repeat-last-n"] == "208"  # the whole slot: every prompt and output
+    assert "--jinja" in command
+    assert flags["--threads"] == flags["--threads-batch"] == "2"
+
+
+def test_the_committed_gguf_matches_its_committed_sha256() -> None:
+    assert check_gguf() == expected_sha256() == sha256_of(GGUF)
+
+
+def test_a_changed_gguf_is_refused(tmp_path: Path) -> None:
+    copy = tmp_path / GGUF.name
+    copy.write_bytes(GGUF.read_bytes()[:1000])
+    copy.with_name(copy.name + ".sha256").write_text(f"{expected_sha256()}  {copy.name}\n")
+    with pytest.raises(PeersSetupError, match="sha256"):
+        check_gguf(copy)
