@@ -216,7 +216,8 @@ class ManagedModel:
         self._changed()
 
     def unloading(self) -> None:
-        self._state, self._detail = ModelState.UNLOADING, ""
+        """A deliberate unload or eviction: `""` stops counting it now, not after the drain."""
+        self._state, self._detail, self._wanted = ModelState.UNLOADING, "", False
         self._changed()
 
     def unloaded(self, why: str | None = None) -> None:

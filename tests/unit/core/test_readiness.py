@@ -5,10 +5,19 @@ lost it, still counts until it is healed or unloaded (docs/operations.md)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 from inferwire.core.errors import BackendUnavailableError
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.memory import Footprint, MemorySettings
-from inferwire.core.types import BackendHealth
+from inferwire.core.types import (
+    BackendHealth,
+    GenerationParams,
+    InferenceRequest,
+    ModelState,
+    StreamChunk,
+)
 from inferwire.core.validation import RequestLimits
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 
@@ -71,4 +80,40 @@ async def test_a_model_the_memory_budget_evicted_counts_as_deliberately_unloaded
         assert evicted == ["a"]
         assert models.serving  # a was evicted to make room: it is not meant to be loaded
     finally:
+        await models.close()
+
+
+async def _read_all(chunks: AsyncIterator[StreamChunk]) -> list[StreamChunk]:
+    return [chunk async for chunk in chunks]
+
+
+async def test_an_unload_stops_counting_when_it_starts_not_after_its_drain():
+    """The window CI found: "" went NOT_SERVING for as long as the unloaded model's
+    in-flight requests took to finish, so health-checked channels on "" saw UNAVAILABLE."""
+    models, backends = manager(spec("m", load_on_startup=True), spec("spare"))
+    await models.start()
+    published: list[dict[str, bool]] = []
+
+    async def record(statuses: dict[str, bool]) -> None:
+        published.append(statuses)
+
+    models.add_health_listener(record)
+    try:
+        await models.load("spare")
+        backends["spare"].generation_gate.close()
+        _, chunks = models.infer_stream(
+            InferenceRequest("", "spare", "hi", params=GenerationParams())
+        )
+        stream = asyncio.create_task(_read_all(chunks))
+        await backends["spare"].started.wait()
+        unloading = asyncio.create_task(models.unload("spare"))
+        await asyncio.sleep(0)
+        assert models.model_status("spare").state is ModelState.UNLOADING
+        assert models.serving and not models.health_statuses()["spare"]
+        backends["spare"].generation_gate.open()
+        assert "".join(chunk.text for chunk in await stream) == "Hello, world"
+        await unloading
+        assert all(statuses[""] for statuses in published), published
+    finally:
+        backends["spare"].generation_gate.open()
         await models.close()
