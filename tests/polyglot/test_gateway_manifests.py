@@ -21,7 +21,7 @@ import yaml
 
 from inferwire.config import DEFAULT_OBJECTIVES
 from tests.support.crd import CrdVersion, load_crd
-from tests.support.kubernetes import (
+from tests.support.manifests import (
     DEPLOY,
     KUBERNETES_VERSION,
     Objects,

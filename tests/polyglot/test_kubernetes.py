@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 
 from inferwire.backends.triton.options import TritonOptions
-from tests.support.kubernetes import (
+from tests.support.manifests import (
     DEPLOY,
     KUBERNETES_VERSION,
     inferwire_container,
@@ -20,7 +20,7 @@ from tests.support.kubernetes import (
     volume_at,
     without_inferwire_environment,
 )
-from tests.support.kubernetes import render as render_directory
+from tests.support.manifests import render as render_directory
 
 KUBERNETES = DEPLOY / "kubernetes"
 KUSTOMIZATIONS = ["base", "overlays/triton"]

@@ -23,13 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".cache" / f"kserve-sdk-{KSERVE_VERSION}"
 PYTHON = VENV / "bin" / "python"
 CLIENT = Path(__file__).resolve().parent / "kserve_sdk_client.py"
+# `-P`: the programs' own folder stays off sys.path, where tests/support's modules
+# (dns.py, manifests.py, ...) would shadow the packages the SDKs import.
 TRITONCLIENT_PROGRAM = Path(__file__).resolve().parent / "tritonclient_vllm.py"
 
 
 def run_tritonclient_program(target: str, model: str, unary_model: str) -> dict:
     """The tritonclient program's report; it fails here with its traceback when a call failed."""
     result = subprocess.run(
-        [sys.executable, str(TRITONCLIENT_PROGRAM), target, model, unary_model],
+        [sys.executable, "-P", str(TRITONCLIENT_PROGRAM), target, model, unary_model],
         capture_output=True,
         text=True,
         timeout=300,
@@ -58,7 +60,7 @@ def kserve_python() -> Path:
 
 def run_kserve_client(target: str, model: str) -> dict:
     result = subprocess.run(
-        [str(kserve_python()), str(CLIENT), target, model],
+        [str(kserve_python()), "-P", str(CLIENT), target, model],
         capture_output=True,
         text=True,
         timeout=120,
