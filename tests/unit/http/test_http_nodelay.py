@@ -40,7 +40,13 @@ def _request(sock: socket.socket) -> None:
 
 
 async def test_every_connection_sends_each_event_at_once_without_nagle() -> None:
-    server = HttpServer(Starlette(routes=[Route("/s", _stream)]), "127.0.0.1:0", None)
+    server = HttpServer(
+        Starlette(routes=[Route("/s", _stream)]),
+        "127.0.0.1:0",
+        None,
+        read_timeout_s=30,
+        max_header_bytes=16384,
+    )
     port = await server.start(grace_s=1)
     try:
         with socket.create_connection(("127.0.0.1", port)) as sock:
