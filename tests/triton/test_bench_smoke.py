@@ -3,7 +3,7 @@
 Smoke only: the sizes are tiny and nothing here looks at how fast anything was. It lives
 in the Triton tier because two scenarios need tritonserver (and one ghz).
 
-`peers` is left out: its setup compiles llama.cpp's server (13 minutes on 2 cores) and
+`peers` is left out: its setup compiles llama.cpp's server (6-13 minutes on 2 cores) and
 puts aiperf in a venv of its own, which `make test` never does (docs/benchmarks.md); its
 pure parts are in tests/unit/test_peers_bench.py.
 """
