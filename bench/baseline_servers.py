@@ -47,9 +47,14 @@ def baseline_server(module: str, *args: str) -> Iterator[BaselineProcess]:
         port = int(process.stdout.readline())
         yield BaselineProcess(process.pid, f"127.0.0.1:{port}")
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=10)
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`; reaped either way."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

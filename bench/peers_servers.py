@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from bench.baseline_servers import stop_process
 from bench.ghz_infer import ghz_path
 from bench.streams import gateway_server
 from tests.support.process import ServerProcess
@@ -92,12 +93,7 @@ def llama_server(
             time.sleep(0.2)
         yield LlamaServer(process.pid, url, command)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=15)
 
 
 @contextlib.contextmanager
