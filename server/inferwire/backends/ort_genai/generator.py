@@ -144,8 +144,10 @@ class GeneratorPath:
         channel = Channel(asyncio.get_running_loop())
         tally = TokenTally(progress, len(request.prompt_ids))
         outbox = Outbox(channel.put_all, self._stream_interval_s)
-        run = _GeneratorRun(self._model, request, tally, channel, outbox, self._executor)
-        run.adapter, run.turns = self._adapter, self._turns
+        run = _GeneratorRun(
+            self._model, request, tally, channel, outbox, self._executor, self._turns
+        )
+        run.adapter = self._adapter
         return consume(channel, run, tally, request.coalesce)
 
 
@@ -160,6 +162,7 @@ class _GeneratorRun:
         channel: Channel,
         outbox: Outbox[StreamEvent],
         executor: ThreadPoolExecutor,
+        turns: Turns,
     ) -> None:
         self._model = model
         self._request = request
@@ -172,7 +175,7 @@ class _GeneratorRun:
         self._credits = threading.Semaphore(LOOKAHEAD_DELTAS)
         self._stop = threading.Event()
         self.adapter: ActiveAdapter | None = None
-        self.turns = Turns()  # the path's, shared by its requests
+        self.turns = turns  # the path's, shared by its requests
 
     def start(self) -> asyncio.Future[None]:
         return self._channel.loop.run_in_executor(self._executor, self._run)
