@@ -299,20 +299,42 @@ OIP_VLLM_MODEL = "vllm_model"
 OIP_TRTLLM_MODEL = "trtllm_model"
 
 
+def copy_model(directory: Path, source: str, name: str, extra_config: str = "") -> None:
+    """Copy test model `source` into `directory` as `name` (symlinks copied as files), with
+    `extra_config` appended to its config.pbtxt."""
+    shutil.copytree(REPOSITORY / source, directory / name)
+    config = directory / name / "config.pbtxt"
+    text = config.read_text().replace(f'name: "{source}"', f'name: "{name}"')
+    config.write_text(text + extra_config)
+
+
 def oip_repository(directory: Path) -> Path:
-    """A repository with OIP_VLLM_MODEL and OIP_TRTLLM_MODEL (symlinks copied as files)."""
-    for source, name, extra in (
-        (
-            "vllm_echo",
-            OIP_VLLM_MODEL,
-            'parameters { key: "stream_deltas" value: { string_value: "true" } }\n',
-        ),
-        ("trtllm_unary", OIP_TRTLLM_MODEL, ""),
-    ):
-        shutil.copytree(REPOSITORY / source, directory / name)
-        config = directory / name / "config.pbtxt"
-        text = config.read_text().replace(f'name: "{source}"', f'name: "{name}"')
-        config.write_text(text + extra)
+    """A repository with OIP_VLLM_MODEL and OIP_TRTLLM_MODEL."""
+    deltas = 'parameters { key: "stream_deltas" value: { string_value: "true" } }\n'
+    copy_model(directory, "vllm_echo", OIP_VLLM_MODEL, deltas)
+    copy_model(directory, "trtllm_unary", OIP_TRTLLM_MODEL)
+    return directory
+
+
+# The models of the shared-Triton readiness tests (tests/triton/test_triton_shared_readiness.py).
+SLOW_LOADING_MODEL = "slow_loading"
+FAILING_INIT_MODEL = "failing_init"
+SLOW_LOAD_S = 0.5
+
+
+def shared_repository(directory: Path) -> Path:
+    """A repository shared by several models: vllm_echo, a copy of it whose initialize()
+    takes SLOW_LOAD_S (Triton's ServerReady is false while it loads), and a model whose
+    initialize() raises (ServerReady is false once its load failed)."""
+    copy_model(directory, "vllm_echo", "vllm_echo")
+    delay = f'parameters {{ key: "load_delay_s" value: {{ string_value: "{SLOW_LOAD_S}" }} }}\n'
+    copy_model(directory, "vllm_echo", SLOW_LOADING_MODEL, delay)
+    copy_model(directory, "vllm_echo", FAILING_INIT_MODEL)
+    (directory / FAILING_INIT_MODEL / "1" / "model.py").write_text(
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        '        raise RuntimeError("failing in initialize() on purpose")\n'
+    )
     return directory
 
 

@@ -67,7 +67,7 @@ class Endpoint:
     stub: service_pb2_grpc.GRPCInferenceServiceStub
     healthy: bool = True
     detail: str = ""
-    lost_model: bool = False  # the server is ready but the model is not (a restart)
+    lost_model: bool = False  # the server is live but the model is not ready (a restart)
     in_flight: int = 0  # requests sent here that have not ended
     draining: bool = False  # gone from DNS: no new requests; closes once idle
     round_trip_s: float | None = None  # ServerLive's round trip, averaged over checks
@@ -272,7 +272,12 @@ class EndpointPool:
         await asyncio.gather(*(self.check_one(endpoint) for endpoint in self.endpoints))
 
     async def check_one(self, endpoint: Endpoint) -> None:
-        """ServerLive, ServerReady and ModelReady for the model we loaded."""
+        """ServerLive, and ModelReady for the model we loaded (its configured version).
+
+        Never ServerReady: it is server-wide, false while any model of the repository
+        loads and for as long as any failed to load (`--strict-readiness`, the default), so
+        one sibling loading or broken would take every model on that Triton out of service.
+        """
         timeout = self.options.health_timeout_s
         try:
             sent = time.monotonic()
@@ -280,10 +285,7 @@ class EndpointPool:
                 service_pb2.ServerLiveRequest(), metadata=self.metadata, timeout=timeout
             )
             endpoint.measured(time.monotonic() - sent)
-            ready = await endpoint.stub.ServerReady(
-                service_pb2.ServerReadyRequest(), metadata=self.metadata, timeout=timeout
-            )
-            model_ready = await self.model_ready(endpoint, timeout)
+            model_ready = live.live and await self.model_ready(endpoint, timeout)
         except grpc.aio.AioRpcError as exc:
             endpoint.healthy, endpoint.detail = False, f"{exc.code().name}: {exc.details()}"
             endpoint.lost_model = False
@@ -294,9 +296,9 @@ class EndpointPool:
             # Drained while checked: closing its channel cancelled the RPC.
             endpoint.healthy, endpoint.detail = False, "draining"
             return
-        endpoint.lost_model = bool(live.live and ready.ready and not model_ready)
-        if not (live.live and ready.ready):
-            endpoint.healthy, endpoint.detail = False, "server not ready"
+        endpoint.lost_model = bool(live.live and not model_ready)
+        if not live.live:
+            endpoint.healthy, endpoint.detail = False, "server not live"
         elif not model_ready:
             endpoint.healthy, endpoint.detail = False, "model not ready"
         else:

@@ -106,7 +106,7 @@ class ModelControl:
                 log.exception("Triton endpoint check failed", extra={"model": self._model_name})
 
     async def check(self) -> None:
-        """Refresh every endpoint's health; load the model again where a ready Triton lost it."""
+        """Refresh every endpoint's health; load the model again where a live Triton lost it."""
         await self._pool.check()
         lost = [ep for ep in self._pool.endpoints if ep.lost_model]
         if not (lost and self._options.reload_lost_models):

@@ -64,8 +64,9 @@ class TritonOptions(BackendOptions):
     """How long a load waits for Triton to accept connections (it may still be starting);
     then the load fails UNAVAILABLE."""
     health_interval_s: float = Field(default=0.5, gt=0)
-    """Seconds between checks of every endpoint (ServerLive, ServerReady, ModelReady) while
-    the model is loaded; the model's health reports the last check."""
+    """Seconds between checks of every endpoint (ServerLive, and ModelReady for this model;
+    never the server-wide ServerReady) while the model is loaded; the model's health
+    reports the last check."""
     health_timeout_s: float = Field(default=1.0, gt=0)
     """Timeout of each health RPC."""
     reload_lost_models: bool = True

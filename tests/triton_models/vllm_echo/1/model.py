@@ -16,6 +16,7 @@ an adapter the file does not name is refused in the vLLM backend's words.
 
 import json
 import os
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -43,6 +44,8 @@ class TritonPythonModel(ThreadPerRequest):
         # backend releases do; without it, cumulative text.
         parameters = json.loads(args["model_config"]).get("parameters", {})
         self.deltas = parameters.get("stream_deltas", {}).get("string_value") == "true"
+        # `load_delay_s`: a slow load, during which Triton's ServerReady is false.
+        time.sleep(float(parameters.get("load_delay_s", {}).get("string_value", "0")))
         loras = os.path.join(args["model_repository"], args["model_version"], "multi_lora.json")
         self.supported_loras = []
         if os.path.isfile(loras):
