@@ -1,9 +1,11 @@
 """The house: one process's models, metrics, tracing and callers, and its two doors.
 
 `InferwireServer` builds the core (`core.manager.ModelManager`) and what every door
-shares (the Prometheus registry, OpenTelemetry, the callers of `server.auth`, the
-`server.tls` files), then the gRPC door (`api.listener.GrpcListener`: InferenceService,
-KServe v2, health, reflection) and the HTTP door (`http.server.HttpServer`: the
+shares: the metrics (`metrics/`: the core's series and the gateway's gauges, in the one
+registry each door adds its per-call series to), OpenTelemetry, the reception that
+every call goes through (`edge.calls.Reception`: `server.auth`, tenancy, tracing) and
+the `server.tls` files; then the gRPC door (`api.listener.GrpcListener`: InferenceService,
+KServe v2, health, reflection) and the HTTP door (`http.listener.HttpListener`: the
 OpenAI-compatible API), on one event loop. `stop()` drains both together.
 """
 
@@ -16,22 +18,24 @@ import time
 from typing import Any
 
 from inferwire.api.listener import GrpcListener
-from inferwire.api.metrics import MetricsEndpoint, PrometheusMetrics
-from inferwire.api.tls import CertificateFiles
 from inferwire.backends import create_backend
 from inferwire.config import Settings
 from inferwire.core.manager import BackendFactory, ModelManager
 from inferwire.core.metrics import MemoryMetrics, MetricsListener
 from inferwire.core.tracing import Tracer
 from inferwire.core.validation import RequestLimits
-from inferwire.edge.callers import Callers
-from inferwire.edge.calls import JoinsCalls
-from inferwire.edge.certificates import log_transport_security
-from inferwire.edge.gateway import GatewayHeaders, ModelServerMetrics
+from inferwire.edge.authentication import Authenticator
+from inferwire.edge.calls import Reception, RecordsToCalls
+from inferwire.edge.certificates import CertificateFiles, log_transport_security
+from inferwire.edge.tenancy import Tenancy
 from inferwire.edge.tracing import server_tracing
-from inferwire.http.calls import Endpoints
+from inferwire.http.calls import HttpCalls
+from inferwire.http.listener import HttpListener
+from inferwire.http.metrics import HttpMetrics
 from inferwire.http.routes import Routes
-from inferwire.http.server import HttpServer
+from inferwire.metrics.endpoint import MetricsEndpoint
+from inferwire.metrics.model_server import ModelServerGauges
+from inferwire.metrics.series import ServerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +88,13 @@ class InferwireServer:
         self.settings = settings
         server = settings.server
         self.address = address or server.address
-        self.metrics = PrometheusMetrics()
+        self.metrics = ServerMetrics()
         # Raises ConfigurationError when tracing is asked for but cannot be had.
         self.tracing = server_tracing(server.tracing, tracer_provider)
         self.manager = build_manager(
             settings,
             backend_factory,
-            JoinsCalls(self.metrics),
+            RecordsToCalls(self.metrics),
             self.tracing.tracer if self.tracing else None,
             memory_metrics=self.metrics,
         )
@@ -101,21 +105,28 @@ class InferwireServer:
         )
         # Read and checked now: a bad certificate, key or tokens file is a configuration error.
         self.tls = CertificateFiles(server.tls) if server.tls.enabled else None
-        callers = Callers(server.auth, frozenset(t.name for t in server.tenants))
+        reception = Reception(
+            Authenticator(server.auth, frozenset(t.name for t in server.tenants)),
+            Tenancy(server.gateway),
+            self.tracing,
+        )
         self.metrics.tenants_configured(t.name for t in server.tenants)
         # The model-server protocol's gauges (vllm:*), on the metrics port and /metrics.
-        self.metrics.registry.register(ModelServerMetrics(self.manager.server_load))
+        self.metrics.registry.register(ModelServerGauges(self.manager.server_load))
         self.grpc = GrpcListener(
-            server, self.address, self.manager, self.metrics, callers, self.tracing, self.tls
+            server, self.address, self.manager, self.metrics, reception, self.tls
         )
-        self.http: HttpServer | None = None
+        self.http: HttpListener | None = None
         if server.http_address:
-            endpoints = Endpoints(
-                callers, self.tracing, server.max_receive_message_bytes, server.http_read_timeout_s
-            )
-            gateway = GatewayHeaders(server.gateway)
-            app = Routes(self.manager, endpoints, self.metrics.registry, gateway).app()
-            self.http = HttpServer(
+            calls = HttpCalls(reception, HttpMetrics(self.metrics))
+            app = Routes(
+                self.manager,
+                calls,
+                self.metrics.registry,
+                server.max_receive_message_bytes,
+                server.http_read_timeout_s,
+            ).app()
+            self.http = HttpListener(
                 app,
                 server.http_address,
                 self.tls,

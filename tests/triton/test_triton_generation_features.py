@@ -8,6 +8,7 @@ import json
 import re
 
 import grpc
+import httpx
 import pytest
 
 from tests.support.status import bad_request_fields
@@ -314,6 +315,19 @@ async def test_a_constraint_the_model_refuses_is_invalid_argument_with_its_reaso
         error = await rpc_error(call)
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "guided_decoding: regex construct ASSERT is unsupported" in error.details()
+
+
+async def test_the_model_s_refusal_reaches_an_http_client_with_its_message(gateway):
+    # The same refusal through the HTTP door: the model's reason, not an empty message
+    # (it names no field, so no violation is renamed).
+    body = {"model": "vllm", "prompt": PROMPT, "guided_regex": r"(?=a)a+", "max_tokens": 5}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gateway.http_port}") as client:
+        for stream in (False, True):
+            reply = await client.post("/v1/completions", json={**body, "stream": stream})
+            assert reply.status_code == 400, reply.text
+            error = reply.json()["error"]
+            assert "guided_decoding: regex construct ASSERT is unsupported" in error["message"]
+            assert (error["code"], error["param"]) == ("invalid_argument", None)
 
 
 # ---- TensorRT-LLM models refuse both -----------------------------------------------

@@ -1,6 +1,6 @@
 """The package's shape, pinned: two doors (api/, http/) that never import each other, the
-edge and the core beneath them, imports that only point down, and every hand-written
-module short enough to read in one sitting."""
+edge, the house's metrics and the core beneath them, imports that only point down, and
+every hand-written module short enough to read in one sitting."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ ALLOWED = {
     "core": set(),
     "backends": {"core", "wire", "addresses"},
     "edge": {"core", "config", "addresses"},
-    "api": {"core", "edge", "wire", "v1", "config", "log", "addresses", "__init__"},
-    "http": {"core", "edge", "config", "addresses", "__init__"},
+    "metrics": {"core", "addresses"},
+    "api": {"core", "edge", "metrics", "wire", "v1", "config", "log", "addresses", "__init__"},
+    "http": {"core", "edge", "metrics", "config", "addresses", "__init__"},
 }
 
 

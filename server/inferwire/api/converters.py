@@ -1,4 +1,5 @@
-"""Protobuf <-> domain conversion for inferwire.v1; no logic beyond the mapping."""
+"""Protobuf <-> domain conversion for inferwire.v1, and ListModels' answer, kept while the
+models it lists have not changed (`ListedModels`)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def request_from_proto(
     message: pb.InferRequest | pb.InferStreamRequest,
     time_remaining: float | None = None,
     tenant: str = "",
+    priority_hint: types.Priority | None = None,
 ) -> types.InferenceRequest:
     """Our request; `time_remaining` is the RPC's deadline in seconds from now, if any;
-    `tenant`: the caller's."""
+    `tenant`, `priority_hint`: who it runs as, and what its gateway asks (edge/tenancy.py)."""
     p = message.parameters
     params = types.GenerationParams(
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
@@ -55,6 +57,7 @@ def request_from_proto(
         messages=messages_from_proto(message.messages),
         tenant=tenant,
         priority=priority_from_proto(message.priority),
+        priority_hint=priority_hint,
     )
 
 

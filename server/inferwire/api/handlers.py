@@ -5,36 +5,28 @@ call's handler task runs.** When that task ends, grpc.aio releases the core call
 (`grpc_call_unref`, and the context's call pointer becomes NULL); `context.peer()`,
 `auth_context()`, `write()` or `abort()` after that reads freed memory and kills the
 process with SIGSEGV. Python-side state (`code()`, `details()`, `time_remaining()`)
-survives, but nothing here relies on it either. Two things keep the rule:
-- `calls_within` never hands grpc an async generator: it drives a streaming handler's
-  generator itself and closes it in the call's task. Had grpc iterated it, a client that
-  cancels while grpc awaits a write leaves the generator suspended at its `yield`; the
-  event loop closes it later, after the call is gone, and every scope's exit (the access
-  line, the span) would then run against a released call (issue 31).
-- What the access line, metrics and tracing need from the call is read when it starts
-  (`observe._ObservedRpc`).
+survives, but nothing here relies on it either. Two things keep the rule, in the call
+interceptor (api/calls.py):
+- It never hands grpc an async generator: it drives a streaming handler's generator
+  itself and closes it in the call's task. Had grpc iterated it, a client that cancels
+  while grpc awaits a write leaves the generator suspended at its `yield`; the event loop
+  closes it later, after the call is gone, and the call's end (the access line, the span)
+  would then run against a released call (issue 31).
+- What the call needs from the context (peer, metadata, certificate, deadline) is read
+  when it starts.
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import grpc
-
-from inferwire.api.peer_gone import write_or_await_cancellation
 
 Behaviour = Callable[..., Any]
 Deserializer = Callable[[bytes], Any]
 # What an interceptor calls for the handler of the next interceptor (or the servicer).
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[Any]]
-# Around one call: given its request and context, a context manager that yields the
-# request and context to call the behaviour with.
-Call = tuple[Any, Any]
-Scope = Callable[[Any, Any], AbstractContextManager[Call]]
 
 
 def split_method(method: str) -> tuple[str, str]:
@@ -95,28 +87,3 @@ class RebuildingInterceptor(grpc.aio.ServerInterceptor):
     def rebuilt(self, handler: Any, handler_call_details: grpc.HandlerCallDetails) -> Any:
         """The handler to serve the call with, its behaviour wrapped."""
         raise NotImplementedError
-
-
-def calls_within(behaviour: Behaviour, scope: Scope) -> Behaviour:
-    """`behaviour` with each call run inside `scope(request, context)`.
-
-    The scope sees whatever the call raises, and always exits in the call's own task. A
-    streaming handler written as an async generator becomes a coroutine that writes each
-    response with the scope's `context.write` (grpc's reader-writer form) and closes the
-    generator before it returns, however the call ends (see the module's rule).
-    """
-    if inspect.isasyncgenfunction(behaviour):
-
-        async def write_each(request: Any, context: Any) -> None:
-            with scope(request, context) as (request, context):
-                async with contextlib.aclosing(behaviour(request, context)) as responses:
-                    async for response in responses:
-                        await write_or_await_cancellation(context, response)
-
-        return write_each
-
-    async def call(request: Any, context: Any) -> Any:
-        with scope(request, context) as (request, context):
-            return await behaviour(request, context)
-
-    return call

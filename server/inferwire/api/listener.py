@@ -20,22 +20,21 @@ import grpc
 from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from inferwire.api.auth import auth_interceptors
+from inferwire.api.calls import CallInterceptor, method_labels
 from inferwire.api.decoding import DecodeErrorInterceptor
 from inferwire.api.health import SERVICE_NAME, HealthServicer
 from inferwire.api.kserve import add_kserve
-from inferwire.api.metrics import PrometheusMetrics
-from inferwire.api.observe import ObservingInterceptor, method_labels
+from inferwire.api.metrics import GrpcMetrics
 from inferwire.api.reflection import SERVICE_NAMES as REFLECTION_SERVICE_NAMES
 from inferwire.api.reflection import add_reflection
 from inferwire.api.servicer import InferenceServicer
-from inferwire.api.tls import CertificateFiles
-from inferwire.api.tracing import TracingInterceptor
+from inferwire.api.tls import grpc_credentials
 from inferwire.config import ServerSettings, TransportSettings
 from inferwire.core.manager import ModelManager
-from inferwire.edge.callers import Callers
-from inferwire.edge.tracing import ServerTracing
+from inferwire.edge.calls import Reception
+from inferwire.edge.certificates import CertificateFiles
 from inferwire.log import flush_logs
+from inferwire.metrics.series import ServerMetrics
 from inferwire.v1 import inference_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -127,13 +126,13 @@ class GrpcListener:
         settings: ServerSettings,
         address: str,
         manager: ModelManager,
-        metrics: PrometheusMetrics,
-        callers: Callers,
-        tracing: ServerTracing | None,
+        metrics: ServerMetrics,
+        reception: Reception,
         tls: CertificateFiles | None,
     ) -> None:
         self.address, self.tls = address, tls
         self._settings = settings
+        grpc_metrics = GrpcMetrics(metrics)
         self.health = HealthServicer()
         manager.add_health_listener(self.health.update)
         self._server = grpc.aio.server(
@@ -142,13 +141,11 @@ class GrpcListener:
                 ("grpc.so_reuseport", 0),
                 *transport_options(settings.transport),
             ],
-            # Outermost first: every RPC is counted and gets its access line, refused ones
-            # too, and is traced; a caller without a token is refused before its handler
-            # runs; DecodeErrorInterceptor then guards every handler that runs.
+            # Outermost first: every RPC is the edge's call (counted, traced, its access
+            # line written, refused ones too; a caller without a token is refused before
+            # its handler runs); DecodeErrorInterceptor then guards every handler that runs.
             interceptors=[
-                ObservingInterceptor(metrics),
-                *([TracingInterceptor(tracing)] if tracing else []),
-                *auth_interceptors(callers, frozenset(settings.auth.open_services)),
+                CallInterceptor(reception, grpc_metrics, frozenset(settings.auth.open_services)),
                 DecodeErrorInterceptor(),
             ],
         )
@@ -163,7 +160,7 @@ class GrpcListener:
             *REFLECTION_SERVICE_NAMES,
         ]
         add_reflection(self._server, services)
-        metrics.methods_served(served_methods(services))
+        grpc_metrics.methods_served(served_methods(services))
         # Kubernetes' gRPC probes speak plaintext only: with TLS on, they need their own port.
         self._health_server: grpc.aio.Server | None = None
         if settings.health_address:
@@ -199,7 +196,7 @@ class GrpcListener:
     def _add_port(self) -> int:
         if self.tls is None:
             return self._server.add_insecure_port(self.address)
-        return self._server.add_secure_port(self.address, self.tls.credentials())
+        return self._server.add_secure_port(self.address, grpc_credentials(self.tls))
 
     async def stop(self, grace_s: float) -> None:
         """Refuse new RPCs, let in-flight ones finish within `grace_s`."""

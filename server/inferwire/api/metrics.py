@@ -1,30 +1,21 @@
-"""Prometheus metrics: one server's series, and the `/metrics` endpoint.
+"""The gRPC door's per-call series: the grpc-ecosystem server metrics, on the house's registry.
 
-`PrometheusMetrics` holds one server's metrics in its own registry (several servers
-in one process do not clash). The observing interceptor (`inferwire.api.observe`)
-feeds it: every RPC's grpc-ecosystem series, and the core's records of inference
-requests. Every label set known up front (each configured model's series, each served
-method's) is created at zero, so `rate()` sees the first requests after start-up.
-`MetricsEndpoint` serves `/metrics`.
+`grpc_server_started_total`, `grpc_server_handled_total` (with `grpc_code`, spelt as Go's
+grpc spells codes), `grpc_server_msg_received_total`, `grpc_server_msg_sent_total` and
+`grpc_server_handling_seconds`, labelled `grpc_type`, `grpc_service`, `grpc_method`. The
+call interceptor (api/calls.py) counts every RPC of every service in them, refused ones
+included. Each served method's series exist at zero from start-up, every code included,
+as the Go middleware's `InitializeMetrics` makes them.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client import Counter, Histogram
 
-from inferwire.addresses import split_host_port
-from inferwire.api.status import GO_CODE_NAME
-from inferwire.core.quotas import LIMITS
-from inferwire.core.record import Outcome, RequestRecord
-from inferwire.core.tenants import UNCONFIGURED_LABEL
-from inferwire.core.types import Priority
-
-log = logging.getLogger(__name__)
+from inferwire.edge.errors import Code
+from inferwire.metrics.series import ServerMetrics
 
 GRPC_LABELS = ("grpc_type", "grpc_service", "grpc_method")
 GRPC_TYPE = {
@@ -33,238 +24,70 @@ GRPC_TYPE = {
     (True, False): "client_stream",
     (True, True): "bidi_stream",
 }
-FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-LOAD_TRIGGERS = ("startup", "explicit", "on_demand")
-QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-class PrometheusMetrics:
-    """One server's metrics (names and labels: docs/metrics.md)."""
+def _go_name(code: Code) -> str:
+    if code is Code.CANCELLED:
+        return "Canceled"  # Go's spelling (codes.Canceled)
+    return "OK" if code is Code.OK else "".join(w.capitalize() for w in code.name.split("_"))
 
-    def __init__(self) -> None:
-        self.registry = r = CollectorRegistry()
+
+# Status codes as Go's grpc spells them (`codes.Code.String()`): the `grpc_code` label,
+# which shared dashboards and alert rules match.
+GO_CODE_NAME: dict[Code, str] = {code: _go_name(code) for code in Code}
+
+
+class GrpcMetrics:
+    """The grpc-ecosystem series of one server, in its registry."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        registry, self.child = metrics.registry, metrics.child
 
         def per_rpc(name: str, doc: str) -> Counter:
-            return Counter(name, doc, GRPC_LABELS, registry=r)
-
-        def per_model(name: str, doc: str) -> Counter:
-            return Counter(name, doc, ("model",), registry=r)
-
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, ("model",), registry=r)
-
-        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-            return Histogram(name, doc, ("model",), registry=r, buckets=buckets)
+            return Counter(name, doc, GRPC_LABELS, registry=registry)
 
         self.started = per_rpc("grpc_server_started_total", "RPCs started.")
         self.handled = Counter(
             "grpc_server_handled_total",
             "RPCs completed, by status code.",
             (*GRPC_LABELS, "grpc_code"),
-            registry=r,
+            registry=registry,
         )
         self.received = per_rpc("grpc_server_msg_received_total", "Request messages received.")
         self.sent = per_rpc("grpc_server_msg_sent_total", "Response messages sent.")
         self.handling = Histogram(
-            "grpc_server_handling_seconds", "RPC duration.", GRPC_LABELS, registry=r
+            "grpc_server_handling_seconds", "RPC duration.", GRPC_LABELS, registry=registry
         )
-        self.requests = Counter(
-            "inferwire_requests_total",
-            "Inference requests for configured models, by outcome.",
-            ("model", "outcome"),
-            registry=r,
-        )
-        self.prompt_tokens = per_model("inferwire_prompt_tokens_total", "Prompt tokens.")
-        self.generated_tokens = per_model("inferwire_generated_tokens_total", "Tokens generated.")
-        self.first_token = histogram(
-            "inferwire_time_to_first_token_seconds",
-            "Time from a request's arrival (queue included) to its first token.",
-            FIRST_TOKEN_BUCKETS,
-        )
-        self.per_token = histogram(
-            "inferwire_time_per_output_token_seconds",
-            "Mean time per output token after the first, per request.",
-            PER_TOKEN_BUCKETS,
-        )
-        self.queue_depth = gauge("inferwire_queue_depth", "Requests waiting for a slot.")
-        self.inflight = gauge("inferwire_inflight_requests", "Requests running on the backend.")
-        self.ready = gauge("inferwire_model_ready", "1 when the model serves, else 0.")
-        self.loads = Counter(
-            "inferwire_model_loads_total",
-            "Model loads that succeeded, by what triggered them.",
-            ("model", "trigger"),
-            registry=r,
-        )
-        self.evictions = per_model(
-            "inferwire_model_evictions_total", "Times the model was evicted to make room."
-        )
-        self.load_seconds = histogram(
-            "inferwire_model_load_seconds", "How long a model's load took.", LOAD_BUCKETS
-        )
-        self.resident_bytes = gauge(
-            "inferwire_model_resident_bytes",
-            "Bytes the model holds against its device's budget while loaded (else 0).",
-        )
-        self.budget_bytes = Gauge(
-            "inferwire_memory_budget_bytes",
-            "The device's memory budget (server.memory.budgets).",
-            ("device",),
-            registry=r,
-        )
-        self.used_bytes = Gauge(
-            "inferwire_memory_used_bytes",
-            "The sum of the footprints of the models resident on the device.",
-            ("device",),
-            registry=r,
-        )
-        # Tenants: only configured names become labels (the others: `unconfigured`).
-        tenant_series = (
-            ("requests", "Inference requests, by outcome.", ("outcome",)),
-            ("generated_tokens", "Tokens generated for the tenant.", ()),
-            ("throttled", "Requests a quota of the tenant refused, by the limit.", ("limit",)),
-        )
-        self.tenant_requests, self.tenant_generated_tokens, self.tenant_throttled = (
-            Counter(f"inferwire_tenant_{name}_total", doc, ("tenant", *labels), registry=r)
-            for name, doc, labels in tenant_series
-        )
-        self.queue_wait = Histogram(
-            "inferwire_queue_wait_seconds",
-            "Time an admitted request waited for a slot, by the class it queued in.",
-            ("model", "priority"),
-            registry=r,
-            buckets=QUEUE_WAIT_BUCKETS,
-        )
-        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
-
-    def child(self, metric: MetricWrapperBase, *labels: str) -> Any:
-        """`metric.labels(*labels)`, kept: prometheus_client checks the labels and takes a
-        lock on every call, a few times per request. The label sets are bounded (configured
-        models, the served methods, status codes), so the dict is too."""
-        key = (metric, labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
-
-    # ---- series created at zero -----------------------------------------
-
-    def model_added(self, model: str) -> None:
-        """Every series of a configured model, at zero, before its first request."""
-        for outcome in Outcome:
-            self.child(self.requests, model, outcome.value)
-        per_model: tuple[MetricWrapperBase, ...] = (
-            self.prompt_tokens,
-            self.generated_tokens,
-            self.first_token,
-            self.per_token,
-            self.queue_depth,
-            self.inflight,
-            self.ready,
-            self.evictions,
-            self.load_seconds,
-            self.resident_bytes,
-        )
-        for metric in per_model:
-            self.child(metric, model)
-        for trigger in LOAD_TRIGGERS:
-            self.child(self.loads, model, trigger)
-        for priority in Priority:
-            self.child(self.queue_wait, model, priority.label)
-
-    def tenants_configured(self, tenants: Iterable[str]) -> None:
-        """Every series of each configured tenant (and of the unconfigured ones), at zero."""
-        for tenant in (*tenants, UNCONFIGURED_LABEL):
-            for outcome in Outcome:
-                self.child(self.tenant_requests, tenant, outcome.value)
-            self.child(self.tenant_generated_tokens, tenant)
-            for limit in LIMITS:
-                self.child(self.tenant_throttled, tenant, limit)
 
     def methods_served(self, methods: Iterable[tuple[str, str, str]]) -> None:
-        """The grpc-ecosystem series of each served method (grpc_type, grpc_service,
-        grpc_method), at zero, every code included, as the Go middleware's
-        `InitializeMetrics` does."""
+        """The series of each served method (grpc_type, grpc_service, grpc_method), at zero."""
         for labels in methods:
             for metric in (self.started, self.received, self.sent, self.handling):
                 self.child(metric, *labels)
             for code in GO_CODE_NAME.values():
                 self.child(self.handled, *labels, code)
 
-    # ---- what happened --------------------------------------------------
-
-    def request_finished(self, record: RequestRecord) -> None:
-        if tenant := record.tenant_label:  # set once the request reached its tenant
-            self.child(self.tenant_requests, tenant, record.outcome.value).inc()
-            self.child(self.tenant_generated_tokens, tenant).inc(record.completion_tokens)
-            if record.throttled:
-                self.child(self.tenant_throttled, tenant, record.throttled).inc()
-        if not record.configured:  # a made-up model name never becomes a label
-            return
-        child, model = self.child, record.model
-        if record.admitted is not None and record.priority:
-            child(self.queue_wait, model, record.priority).observe(record.queue_s)
-        child(self.requests, model, record.outcome.value).inc()
-        child(self.prompt_tokens, model).inc(record.prompt_tokens)
-        child(self.generated_tokens, model).inc(record.completion_tokens)
-        if (first_token_s := record.time_to_first_token_s) is not None:
-            child(self.first_token, model).observe(first_token_s)
-        if (per_token_s := record.time_per_output_token_s) is not None:
-            child(self.per_token, model).observe(per_token_s)
-
-    def load_changed(self, model: str, queued: int, running: int) -> None:
-        self.child(self.queue_depth, model).set(queued)
-        self.child(self.inflight, model).set(running)
-
-    def readiness_changed(self, model: str, ready: bool) -> None:
-        self.child(self.ready, model).set(int(ready))
-
-    # ---- residency (the core's MemoryMetrics) ---------------------------
-
-    def model_loaded(self, model: str, trigger: str, seconds: float) -> None:
-        self.child(self.loads, model, trigger).inc()
-        self.child(self.load_seconds, model).observe(seconds)
-
-    def model_evicted(self, model: str) -> None:
-        self.child(self.evictions, model).inc()
-
-    def memory_changed(self, device: str, budget: int | None, used: int) -> None:
-        if budget is not None:
-            self.child(self.budget_bytes, device).set(budget)
-        self.child(self.used_bytes, device).set(used)
-
-    def resident_changed(self, model: str, resident_bytes: int) -> None:
-        self.child(self.resident_bytes, model).set(resident_bytes)
+    def method(self, labels: tuple[str, str, str]) -> MethodSeries:
+        return MethodSeries(self, labels)
 
 
-class MetricsEndpoint:
-    """`/metrics` over HTTP on `address` (host:port; port 0 picks a free one)."""
+class MethodSeries:
+    """One method's series, its labelled children looked up once (prometheus_client checks
+    labels and takes a lock on every `.labels()`): the edge's CallSeries for gRPC."""
 
-    def __init__(self, address: str, registry: CollectorRegistry) -> None:
-        self.address = address
-        self._registry = registry
-        self._served: tuple[Any, Any] | None = None
+    def __init__(self, metrics: GrpcMetrics, labels: tuple[str, str, str]) -> None:
+        self._metrics, self._labels = metrics, labels
+        self.started = metrics.child(metrics.started, *labels).inc
+        self.received = metrics.child(metrics.received, *labels).inc
+        self.sent = metrics.child(metrics.sent, *labels).inc
+        self._handling = metrics.child(metrics.handling, *labels).observe
+        self._handled: dict[Code, Callable[[], None]] = {}
 
-    def start(self) -> int:
-        """Serve in a thread; returns the bound port. Raises OSError when it cannot bind."""
-        host, port = split_host_port(self.address)
-        try:
-            self._served = start_http_server(port, host, self._registry)
-        except OSError as error:
-            raise OSError(
-                f"server.metrics_address: could not serve metrics on {self.address}: "
-                f"{error.strerror or error}"
-            ) from None
-        bound: int = self._served[0].server_port
-        log.info("metrics listening", extra={"address": self.address, "port": bound})
-        return bound
-
-    def stop(self) -> None:
-        if self._served is None:
-            return
-        server, thread = self._served
-        self._served = None
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    def finished(self, code: Code, status: int | None, elapsed_s: float) -> None:
+        count = self._handled.get(code)
+        if count is None:  # made on first use, as `.labels()` would
+            metrics = self._metrics
+            count = metrics.child(metrics.handled, *self._labels, GO_CODE_NAME[code]).inc
+            self._handled[code] = count
+        count()
+        self._handling(elapsed_s)

@@ -1,7 +1,8 @@
 """The gRPC servicer: inferwire.v1.InferenceService over the model manager.
 
-Each method converts the request, calls the core and converts the result; the
-error mapping wraps every RPC of the service (see `maps_errors_on_every_rpc`).
+Each method converts the request, calls the core and converts the result. The call
+(edge/calls.py, `current_call`) says who is calling and as which tenant; whatever a
+method raises becomes its status in the call interceptor (api/calls.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import contextlib
 
 import grpc
 
-from inferwire.api.auth import current_principal
 from inferwire.api.converters import (
     FINISH_REASON,
     ListedModels,
@@ -23,15 +23,16 @@ from inferwire.api.converters import (
     usage_to_proto,
 )
 from inferwire.api.peer_gone import write_or_await_cancellation
-from inferwire.api.status import maps_errors_on_every_rpc
+from inferwire.api.status import serves_every_rpc
 from inferwire.core.adapters import AdapterSource
 from inferwire.core.lifecycle import Trigger
 from inferwire.core.manager import ModelManager
+from inferwire.edge.calls import current_call
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
 
-@maps_errors_on_every_rpc(pb.DESCRIPTOR.services_by_name["InferenceService"])
+@serves_every_rpc(pb.DESCRIPTOR.services_by_name["InferenceService"])
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     """inferwire.v1.InferenceService over a ModelManager."""
 
@@ -42,7 +43,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def LoadModel(
         self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoadModelResponse:
-        current_principal().require_model(request.model)
+        current_call().require_model(request.model)
         adapter = None
         if request.HasField("adapter"):
             adapter = AdapterSource(request.adapter.base_model, request.adapter.path)
@@ -54,16 +55,17 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def UnloadModel(
         self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.UnloadModelResponse:
-        current_principal().require_model(request.model)
+        current_call().require_model(request.model)
         status = await self._manager.unload(request.model)
         return pb.UnloadModelResponse(model=model_status_to_proto(status))
 
     async def Infer(
         self, request: pb.InferRequest, context: grpc.aio.ServicerContext
     ) -> pb.InferResponse:
-        current_principal().require_model(request.model)
+        call = current_call()
+        call.require_model(request.model)
         result = await self._manager.infer(
-            request_from_proto(request, context.time_remaining(), current_principal().tenant)
+            request_from_proto(request, context.time_remaining(), *call.tenancy())
         )
         return pb.InferResponse(
             request_id=result.request_id,
@@ -79,10 +81,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def InferStream(
         self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
     ) -> None:
-        current_principal().require_model(request.model)
-        domain_request = request_from_proto(
-            request, context.time_remaining(), current_principal().tenant
-        )
+        call = current_call()
+        call.require_model(request.model)
+        domain_request = request_from_proto(request, context.time_remaining(), *call.tenancy())
         request_id, chunks = self._manager.infer_stream(domain_request)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
@@ -102,7 +103,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Tokenize(
         self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.TokenizeResponse:
-        current_principal().require_model(request.model)
+        current_call().require_model(request.model)
         result = await self._manager.tokenize(
             request.model, request.prompt, messages_from_proto(request.messages)
         )
@@ -115,15 +116,15 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
     ) -> pb.HealthResponse:
-        principal = current_principal()
+        call = current_call()
         if request.model:
-            principal.require_model(request.model)
-        report = await self._manager.health_report(request.model, include=principal.may_use)
+            call.require_model(request.model)
+        report = await self._manager.health_report(request.model, include=call.principal.may_use)
         return health_to_proto(report)
 
     async def ListModels(
         self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListModelsResponse:
-        principal = current_principal()
+        principal = current_call().principal
         statuses = self._manager.list_models()
         return self._listed.answer(s for s in statuses if principal.may_use(s.name))

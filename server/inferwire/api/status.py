@@ -1,20 +1,17 @@
 """Where domain errors become gRPC statuses: the edge's ErrorReply (edge/errors.py, the one
 table and the bounds) written as a status with google.rpc details.
 
-Every RPC of a servicer goes through `map_errors`: `maps_errors_on_every_rpc`
-wraps each method the service descriptor names, and refuses a class that lacks
-one, so a new RPC cannot skip the mapping. Nothing else builds a status.
+The call interceptor (api/calls.py) answers whatever any RPC of any service raises with
+`client_status`; nothing else builds a status. `serves_every_rpc` refuses a servicer that
+lacks an RPC of its service, so none answers with the generated stub's UNIMPLEMENTED.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import inspect
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
@@ -86,80 +83,25 @@ def client_status(error: Exception) -> tuple[grpc.StatusCode, str, tuple[Any, ..
     return status.code, status.details or "", tuple(status.trailing_metadata or ())
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
-    await context.abort(*client_status(error))
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-MAPS_ERRORS = "__inferwire_maps_errors__"
 
 
-@contextlib.asynccontextmanager
-async def _mapped(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-    """Abort the RPC with the mapped status of any error raised inside."""
-    try:
-        yield
-    except grpc.aio.AbortError:
-        raise
-    except Exception as exc:
-        await _abort(context, exc)
-
-
-def map_errors(method: F) -> F:
-    """Decorate a servicer method so domain errors abort the RPC with the mapped status."""
-    if inspect.isasyncgenfunction(method):
-
-        @functools.wraps(method)
-        async def stream_wrapper(
-            self: Any, request: Any, context: grpc.aio.ServicerContext
-        ) -> AsyncIterator[Any]:
-            async with _mapped(context):
-                async for response in method(self, request, context):
-                    yield response
-
-        setattr(stream_wrapper, MAPS_ERRORS, True)
-        return cast(F, stream_wrapper)
-
-    @functools.wraps(method)
-    async def unary_wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        # `_mapped` written out: an async context manager costs a unary RPC an async
-        # generator and two awaits.
-        try:
-            return await method(self, request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            await _abort(context, exc)
-            return None  # not reached: the abort raises
-
-    setattr(unary_wrapper, MAPS_ERRORS, True)
-    return cast(F, unary_wrapper)
-
-
-def maps_errors_on_every_rpc(service: ServiceDescriptor) -> Callable[[type[T]], type[T]]:
-    """Class decorator: wrap every RPC of `service` in `map_errors`.
+def serves_every_rpc(service: ServiceDescriptor) -> Callable[[type[T]], type[T]]:
+    """Class decorator: refuse a servicer that lacks an RPC of `service`.
 
     A method the service declares but the class does not define (only the generated
     base's UNIMPLEMENTED stub) is a bug, so it fails at import time, not at call time.
     """
 
-    def decorate(cls: type[T]) -> type[T]:
+    def check(cls: type[T]) -> type[T]:
         for method in service.methods:
-            implementation = cls.__dict__.get(method.name)
-            if implementation is None:
+            if method.name not in cls.__dict__:
                 raise TypeError(
                     f"{cls.__name__} does not implement {service.full_name}.{method.name}"
                 )
-            setattr(cls, method.name, map_errors(implementation))
         return cls
 
-    return decorate
-
-
-def maps_errors(method: Callable[..., Any]) -> bool:
-    """Whether a servicer method is wrapped by `map_errors`."""
-    return getattr(method, MAPS_ERRORS, False)
+    return check
 
 
 # ---- the code an RPC ended with ----------------------------------------------------
@@ -195,16 +137,3 @@ def status_code(code: Any) -> grpc.StatusCode:
     if isinstance(code, grpc.StatusCode):
         return code
     return _CODES.get(code, grpc.StatusCode.OK) if isinstance(code, int) else grpc.StatusCode.OK
-
-
-def _go_name(code: grpc.StatusCode) -> str:
-    if code is grpc.StatusCode.CANCELLED:
-        return "Canceled"  # Go's spelling (codes.Canceled)
-    return (
-        "".join(word.capitalize() for word in code.name.split("_")) if code.name != "OK" else "OK"
-    )
-
-
-# Status codes as Go's grpc spells them (`codes.Code.String()`): the `grpc_code` label of the
-# grpc-ecosystem metrics, which shared dashboards and alert rules match.
-GO_CODE_NAME: dict[grpc.StatusCode, str] = {code: _go_name(code) for code in grpc.StatusCode}

@@ -6,6 +6,7 @@ code in exactly one place (`inferwire.api.status`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -29,6 +30,16 @@ class InvalidArgumentError(InferwireError):
     def __init__(self, violations: list[FieldViolation]) -> None:
         self.violations = violations
         super().__init__("; ".join(f"{v.field}: {v.description}" for v in violations))
+
+    def renamed(self, field_of: Callable[[str], str]) -> InvalidArgumentError:
+        """The same violations, each field named as the caller sent it (`field_of`: the
+        core's name -> the caller's, for a door whose fields differ from the core's). An
+        error that names no field (a backend's refusal) is itself: its message says why."""
+        if not self.violations:
+            return self
+        return InvalidArgumentError(
+            [FieldViolation(field_of(v.field), v.description) for v in self.violations]
+        )
 
 
 class BackendInvalidArgumentError(InvalidArgumentError):

@@ -2,8 +2,8 @@
 
 The model manager calls a `MetricsListener` when a model is added (so its series
 exist, at zero, before its first request), as requests finish, as its queues and
-slots change and as models become ready or not; the transport layer implements it
-(Prometheus, in `inferwire.api.metrics`). A finished request's record says whether
+slots change and as models become ready or not; the house implements it
+(Prometheus, in `inferwire.metrics.series`). A finished request's record says whether
 its model is configured: a name a client made up never becomes a label.
 """
 

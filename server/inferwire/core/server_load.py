@@ -1,6 +1,6 @@
 """The whole server's load, as one figure each: what a router in front of several replicas
 needs to pick one (the Kubernetes inference gateway's endpoint picker reads it as vLLM's
-gauges, edge/gateway.py).
+gauges, metrics/model_server.py).
 
 - waiting: requests in a model's queue, or waiting for an on-demand model to load;
 - running: requests holding a slot (generating);

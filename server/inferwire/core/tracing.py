@@ -4,8 +4,8 @@ The model manager times the wait for a slot (`queue`) and the backend's generati
 (`generate`); a backend that tokenizes itself times that (`tokenize`) through the
 tracer on the request's record. When a request ends, the tracer is handed its record,
 so the RPC's span carries the same outcome and counts as the metrics and the access
-line. The transport layer implements `Tracer` with OpenTelemetry
-(`inferwire.api.tracing`); without it every span is a no-op.
+line. The edge implements `Tracer` with OpenTelemetry
+(`inferwire.edge.tracing`); without it every span is a no-op.
 """
 
 from __future__ import annotations

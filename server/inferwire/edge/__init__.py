@@ -1,9 +1,11 @@
-"""The edge: what every transport does with a call, written once, without its types.
+"""The edge: what every door does with a call, written once, without any door's types.
 
-gRPC (`inferwire.api`) and any other door into the core call the same code to find
-who is calling (`callers`), to turn a domain error into a status and a bounded message
-(`errors`), and to write the call's one access line (`access`). The scope a method
-needs, the tenant and priority a request runs under and the request's record are the
-core's (`core.auth`, `core.tenants`, `core.record`); a transport only reads its own
-wire (headers, metadata, certificates) and writes its own answers.
+Every RPC and every HTTP route is one `Call` (`calls`), made by the house's `Reception` as
+it arrives: it finds who is calling (`authentication`), the tenant and priority hint it
+runs as (`tenancy`: the inference gateway's headers), checks model permission before any
+lookup, keeps its span (`tracing`), joins the core's record of its request, counts it in
+its door's series and writes its one access line (`access`). A domain error becomes a
+canonical code and a bounded answer in one table (`errors`); the `server.tls` files both
+doors serve are read and checked in `certificates`. A door only reads its own wire
+(headers, metadata, certificates) and writes its own answers.
 """

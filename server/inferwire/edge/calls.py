@@ -1,42 +1,213 @@
-"""A call at the edge, and what it learns from the core: its request's record.
+"""One call through any door, from its arrival to its access line.
 
-The core hands each ended request's record to its one `MetricsListener`, in the task of
-the call that sent it. The server's listener is `JoinsCalls` around the metrics: it also
-gives the record to the call current in that task (`begin_call`), so the call's access
-line says what the core decided, whichever transport the call came through.
+Every RPC and every HTTP route is served as a `Call`, which the house's `Reception` makes
+as the call arrives. A door hands over only what it alone can read (its `Method`, the
+peer, the call's headers or metadata, the client certificate's subjects) and writes its
+own answer; the call does the rest, alike for every door:
+- `admit`: who is calling (edge/authentication.py: the principal, the scope its method
+  needs, a client certificate's tenant);
+- `tenancy`: the tenant and priority hint it runs as (edge/tenancy.py: the inference
+  gateway's headers, from a gateway principal only);
+- `require_model`: whether the caller may use a model, checked before anything looks the
+  model up, so an unknown model and a forbidden one look the same to a caller who may
+  not see it;
+- its SERVER span (edge/tracing.py), continuing the caller's trace context, current while
+  the door serves the call (`served`);
+- the core's record of its inference request, joined to it as the request ends (the
+  core's listener is `RecordsToCalls`), so the access line says what the core decided;
+- `finish`: counts it in its door's series (method or route, code, duration), ends the
+  span with the code and writes the one access line (edge/access.py).
+A door turns an error into its own answer through the one table (edge/errors.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from inferwire.core.auth import UNRESTRICTED, Principal, Scope
 from inferwire.core.metrics import MetricsListener
 from inferwire.core.record import RequestRecord
-from inferwire.edge.tracing import current_trace_id
+from inferwire.core.types import Priority
+from inferwire.edge.access import access_logged, write_access_line
+from inferwire.edge.authentication import Authenticator
+from inferwire.edge.errors import Code
+from inferwire.edge.tenancy import FAIRNESS_HEADER, OBJECTIVE_HEADER, Tenancy
+from inferwire.edge.tracing import ServerTracing, current_trace_id
 
 
-class CallRecord:
-    """One call being served: its inference request's record (once ended) and its trace."""
+class CallSeries(Protocol):
+    """A door's per-call series of one method or route."""
 
-    __slots__ = ("record", "trace_id")
+    def finished(self, code: Code, status: int | None, elapsed_s: float) -> None:
+        """Count an ended call: its code, its HTTP status (None on gRPC), its duration."""
 
-    def __init__(self) -> None:
-        self.record: RequestRecord | None = None
+
+@dataclass(frozen=True)
+class Method:
+    """What a door serves, described once per RPC or route."""
+
+    name: str  # the access line's: `/inferwire.v1.InferenceService/Infer`, `POST /v1/models`
+    what: str  # a refusal's words: `Infer`, `POST /v1/models`
+    scope: Scope | None  # what the caller needs; None: open to anyone
+    inference: bool  # an inference method: its access line says `request finished`
+    series: CallSeries
+    span_name: str
+    span_attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+_NO_SPAN = contextlib.nullcontext()
+
+
+class Call:
+    """One call being served: who makes it, its span, and what the core recorded of it."""
+
+    __slots__ = (
+        "_done",
+        "_headers",
+        "_reception",
+        "_span",
+        "_subjects",
+        "method",
+        "model",
+        "peer",
+        "principal",
+        "record",
+        "request_id",
+        "started",
+        "trace_id",
+    )
+
+    def __init__(
+        self,
+        reception: Reception,
+        method: Method,
+        peer: str,
+        headers: Mapping[str, str],
+        subjects: Callable[[], Iterable[str]],
+    ) -> None:
+        self.started = time.perf_counter()
+        self._reception, self.method, self.peer = reception, method, peer
+        self._headers, self._subjects = headers, subjects
+        self.principal: Principal = UNRESTRICTED
+        self.record: RequestRecord | None = None  # the core's, once its request ended
         self.trace_id = ""  # the request's trace, when tracing is on
+        # What the request names, for the access line of a call the core did not see.
+        self.model = self.request_id = ""
+        self._done = False
+        tracing = reception.tracing
+        self._span = (
+            None
+            if tracing is None
+            else tracing.start_server_span(method.span_name, headers, method.span_attributes)
+        )
+        _CALL.set(self)  # each call runs in a task of its own
+
+    def served(self) -> contextlib.AbstractContextManager[Any]:
+        """Keep the call's span current while the door serves it (nothing without tracing)."""
+        if self._span is None:
+            return _NO_SPAN
+        assert self._reception.tracing is not None
+        return self._reception.tracing.current(self._span)
+
+    def admit(self) -> None:
+        """Find the caller; raise UnauthenticatedError or PermissionDeniedError when its
+        credentials do not allow the method."""
+        authenticator = self._reception.authenticator
+        if authenticator.checks_anything:
+            self.principal = authenticator.principal(
+                self._headers.get("authorization"),
+                self.method.scope,
+                self.method.what,
+                self._subjects,
+            )
+
+    def require_model(self, model: str) -> None:
+        """The caller may use `model` (PermissionDeniedError if not), before any lookup."""
+        self.model = model
+        self.principal.require_model(model)
+
+    def tenancy(self) -> tuple[str, Priority | None]:
+        """The tenant the call's request runs as, and the priority its gateway asks for."""
+        headers = self._headers
+        fairness_id, objective = headers.get(FAIRNESS_HEADER), headers.get(OBJECTIVE_HEADER)
+        if fairness_id is None and objective is None:
+            return self.principal.tenant, None
+        return self._reception.tenancy.resolve(self.principal, fairness_id, objective)
+
+    @property
+    def traced(self) -> bool:
+        """Whether the call has a span (tracing is on)."""
+        return self._span is not None
+
+    def set_span_attribute(self, key: str, value: Any) -> None:
+        if self._span is not None:
+            self._span.set_attribute(key, value)
+
+    def finish(self, code: Code, why: str = "", status: int | None = None) -> None:
+        """The answer has gone out (or the client has gone): count the call, end its span
+        and write its access line, once."""
+        if self._done:
+            return
+        self._done = True
+        elapsed = time.perf_counter() - self.started
+        self.method.series.finished(code, status, elapsed)
+        if self._span is not None:
+            assert self._reception.tracing is not None
+            self._reception.tracing.end(self._span, code, why)
+        if access_logged():
+            write_access_line(
+                self.method.name,
+                self.peer,
+                code.name,
+                self.principal,
+                self.record,
+                elapsed,
+                inference=self.method.inference,
+                request_id=self.request_id,
+                model=self.model,
+                trace_id=self.trace_id,
+                status=status,
+            )
 
 
-_CALL: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
-    "inferwire_call", default=None
-)
+class Reception:
+    """What every door's calls share: who may call, whose tenant a call is, the tracing."""
+
+    def __init__(
+        self, authenticator: Authenticator, tenancy: Tenancy, tracing: ServerTracing | None
+    ) -> None:
+        self.authenticator, self.tenancy, self.tracing = authenticator, tenancy, tracing
+
+    def call(
+        self,
+        method: Method,
+        peer: str,
+        headers: Mapping[str, str],
+        subjects: Callable[[], Iterable[str]] = tuple,
+    ) -> Call:
+        """A call of `method` that has just arrived; it is the one current in this task."""
+        return Call(self, method, peer, headers, subjects)
 
 
-def begin_call(call: CallRecord) -> None:
-    """`call` is the one this task serves (each call runs in a task of its own)."""
-    _CALL.set(call)
+_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("inferwire_call", default=None)
 
 
-class JoinsCalls:
-    """The core's MetricsListener: `metrics`, and each record joined to its call."""
+def current_call() -> Call:
+    """The call this task serves (a door's handler runs in its call's task, or a child)."""
+    call = _CALL.get()
+    if call is None:
+        raise RuntimeError("no call is being served in this task")
+    return call
+
+
+class RecordsToCalls:
+    """The core's MetricsListener: `metrics`, and each ended request's record joined to the
+    call that sent it (the core ends a request in its call's task)."""
 
     def __init__(self, metrics: MetricsListener) -> None:
         self._metrics = metrics

@@ -3,7 +3,7 @@ when they change on disk, so certificates rotate without a restart.
 
 Each transport asks `CertificateFiles.changed` before each new connection's handshake
 (gRPC through its certificate fetcher, api/tls.py; HTTP through the TLS context's SNI
-callback, http/server.py): new material, or None to keep the current one. A connection
+callback, http/listener.py): new material, or None to keep the current one. A connection
 that is already open keeps the keys it negotiated and is never touched, so streams in
 flight survive a rotation.
 

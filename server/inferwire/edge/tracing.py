@@ -1,10 +1,11 @@
-"""OpenTelemetry tracing, when the `inferwire[otel]` extra is installed, for every transport.
+"""OpenTelemetry tracing, when the `inferwire[otel]` extra is installed, for every door.
 
-`ServerTracing.server_span` starts a call's SERVER span, continuing the W3C trace context
-(`traceparent`, `tracestate`) the client sent (gRPC metadata, HTTP headers), and keeps it
-current while the call is served; `OtelTracer` is the core's `Tracer`, so `queue`, `tokenize`
-and `generate` become child spans of it. Without the extra this module imports, and
-`tracing_requested` / `tracer_provider_from_environment` say what is missing.
+Each call (edge/calls.py) has a SERVER span: `ServerTracing.start_server_span` starts it,
+continuing the W3C trace context (`traceparent`, `tracestate`) the client sent (gRPC
+metadata, HTTP headers), `current` keeps it current while the door serves the call, and
+`end` ends it with the call's code. `OtelTracer` is the core's `Tracer`, so `queue`,
+`tokenize` and `generate` become child spans of it. Without the extra this module
+imports, and `tracing_requested` / `tracer_provider_from_environment` say what is missing.
 """
 
 from __future__ import annotations

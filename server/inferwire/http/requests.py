@@ -128,17 +128,12 @@ class ParsedRequest:
     # Core field -> the request's own field, for the violations the core finds.
     sources: Mapping[str, str] = field(default_factory=dict)
 
-    def renamed(self, error: InvalidArgumentError) -> InvalidArgumentError:
-        """The core's violations of this request, named by the fields it sent."""
-        return InvalidArgumentError([_renamed(v, self.sources) for v in error.violations])
-
-
-def _renamed(violation: FieldViolation, sources: Mapping[str, str]) -> FieldViolation:
-    name = violation.field
-    for core, own in sources.items():
-        if name == core or name.startswith(core + "["):
-            return FieldViolation(own + name[len(core) :], violation.description)
-    return FieldViolation(name.removeprefix("parameters."), violation.description)
+    def field_of(self, core_field: str) -> str:
+        """The body's field that the core's field `core_field` came from."""
+        for core, own in self.sources.items():
+            if core_field == core or core_field.startswith(core + "["):
+                return own + core_field[len(core) :]
+        return core_field.removeprefix("parameters.")
 
 
 def parse(
@@ -151,7 +146,7 @@ def parse(
     """The request in `body` (decoded JSON); raises InvalidArgumentError naming the field.
 
     `request_id`: the caller's `X-Request-Id`, which wins over the body's `request_id`;
-    `tenant`, `priority_hint`: who it runs as (edge/gateway.py)."""
+    `tenant`, `priority_hint`: who it runs as (edge/tenancy.py)."""
     model_type = ChatBody if chat else CompletionBody
     try:
         parsed = model_type.model_validate(body)

@@ -27,10 +27,10 @@ from inferwire.core.auth import Scope
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
 from inferwire.core.types import ChatMessage, ModelStatus, StreamChunk
+from inferwire.edge.calls import Call
 from inferwire.edge.errors import INTERNAL_MESSAGE, Code
-from inferwire.edge.gateway import FAIRNESS_HEADER, OBJECTIVE_HEADER, GatewayHeaders
 from inferwire.http.bodies import read_json
-from inferwire.http.calls import Endpoints, HttpCall
+from inferwire.http.calls import HttpCalls
 from inferwire.http.errors import error_body
 from inferwire.http.requests import ParsedRequest, parse, validation_error
 from inferwire.http.responses import EventStream, unary_json
@@ -58,15 +58,16 @@ class Routes:
     def __init__(
         self,
         manager: ModelManager,
-        endpoints: Endpoints,
+        calls: HttpCalls,
         registry: CollectorRegistry,
-        gateway: GatewayHeaders,
+        max_body_bytes: int,
+        body_timeout_s: float,
     ) -> None:
-        self._manager, self._endpoints, self._registry = manager, endpoints, registry
-        self._gateway = gateway
+        self._manager, self._calls, self._registry = manager, calls, registry
+        self._max_body_bytes, self._body_timeout_s = max_body_bytes, body_timeout_s
 
     def app(self) -> Starlette:
-        route = self._endpoints.route
+        route = self._calls.route
         infer = Scope.INFER
         table: list[tuple[str, str, Scope | None, Any, bool]] = [
             ("POST", "/v1/completions", infer, self._completions, True),
@@ -87,41 +88,37 @@ class Routes:
         return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
 
     async def _body(self, request: Request) -> Any:
-        endpoints = self._endpoints
-        return await read_json(request, endpoints.max_body_bytes, endpoints.body_timeout_s)
+        return await read_json(request, self._max_body_bytes, self._body_timeout_s)
 
     # ---- generation -------------------------------------------------------------
 
-    async def _completions(self, call: HttpCall, request: Request) -> Response:
+    async def _completions(self, call: Call, request: Request) -> Response:
         return await self._generate(call, request, chat=False)
 
-    async def _chat(self, call: HttpCall, request: Request) -> Response:
+    async def _chat(self, call: Call, request: Request) -> Response:
         return await self._generate(call, request, chat=True)
 
-    async def _generate(self, call: HttpCall, request: Request, chat: bool) -> Response:
+    async def _generate(self, call: Call, request: Request, chat: bool) -> Response:
         body = await self._body(request)
         request_id = request.headers.get("x-request-id")
+        call.request_id = request_id or ""  # for a refusal's access line
         if isinstance(body, dict) and isinstance(body.get("model"), str):
-            call.named = (body["model"], request_id or "")  # for a refusal's access line
-        tenant, hint = self._gateway.resolve(
-            call.principal,
-            request.headers.get(FAIRNESS_HEADER),
-            request.headers.get(OBJECTIVE_HEADER),
-        )
+            call.require_model(body["model"])  # before the body is read any further
+        tenant, hint = call.tenancy()
         parsed = parse(body, chat, tenant, request_id, hint)
-        call.principal.require_model(parsed.inference.model)
+        call.require_model(parsed.inference.model)
         if parsed.stream:
             return await self._stream(call, request, parsed)
         try:
             result = await unless_gone(request, self._manager.infer(parsed.inference))
         except InvalidArgumentError as error:
-            raise parsed.renamed(error) from None
+            raise error.renamed(parsed.field_of) from None
         logprobs = parsed.inference.params.logprobs
         return JSONResponse(
             unary_json(chat, result, logprobs), headers={"x-request-id": result.request_id}
         )
 
-    async def _stream(self, call: HttpCall, request: Request, parsed: ParsedRequest) -> Response:
+    async def _stream(self, call: Call, request: Request, parsed: ParsedRequest) -> Response:
         request_id, chunks = self._manager.infer_stream(parsed.inference)
         try:
             # The first chunk is awaited before the status goes out, so that a request the
@@ -129,7 +126,7 @@ class Routes:
             first = await unless_gone(request, anext(chunks))
         except InvalidArgumentError as error:
             await chunks.aclose()
-            raise parsed.renamed(error) from None
+            raise error.renamed(parsed.field_of) from None
         except BaseException:
             await chunks.aclose()
             raise
@@ -150,19 +147,19 @@ class Routes:
 
     # ---- models and tokens ----------------------------------------------------------
 
-    async def _models(self, call: HttpCall, request: Request) -> Response:
-        visible = [s for s in self._manager.list_models() if call.principal.may_use(s.name)]
+    async def _models(self, call: Call, request: Request) -> Response:
+        may_use = call.principal.may_use
+        visible = [s for s in self._manager.list_models() if may_use(s.name)]
         return JSONResponse({"object": "list", "data": [_model_card(s) for s in visible]})
 
-    async def _model(self, call: HttpCall, request: Request) -> Response:
+    async def _model(self, call: Call, request: Request) -> Response:
         name = request.path_params["model"]
-        status = self._manager.model_status(name)
-        call.principal.require_model(name)
-        return JSONResponse(_model_card(status))
+        call.require_model(name)  # first: a forbidden model and an unknown one look alike
+        return JSONResponse(_model_card(self._manager.model_status(name)))
 
-    async def _tokenize(self, call: HttpCall, request: Request) -> Response:
+    async def _tokenize(self, call: Call, request: Request) -> Response:
         body = _validated(TokenizeBody, await self._body(request))
-        call.principal.require_model(body.model)
+        call.require_model(body.model)
         messages = tuple(
             ChatMessage(str(m.get("role", "")), str(m.get("content", "")))
             for m in body.messages or ()
@@ -179,20 +176,20 @@ class Routes:
             }
         )
 
-    async def _detokenize(self, call: HttpCall, request: Request) -> Response:
+    async def _detokenize(self, call: Call, request: Request) -> Response:
         body = _validated(DetokenizeBody, await self._body(request))
-        call.principal.require_model(body.model)
+        call.require_model(body.model)
         return JSONResponse({"prompt": await self._manager.detokenize(body.model, body.tokens)})
 
     # ---- the server --------------------------------------------------------------------
 
-    async def _health(self, call: HttpCall, request: Request) -> Response:
+    async def _health(self, call: Call, request: Request) -> Response:
         return Response(status_code=200 if self._manager.serving else 503)
 
-    async def _version(self, call: HttpCall, request: Request) -> Response:
+    async def _version(self, call: Call, request: Request) -> Response:
         return JSONResponse({"version": __version__})
 
-    async def _metrics(self, call: HttpCall, request: Request) -> Response:
+    async def _metrics(self, call: Call, request: Request) -> Response:
         return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
 
 

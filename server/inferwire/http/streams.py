@@ -19,9 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from inferwire.edge.calls import Call
 from inferwire.edge.errors import Code
 from inferwire.http.bodies import ClientGone
-from inferwire.http.calls import HttpCall
+from inferwire.http.calls import finish_http
 from inferwire.http.errors import HTTP_STATUS, http_error
 
 T = TypeVar("T")
@@ -56,11 +57,11 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
 class EventStreamResponse(Response):
     """A stream of events (each a `data: ...\\n\\n` bytes chunk) until `events` ends."""
 
-    streams = True  # calls.py: its access line is written when it ends
+    streams = True  # calls.py: its call ends with it
 
     def __init__(
         self,
-        call: HttpCall,
+        call: Call,
         first: bytes,
         events: AsyncGenerator[bytes, None],
         error_event: Callable[[dict[str, Any]], bytes],
@@ -82,7 +83,7 @@ class EventStreamResponse(Response):
                 sending.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sending
-                self._call.finish(HTTP_STATUS[Code.CANCELLED], Code.CANCELLED)
+                finish_http(self._call, HTTP_STATUS[Code.CANCELLED], Code.CANCELLED)
         if sending.done() and not sending.cancelled() and (error := sending.exception()):
             raise error
 
@@ -108,4 +109,4 @@ class EventStreamResponse(Response):
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         # The status line went out as 200; the line says what the stream ended with.
-        self._call.finish(status, code, why)
+        finish_http(self._call, status, code, why)

@@ -19,8 +19,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from inferwire.api.auth import INFERENCE_SERVICE, SCOPE_BY_RPC
 from inferwire.api.reflection import V1, V1ALPHA
+from inferwire.api.scopes import INFERENCE_SERVICE, SCOPE_BY_RPC
 from inferwire.core import auth
 from inferwire.core.auth import TokenStore
 from inferwire.core.errors import ConfigurationError

@@ -12,8 +12,8 @@ import pytest
 from tritonclient.grpc import service_pb2 as oip
 from tritonclient.grpc import service_pb2_grpc
 
-from inferwire.api.auth import KSERVE_OPEN_RPCS, KSERVE_SCOPE_BY_RPC, KSERVE_SERVICE
 from inferwire.api.kserve.servicer import SERVICE
+from inferwire.api.scopes import KSERVE_OPEN_RPCS, KSERVE_SCOPE_BY_RPC, KSERVE_SERVICE
 from tests.support.auth import bearer, start_server, tokens_yaml
 
 Code = grpc.StatusCode

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("tritonclient.grpc")
 
-from inferwire.api.kserve.conventions import parse_request, renamed
+from inferwire.api.kserve.conventions import field_of, parse_request
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.validation import RequestLimits, validate_inference_request
 from tests.support.oip import kserve_request
@@ -54,7 +54,7 @@ def test_the_core_s_min_tokens_violation_is_named_by_the_key_it_came_in():
     parsed = parse_request(kserve_request("Hi", {"max_tokens": 2, "min_tokens": 3}))
     with pytest.raises(InvalidArgumentError) as raised:
         validate_inference_request(parsed.inference, RequestLimits(max_prompt_bytes=1024))
-    named = renamed(raised.value, parsed.sources)
+    named = raised.value.renamed(lambda f: field_of(f, parsed.sources))
     assert [v.field for v in named.violations] == ["sampling_parameters.min_tokens"]
 
 

@@ -3,7 +3,8 @@
 Most rows are provoked for real elsewhere (NOT_FOUND, FAILED_PRECONDITION,
 INVALID_ARGUMENT, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED). Errors the embedded
 backend cannot produce for real (a backend that is down, an unexpected bug)
-are raised here by a servicer method written for the test.
+are raised here by a servicer method written for the test, behind the server's own
+call interceptor, which answers whatever any handler raises.
 """
 
 import logging
@@ -11,9 +12,15 @@ import logging
 import grpc
 import pytest
 
-from inferwire.api.status import map_errors
+from inferwire.api.calls import CallInterceptor
+from inferwire.api.metrics import GrpcMetrics
+from inferwire.config import AuthSettings, GatewaySettings
 from inferwire.core import errors
+from inferwire.edge.authentication import Authenticator
+from inferwire.edge.calls import Reception
 from inferwire.edge.errors import CODE_BY_ERROR
+from inferwire.edge.tenancy import Tenancy
+from inferwire.metrics.series import ServerMetrics
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
@@ -28,11 +35,9 @@ RAISED: dict[str, Exception] = {
 
 
 class RaisingServicer(inference_pb2_grpc.InferenceServiceServicer):
-    @map_errors
     async def Infer(self, request, context):
         raise RAISED[request.prompt]
 
-    @map_errors
     async def InferStream(self, request, context):
         yield pb.InferStreamResponse(text="partial")
         raise RAISED[request.prompt]
@@ -40,7 +45,9 @@ class RaisingServicer(inference_pb2_grpc.InferenceServiceServicer):
 
 @pytest.fixture(scope="module")
 async def raising_stub():
-    server = grpc.aio.server()
+    reception = Reception(Authenticator(AuthSettings()), Tenancy(GatewaySettings()), None)
+    interceptor = CallInterceptor(reception, GrpcMetrics(ServerMetrics()), frozenset())
+    server = grpc.aio.server(interceptors=[interceptor])
     inference_pb2_grpc.add_InferenceServiceServicer_to_server(RaisingServicer(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

@@ -15,10 +15,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from typer.testing import CliRunner, Result
 
-from inferwire.api.tls import CertificateFiles, is_loopback
 from inferwire.cli import app
 from inferwire.config import Settings, load_settings
 from inferwire.core.errors import ConfigurationError
+from inferwire.edge.certificates import CertificateFiles, is_loopback
 from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
@@ -182,18 +182,18 @@ def test_half_rotated_files_keep_the_previous_certificate_until_both_are_replace
     first, second = ca.issue_server(), ca.issue_server()
     cert, key = first.write(tmp_path, "tls")
     files = CertificateFiles(settings_for(cert_file=cert, key_file=key).server.tls)
-    assert files.fetch() is None  # nothing changed: no configuration, no read
+    assert files.changed() is None  # nothing changed: no configuration, no read
 
     cert.write_bytes(second.cert_pem)  # the key still belongs to the first certificate
     caplog.set_level(logging.WARNING, logger="inferwire.edge.certificates")
-    assert files.fetch() is None
-    assert files.fetch() is None
+    assert files.changed() is None
+    assert files.changed() is None
     [warning] = [r for r in caplog.records if r.name == "inferwire.edge.certificates"]
     assert f"{key} does not match the certificate in {cert}" in warning.reason
 
     key.write_bytes(second.key_pem)
-    assert files.fetch() is not None
-    assert files.fetch() is None
+    assert files.changed() is not None
+    assert files.changed() is None
 
 
 def write_bytes(path: Path, content: bytes) -> Path:

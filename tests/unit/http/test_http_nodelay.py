@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from inferwire.http.server import HttpServer
+from inferwire.http.listener import HttpListener
 
 EVENTS = 3
 
@@ -40,7 +40,7 @@ def _request(sock: socket.socket) -> None:
 
 
 async def test_every_connection_sends_each_event_at_once_without_nagle() -> None:
-    server = HttpServer(
+    server = HttpListener(
         Starlette(routes=[Route("/s", _stream)]),
         "127.0.0.1:0",
         None,

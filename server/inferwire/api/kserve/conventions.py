@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as oip
 
 from inferwire.api.kserve.tensors import MODEL_VERSION, DecodedInput, input_tensors, invalid
-from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotFoundError
-from inferwire.core.types import GenerationParams, InferenceRequest
+from inferwire.core.errors import ModelNotFoundError
+from inferwire.core.types import GenerationParams, InferenceRequest, Priority
 from inferwire.wire.oip import (
     ENABLE_EMPTY_FINAL_RESPONSE,
     EXCLUDE_INPUT_IN_OUTPUT,
@@ -86,11 +86,15 @@ def require_version(model: str, version: str) -> None:
 
 
 def parse_request(
-    request: oip.ModelInferRequest, time_remaining: float | None = None, tenant: str = ""
+    request: oip.ModelInferRequest,
+    time_remaining: float | None = None,
+    tenant: str = "",
+    priority_hint: Priority | None = None,
 ) -> ParsedRequest:
     """Read a request of the vLLM (or TensorRT-LLM) convention; INVALID_ARGUMENT if it is not.
 
-    It runs at `tenant`'s priority: the protocol has no priority field."""
+    It runs at `tenant`'s priority (the protocol has no priority field), up to what its
+    gateway asks for (`priority_hint`, edge/tenancy.py)."""
     model = request.model_name
     require_version(model, request.model_version)
     tensors = input_tensors(request)
@@ -124,6 +128,7 @@ def parse_request(
         params=GenerationParams(**values),
         deadline=None if time_remaining is None else time.monotonic() + time_remaining,
         tenant=tenant,
+        priority_hint=priority_hint,
     )
     produced = {TEXT_OUTPUT} | {out for flag, out in RETURN_FLAGS.items() if _flag(tensors, flag)}
     return ParsedRequest(
@@ -254,18 +259,12 @@ _CONVERT: dict[str, Callable[[Any, str], Any]] = {
 }
 
 
-def renamed(error: InvalidArgumentError, sources: dict[str, str]) -> InvalidArgumentError:
-    """The core's violations of a request, named by the tensors and parameters it came in."""
-    if type(error) is not InvalidArgumentError:
-        return error  # a backend's refusal names no field
-
-    def rename(field: str) -> str:
-        head, _, rest = field.partition(".")
-        if head == "parameters":
-            parameter, bracket, index = rest.partition("[")
-            return sources.get(parameter, parameter) + bracket + index
-        return {"prompt": TEXT_INPUT, "request_id": "id", "model": "model_name"}.get(field, field)
-
-    return InvalidArgumentError(
-        [FieldViolation(rename(v.field), v.description) for v in error.violations]
+def field_of(core_field: str, sources: Mapping[str, str]) -> str:
+    """The tensor or parameter a request sent that the core's field `core_field` came from."""
+    head, _, rest = core_field.partition(".")
+    if head == "parameters":
+        parameter, bracket, index = rest.partition("[")
+        return sources.get(parameter, parameter) + bracket + index
+    return {"prompt": TEXT_INPUT, "request_id": "id", "model": "model_name"}.get(
+        core_field, core_field
     )

@@ -2,7 +2,8 @@
 manager, next to inferwire.v1 on the same listener.
 
 Each method converts the request, calls the same core as inferwire.v1's servicer and
-converts the result; the one error mapping wraps every RPC (`maps_errors_on_every_rpc`).
+converts the result; whatever a method raises becomes its status in the call interceptor
+(api/calls.py).
 The shared-memory, trace and log RPCs answer UNIMPLEMENTED, saying why.
 """
 
@@ -15,16 +16,16 @@ import grpc
 from tritonclient.grpc import service_pb2 as oip
 from tritonclient.grpc import service_pb2_grpc
 
-from inferwire.api.auth import current_principal
 from inferwire.api.kserve import metadata
-from inferwire.api.kserve.conventions import parse_request, renamed, require_version
+from inferwire.api.kserve.conventions import field_of, parse_request, require_version
 from inferwire.api.kserve.responses import result_response
 from inferwire.api.kserve.streaming import StreamSession
 from inferwire.api.kserve.tensors import invalid
-from inferwire.api.status import maps_errors_on_every_rpc
+from inferwire.api.status import serves_every_rpc
 from inferwire.core.errors import InvalidArgumentError, ModelNotReadyError, NotSupportedError
 from inferwire.core.manager import ModelManager
 from inferwire.core.types import Capabilities, ModelState, ModelStatus
+from inferwire.edge.calls import current_call
 from inferwire.wire.oip import STREAM
 
 SERVICE = oip.DESCRIPTOR.services_by_name["GRPCInferenceService"]
@@ -40,7 +41,7 @@ def _not_supported(rpc: str, why: str) -> Callable[..., Awaitable[Any]]:
     return refuse
 
 
-@maps_errors_on_every_rpc(SERVICE)
+@serves_every_rpc(SERVICE)
 class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """inference.GRPCInferenceService over a ModelManager."""
 
@@ -110,7 +111,7 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> oip.ModelStatisticsResponse:
         if request.name:
             _require_access(request.name, request.version)
-        may_use = current_principal().may_use
+        may_use = current_call().principal.may_use
         statistics = self._manager.statistics(request.name)
         return oip.ModelStatisticsResponse(
             model_stats=[metadata.model_statistics(s) for s in statistics if may_use(s.name)]
@@ -121,15 +122,15 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: oip.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> oip.ModelInferResponse:
-        principal = current_principal()
-        principal.require_model(request.model_name)
-        parsed = parse_request(request, context.time_remaining(), principal.tenant)
+        call = current_call()
+        call.require_model(request.model_name)
+        parsed = parse_request(request, context.time_remaining(), *call.tenancy())
         if parsed.stream:
             raise invalid(STREAM, "true needs ModelStreamInfer: ModelInfer answers once")
         try:
             result = await self._manager.infer(parsed.inference)
         except InvalidArgumentError as error:
-            raise renamed(error, parsed.sources) from None
+            raise error.renamed(lambda f: field_of(f, parsed.sources)) from None
         return result_response(parsed, result)
 
     async def ModelStreamInfer(
@@ -145,7 +146,7 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: oip.RepositoryIndexRequest, context: grpc.aio.ServicerContext
     ) -> oip.RepositoryIndexResponse:
         _require_our_repository(request.repository_name)
-        principal = current_principal()
+        principal = current_call().principal
         return oip.RepositoryIndexResponse(
             models=[
                 metadata.index_entry(status)
@@ -165,7 +166,7 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 "inferwire loads models as its configuration declares them; "
                 "a load takes no config or files",
             )
-        current_principal().require_model(request.model_name)
+        current_call().require_model(request.model_name)
         await self._manager.load(request.model_name)
         return oip.RepositoryModelLoadResponse()
 
@@ -175,14 +176,14 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         _require_our_repository(request.repository_name)
         if unknown := sorted(set(request.parameters) - {"unload_dependents"}):
             raise invalid(f"parameters.{unknown[0]}", "is not an unload parameter")
-        current_principal().require_model(request.model_name)
+        current_call().require_model(request.model_name)
         await self._manager.unload(request.model_name)
         return oip.RepositoryModelUnloadResponse()
 
 
 def _require_access(model: str, version: str) -> None:
     """The caller may use `model`, and `version` is one it has."""
-    current_principal().require_model(model)
+    current_call().require_model(model)
     require_version(model, version)
 
 

@@ -20,14 +20,14 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as oip
 
-from inferwire.api.auth import current_principal
-from inferwire.api.kserve.conventions import ParsedRequest, parse_request, renamed
+from inferwire.api.kserve.conventions import ParsedRequest, field_of, parse_request
 from inferwire.api.kserve.responses import ChunkResponses, result_response
 from inferwire.api.kserve.tensors import infer_response
 from inferwire.api.peer_gone import write_or_await_cancellation
 from inferwire.api.status import client_status
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
+from inferwire.edge.calls import current_call
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +75,19 @@ class StreamSession:
     async def _serve(self, request: oip.ModelInferRequest) -> None:
         parsed: ParsedRequest | None = None
         try:
-            principal = current_principal()
-            principal.require_model(request.model_name)
-            parsed = parse_request(request, self._context.time_remaining(), principal.tenant)
+            call = current_call()
+            call.require_model(request.model_name)
+            parsed = parse_request(request, self._context.time_remaining(), *call.tenancy())
             if parsed.stream:
                 await self._stream(parsed)
             else:
                 result = await self._manager.infer(parsed.inference)
                 await self._send(result_response(parsed, result, final=True))
         except InvalidArgumentError as error:
-            await self._fail(request, renamed(error, parsed.sources) if parsed else error)
+            if parsed is not None:  # the core's violations; parse_request's name the tensors
+                sources = parsed.sources
+                error = error.renamed(lambda f: field_of(f, sources))
+            await self._fail(request, error)
         except Exception as error:
             await self._fail(request, error)
 

@@ -1,8 +1,8 @@
-"""Who is calling: the principal of a call, from what any transport reads off it.
+"""Who is calling: the principal of a call, from what any door reads off it.
 
-A transport hands over the call's `Authorization` header (gRPC metadata or HTTP), the
-scope its method needs (None for an open one: health, reflection, metrics) and, only if
-asked, its client certificate's subjects (mutual TLS). `Callers` answers with the
+The call (edge/calls.py) hands over its `Authorization` header (gRPC metadata or HTTP),
+the scope its method needs (None for an open one: health, reflection, metrics) and, only if
+asked, its client certificate's subjects (mutual TLS). `Authenticator` answers with the
 principal, or raises UnauthenticatedError / PermissionDeniedError; the per-model check
 is the principal's own (`Principal.require_model`), made once the request names a model.
 """
@@ -35,7 +35,7 @@ def bearer_token(authorization: str | None) -> str | None:
     return None
 
 
-class Callers:
+class Authenticator:
     """The server's credentials: its tokens file (re-read when it changes), the scopes of
     anonymous callers, and which certificate subject counts against which tenant."""
 
@@ -60,7 +60,7 @@ class Callers:
             self._store is not None or bool(self._tenant_by_subject) or bool(self._gateway_subjects)
         )
 
-    def caller(
+    def principal(
         self,
         authorization: str | None,
         scope: Scope | None,

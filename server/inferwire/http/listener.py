@@ -1,6 +1,6 @@
 """uvicorn on the server's own event loop: one process, one core, one set of models.
 
-`HttpServer` binds `server.http_address` (port 0 picks a free port), serves the Starlette
+`HttpListener` binds `server.http_address` (port 0 picks a free port), serves the Starlette
 app with uvicorn's httptools protocol, and stops in step with the gRPC listener: new
 connections are refused, requests in flight (streams included) get the grace period,
 then what is left is cancelled.
@@ -190,7 +190,7 @@ class _RotatingContext:
         ssl_object.context = self.context
 
 
-class HttpServer:
+class HttpListener:
     """The HTTP listener: `start()` binds and serves, `stop()` drains."""
 
     def __init__(

@@ -1,0 +1,184 @@
+"""Both doors go through the edge's one call, so they answer alike where they had drifted:
+the inference gateway's headers set the tenant from a gateway principal on gRPC (both
+services) as on HTTP, a model the caller may not see is refused the same whether it exists
+or not, and HTTP refusals are counted as gRPC's are."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+import yaml
+from tritonclient.grpc import service_pb2 as oip
+from tritonclient.grpc import service_pb2_grpc
+
+from inferwire.config import load_settings
+from inferwire.core.auth import hash_token
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+from tests.support.fake_backend import FAKE_BACKEND, serving_fakes
+from tests.support.oip import kserve_request
+from tests.support.waiting import wait_until
+
+TOKENS = {"gateway": "iwt_gateway_0123", "plain": "iwt_plain_0123", "narrow": "iwt_narrow_0123"}
+GATEWAY_HEADERS = {
+    "x-gateway-inference-fairness-id": "team-a",
+    "x-gateway-inference-objective": "critical",
+}
+
+
+def settings(tmp_path: Path) -> Any:
+    entries = [
+        {
+            "name": "gateway",
+            "sha256": hash_token(TOKENS["gateway"]),
+            "scopes": ["infer", "gateway"],
+        },
+        {"name": "plain", "sha256": hash_token(TOKENS["plain"]), "scopes": ["admin"]},
+        # Restricted to `open-*`: `secret` exists, `nowhere` does not; both are out of reach.
+        {
+            "name": "narrow",
+            "sha256": hash_token(TOKENS["narrow"]),
+            "scopes": ["admin"],
+            "models": ["open-*"],
+        },
+    ]
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(yaml.safe_dump(entries))
+    return load_settings(
+        server={
+            "address": "127.0.0.1:0",
+            "health_check_interval_s": 3600,
+            "tenants": [{"name": "team-a", "priority": "interactive"}],
+            "auth": {"tokens_file": str(tokens)},
+        },
+        models=[
+            {"name": "m", "backend": FAKE_BACKEND, "load_on_startup": True},
+            {"name": "secret", "backend": FAKE_BACKEND, "load_on_startup": True},
+            {"name": "open-one", "backend": FAKE_BACKEND, "load_on_startup": True},
+        ],
+    )
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {TOKENS[token]}"),)
+
+
+async def test_gateway_headers_set_the_tenant_on_every_door_from_a_gateway_principal_only(
+    tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger="inferwire.access")
+    async with serving_fakes(settings(tmp_path)) as (server, _):
+        target = f"127.0.0.1:{server.port}"
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            kserve = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            for token in ("gateway", "plain"):
+                metadata = (*bearer(token), *GATEWAY_HEADERS.items())
+                await stub.Infer(
+                    pb.InferRequest(model="m", prompt="hi", request_id=f"{token}-infer"),
+                    metadata=metadata,
+                )
+                stream = stub.InferStream(
+                    pb.InferStreamRequest(model="m", prompt="hi", request_id=f"{token}-stream"),
+                    metadata=metadata,
+                )
+                assert [m async for m in stream]
+                await kserve.ModelInfer(
+                    kserve_request("hi", model="m", id=f"{token}-kserve"), metadata=metadata
+                )
+        async with httpx.AsyncClient(
+            base_url=f"http://{target.split(':')[0]}:{server.http_port}"
+        ) as client:
+            for token in ("gateway", "plain"):
+                reply = await client.post(
+                    "/v1/completions",
+                    json={"model": "m", "prompt": "hi"},
+                    headers={
+                        "authorization": f"Bearer {TOKENS[token]}",
+                        "x-request-id": f"{token}-http",
+                        **GATEWAY_HEADERS,
+                    },
+                )
+                assert reply.status_code == 200, reply.text
+
+        def lines() -> dict[str, Any]:
+            return {r.request_id: r for r in caplog.records if hasattr(r, "tenant")}
+
+        async def all_written() -> bool:
+            return "plain-http" in lines()
+
+        await wait_until(all_written)
+    found = lines()
+    for door in ("infer", "stream", "kserve", "http"):
+        gateway, plain = found[f"gateway-{door}"], found[f"plain-{door}"]
+        assert (gateway.tenant, gateway.priority) == ("team-a", "interactive"), door
+        assert (plain.tenant, plain.priority) == ("plain", "standard"), door
+
+
+async def test_a_model_out_of_reach_is_refused_alike_whether_it_exists_or_not(tmp_path):
+    async with serving_fakes(settings(tmp_path)) as (server, _):
+        refusals: dict[str, list[Any]] = {"secret": [], "nowhere": []}
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            kserve = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            for name, seen in refusals.items():
+                for call in (
+                    stub.Health(pb.HealthRequest(model=name), metadata=bearer("narrow")),
+                    stub.LoadModel(pb.LoadModelRequest(model=name), metadata=bearer("narrow")),
+                    kserve.ModelMetadata(
+                        oip.ModelMetadataRequest(name=name), metadata=bearer("narrow")
+                    ),
+                ):
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await call
+                    seen.append(refused.value.code())
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client:
+            headers = {"authorization": f"Bearer {TOKENS['narrow']}"}
+            for name, seen in refusals.items():
+                model = await client.get(f"/v1/models/{name}", headers=headers)
+                completion = await client.post(
+                    "/v1/completions", json={"model": name, "prompt": "hi"}, headers=headers
+                )
+                seen += [model.status_code, completion.status_code]
+                seen.append(model.json()["error"]["code"])
+    assert refusals["secret"] == refusals["nowhere"]
+    assert refusals["secret"] == [grpc.StatusCode.PERMISSION_DENIED] * 3 + [
+        403,
+        403,
+        "permission_denied",
+    ]
+
+
+def http_requests(server: Any, handler: str, status: int) -> float:
+    value = server.metrics.registry.get_sample_value(
+        "http_requests_total", {"method": "POST", "handler": handler, "status": str(status)}
+    )
+    return value or 0.0
+
+
+async def test_http_refusals_are_counted_by_route_and_status_as_grpc_s_are(tmp_path):
+    async with serving_fakes(settings(tmp_path)) as (server, _):
+        assert http_requests(server, "/v1/completions", 200) == 0  # there from the start
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client:
+            good = {"authorization": f"Bearer {TOKENS['plain']}"}
+            cases = [
+                ({}, {"model": "m", "prompt": "hi"}, 401),
+                (good, {"model": "m", "prompt": "hi", "n": 2}, 400),
+                (good, {"model": "ghost", "prompt": "hi"}, 404),
+                (good, {"model": "m", "prompt": "hi"}, 200),
+            ]
+            for headers, body, status in cases:
+                reply = await client.post("/v1/completions", json=body, headers=headers)
+                assert reply.status_code == status, reply.text
+        for _, _, status in cases:
+            assert http_requests(server, "/v1/completions", status) == 1, status
+        duration = server.metrics.registry.get_sample_value(
+            "http_request_duration_seconds_count",
+            {"method": "POST", "handler": "/v1/completions"},
+        )
+        assert duration == len(cases)
