@@ -128,7 +128,8 @@ async def _measured_grpc(target: str, pid: int, prompts: list[str], max_tokens: 
 
 
 def measure(options: RunOptions) -> dict[int, dict[str, dict[str, Any]]]:
-    rounds = options.size(3, 1)
+    # Enough work per side that a floor's few milliseconds of CPU per round add up.
+    rounds = options.size(6, 1)
     points: dict[int, dict[str, dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
         sse = stack.enter_context(baseline_server("bench.sse_floor_server"))
@@ -136,7 +137,7 @@ def measure(options: RunOptions) -> dict[int, dict[str, dict[str, Any]]]:
         gateway = stack.enter_context(gateway_server(max(STREAMS), batching="per_request"))
         pid, http_url = gateway.process.pid, gateway.http_url
         for streams in STREAMS:
-            max_tokens = options.size(128 if streams == 1 else 64, 8)
+            max_tokens = options.size(256 if streams == 1 else 128, 8)
             sides = {side: _Side() for side in SIDES}
             for round_index in range(rounds):
                 prompts = prompts_for(streams, offset=round_index)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
+from json.encoder import encode_basestring
 from typing import Any
 
 from inferwire.core.types import FinishReason, InferenceResult, StreamChunk, TokenLogprob, Usage
@@ -25,8 +26,9 @@ FINISH_REASON = {
 DONE = b"data: [DONE]\n\n"
 
 
-def _text(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+# A string as JSON, non-ASCII kept: `json.dumps(text, ensure_ascii=False)` less the
+# JSONEncoder it makes on every call for the non-default argument.
+_text = encode_basestring
 
 
 def usage_json(usage: Usage) -> dict[str, int]:

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from inferwire import __version__
 from inferwire.core.auth import Scope
@@ -34,7 +35,7 @@ from inferwire.http.calls import HttpCalls
 from inferwire.http.errors import error_body
 from inferwire.http.requests import ParsedRequest, parse, validation_error
 from inferwire.http.responses import EventStream, unary_json
-from inferwire.http.streams import EventStreamResponse, unless_gone
+from inferwire.http.streams import EventStreamResponse, keeping_raw_send, unless_gone
 
 _STARTED = int(time.time())
 
@@ -66,7 +67,7 @@ class Routes:
         self._manager, self._calls, self._registry = manager, calls, registry
         self._max_body_bytes, self._body_timeout_s = max_body_bytes, body_timeout_s
 
-    def app(self) -> Starlette:
+    def app(self) -> ASGIApp:
         route = self._calls.route
         infer = Scope.INFER
         table: list[tuple[str, str, Scope | None, Any, bool]] = [
@@ -85,7 +86,8 @@ class Routes:
             for method, path, scope, handler, inference in table
         ]
         handlers = {HTTPException: _no_such_route, Exception: _escaped}
-        return Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+        app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
+        return keeping_raw_send(app)
 
     async def _body(self, request: Request) -> Any:
         return await read_json(request, self._max_body_bytes, self._body_timeout_s)
