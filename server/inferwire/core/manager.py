@@ -19,12 +19,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
 from inferwire.core.adapters import Adapters, AdapterSettings, AdapterSource
 from inferwire.core.backend import Backend, GenerationEvents
+from inferwire.core.breaker import FAILURE_COOLDOWN_S
 from inferwire.core.errors import ConfigurationError, DeadlineExceededError, ModelNotFoundError
 from inferwire.core.generation import generation_request, join, stop_at_sequences
 from inferwire.core.lifecycle import HealthHooks, Lifecycle, Trigger
 from inferwire.core.memory import MemorySettings
 from inferwire.core.metrics import MemoryMetrics, MetricsListener, NoMemoryMetrics, NoMetrics
-from inferwire.core.models import FAILURE_COOLDOWN_S, ManagedModel, backend_health_reports
+from inferwire.core.models import ManagedModel, backend_health_reports
 from inferwire.core.quotas import TokenCharge
 from inferwire.core.readiness import HealthListener, Readiness
 from inferwire.core.record import Outcome, RequestRecord

@@ -5,7 +5,8 @@ lifecycle (core/lifecycle.py) and residency (core/residency.py) carry it out. A
 `ManagedModel` is the one owner of what that leaves behind: its fields are read-only from
 outside, and each change goes through one of its methods (load started, loaded, failed,
 unloading, unloaded, charged, used, ...), which moves its `version`. It also admits
-requests under the model's concurrency limit through its bounded wait queue.
+requests under the model's concurrency limit through its bounded wait queue, and its
+`FailureBreaker` (core/breaker.py) counts the requests failing in its backend.
 """
 
 from __future__ import annotations
@@ -19,12 +20,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Generic, TypeVar, overload
 
 from inferwire.core.backend import Backend
-from inferwire.core.errors import (
-    BackendUnavailableError,
-    InferwireError,
-    ModelNotReadyError,
-    QueueFullError,
-)
+from inferwire.core.breaker import FailureBreaker
+from inferwire.core.errors import ModelNotReadyError, QueueFullError
 from inferwire.core.memory import Footprint
 from inferwire.core.record import RequestRecord
 from inferwire.core.reserve import Reservation
@@ -42,12 +39,6 @@ from inferwire.core.types import (
 )
 
 log = logging.getLogger("inferwire.core.manager")  # health changes: the manager's log
-
-# Consecutive requests failing in the backend (UNAVAILABLE, INTERNAL) that take a model's
-# readiness away, and the least time it stays away; a request that succeeds, or a healthy
-# health check after that time, gives it back.
-FAILURES_BEFORE_NOT_READY = 3
-FAILURE_COOLDOWN_S = 5.0
 
 # Reports a model's queued and running requests (the manager's metrics listener).
 LoadReporter = Callable[[str, int, int], None]
@@ -118,8 +109,7 @@ class ManagedModel:
         self._queued = 0
         self.requests_total = 0
         self.generated_tokens_total = 0
-        self._backend_failures = 0  # consecutive requests that failed in the backend
-        self._failing_since: float | None = None  # when those failures took readiness away
+        self._breaker = FailureBreaker()
         # Residency (core/residency.py): what the model holds against its budget while it
         # is LOADING, READY or UNLOADING, and when it was loaded and last used.
         self._charged: Footprint | None = None
@@ -167,11 +157,7 @@ class ManagedModel:
 
     @property
     def ready(self) -> bool:
-        return (
-            self._state is ModelState.READY
-            and self._backend_healthy
-            and self._failing_since is None
-        )
+        return self._state is ModelState.READY and self._backend_healthy and not self._breaker.open
 
     @property
     def serves(self) -> bool:
@@ -379,7 +365,7 @@ class ManagedModel:
     def _changed_load(self) -> None:
         self._report_load(self.spec.name, self._queued, self._running)
 
-    # ---- its health --------------------------------------------------------------------
+    # ---- its health (core/readiness.py; requests failing: core/breaker.py) -----------
 
     def checked(self, health: BackendHealth | BaseException, now: float, cooldown_s: float) -> bool:
         """Take in a health check's answer (or its failure); True when what the model
@@ -390,11 +376,8 @@ class ManagedModel:
             healthy, detail = health.healthy, health.detail
         if self._state is not ModelState.READY:
             return False
-        changed = False
-        if healthy and self._failing_since is not None and now - self._failing_since >= cooldown_s:
-            # Half-open: a healthy check after the cool-down lets requests try again.
-            self._failing_since, self._backend_failures = None, 0
-            changed = True
+        # Half-open: a healthy check after the cool-down lets requests try again.
+        changed = healthy and self._breaker.checked_healthy(now, cooldown_s)
         if healthy != self._backend_healthy or detail != self._detail:
             if healthy != self._backend_healthy:
                 log.warning(
@@ -412,22 +395,16 @@ class ManagedModel:
 
         A backend that keeps failing requests is not ready, whatever its health check says.
         """
-        if isinstance(error, InferwireError) and not isinstance(error, BackendUnavailableError):
-            return False  # the request's fault (or a limit), not the backend's
-        self._backend_failures += 1
-        if self._backend_failures < FAILURES_BEFORE_NOT_READY or self._failing_since is not None:
+        if not self._breaker.failed(error):
             return False
-        self._failing_since = time.monotonic()
-        self._detail = f"the last {self._backend_failures} requests failed ({error})"
+        self._detail = f"the last {self._breaker.failures} requests failed ({error})"
         self._changed()
         return True
 
     def request_succeeded(self) -> bool:
         """Count a request that succeeded; True when it gave the model's readiness back."""
-        self._backend_failures = 0
-        if self._failing_since is None:
+        if not self._breaker.succeeded():
             return False
-        self._failing_since = None
         self._changed()
         return True
 
