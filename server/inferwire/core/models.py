@@ -1,12 +1,12 @@
-"""One configured model as the manager holds it: its state, its slots and queue, its counters.
+"""One configured model as the manager holds it: its state, its memory charge, its requests.
 
 The manager (core/manager.py) decides when a model loads, unloads and serves; the
 lifecycle (core/lifecycle.py) and residency (core/residency.py) carry it out. A
 `ManagedModel` is the one owner of what that leaves behind: its fields are read-only from
 outside, and each change goes through one of its methods (load started, loaded, failed,
-unloading, unloaded, charged, used, ...), which moves its `version`. It also admits
-requests under the model's concurrency limit through its bounded wait queue, and its
-`FailureBreaker` (core/breaker.py) counts the requests failing in its backend.
+unloading, unloaded, charged, used, ...), which moves its `version`. It is made of the
+model's `AdmissionQueue` (core/admission.py: its slots and bounded wait queue) and its
+`FailureBreaker` (core/breaker.py: requests failing in the backend).
 """
 
 from __future__ import annotations
@@ -19,16 +19,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Generic, TypeVar, overload
 
+from inferwire.core.admission import AdmissionQueue, LoadReporter
 from inferwire.core.backend import Backend
 from inferwire.core.breaker import FailureBreaker
-from inferwire.core.errors import ModelNotReadyError, QueueFullError
+from inferwire.core.errors import ModelNotReadyError
 from inferwire.core.memory import Footprint
 from inferwire.core.record import RequestRecord
 from inferwire.core.reserve import Reservation
-from inferwire.core.scheduling import Claim, FairQueue, Grant
+from inferwire.core.scheduling import Claim, Grant
 from inferwire.core.specs import ModelSpec
 from inferwire.core.statistics import RequestStatistics
-from inferwire.core.tracing import QUEUE, Tracer
+from inferwire.core.tracing import Tracer
 from inferwire.core.types import (
     BackendHealth,
     BackendHealthReport,
@@ -40,10 +41,6 @@ from inferwire.core.types import (
 
 log = logging.getLogger("inferwire.core.manager")  # health changes: the manager's log
 
-# Reports a model's queued and running requests (the manager's metrics listener).
-LoadReporter = Callable[[str, int, int], None]
-
-_ANYONE = Claim()  # a request that names no tenant
 _GONE = (ModelState.UNLOADED, ModelState.FAILED)
 T = TypeVar("T")
 # Every change of every model takes the next number, so a version names one model's one
@@ -94,9 +91,7 @@ class ManagedModel:
         self.spec = spec
         self.backend = backend
         self.lifecycle_lock = asyncio.Lock()  # serialises this model's loads and unloads
-        self.slots = FairQueue(spec.max_concurrency, max_wait_s, clock, reservation)
-        self.idle = asyncio.Event()
-        self.idle.set()
+        self.admission = AdmissionQueue(spec, report_load, max_wait_s, clock, reservation)
         self._state = ModelState.UNLOADED
         self._detail = ""
         self._load_error = ""  # why the last load failed, in the backend's words
@@ -105,9 +100,6 @@ class ManagedModel:
         # Whether the server's readiness waits for this model: a start-up model, or one
         # loaded since, until it is deliberately unloaded (or evicted); see `serving`.
         self._wanted = spec.load_on_startup
-        self._running = 0
-        self._queued = 0
-        self.requests_total = 0
         self.generated_tokens_total = 0
         self._breaker = FailureBreaker()
         # Residency (core/residency.py): what the model holds against its budget while it
@@ -123,7 +115,6 @@ class ManagedModel:
         self._adapters: list[ManagedModel] = []  # a base model's adapter models
         if base is not None:
             base._adapters.append(self)
-        self._report_load = report_load
         self.statistics = RequestStatistics(spec.name)
         self._live: set[RequestRecord] = set()  # requests holding a slot (their KV cache)
         self._version = next(_VERSIONS)
@@ -138,8 +129,6 @@ class ManagedModel:
     facts = _ReadOnly["ModelFacts | None"]()  # what the loaded model is; None unless READY
     version = _ReadOnly[int]()  # moves with every change `status` reports, but last use
     wanted = _ReadOnly[bool]()
-    running = _ReadOnly[int]()
-    queued = _ReadOnly[int]()
     charged = _ReadOnly["Footprint | None"]()
     loaded_at = _ReadOnly[float]()
     last_used = _ReadOnly["float | None"]()
@@ -156,6 +145,18 @@ class ManagedModel:
         return tuple(self._adapters)
 
     @property
+    def running(self) -> int:
+        return self.admission.running
+
+    @property
+    def queued(self) -> int:
+        return self.admission.queued
+
+    @property
+    def requests_total(self) -> int:
+        return self.admission.requests_total
+
+    @property
     def ready(self) -> bool:
         return self._state is ModelState.READY and self._backend_healthy and not self._breaker.open
 
@@ -170,7 +171,7 @@ class ManagedModel:
     @property
     def busy(self) -> bool:
         """Requests run, queue or wait for it to load: it is not evicted."""
-        return self._running > 0 or self._queued > 0 or self._load_waiters > 0
+        return self.running > 0 or self.queued > 0 or self._load_waiters > 0
 
     def loaded_adapters(self) -> list[str]:
         """This base's adapter models that hold (or are taking) the base's model."""
@@ -266,7 +267,7 @@ class ManagedModel:
             # READY is the lifecycle (loaded); the detail says it cannot serve right now.
             detail = f"not serving: {detail}"
         if self._state is ModelState.READY:
-            for more in (self._memory_detail, self.slots.reservation.describe()):
+            for more in (self._memory_detail, self.admission.reservation.describe()):
                 detail = f"{detail}; {more}" if detail and more else detail or more
         return ModelStatus(
             self.spec.name,
@@ -289,8 +290,8 @@ class ManagedModel:
             state=self._state,
             ready=self.ready,
             detail=self._detail,
-            inflight=self._running,
-            queued=self._queued,
+            inflight=self.running,
+            queued=self.queued,
             requests_total=self.requests_total,
             generated_tokens_total=self.generated_tokens_total,
         )
@@ -311,7 +312,7 @@ class ManagedModel:
         # A copy first: a metrics scrape may read this from another thread.
         return sum(r.prompt_tokens + r.completion_tokens for r in tuple(self._live))
 
-    # ---- admission ---------------------------------------------------------------------
+    # ---- admitting a request ---------------------------------------------------------
 
     def require_ready(self) -> ModelFacts:
         """Fail closed: refuse work unless the model is loaded; what it is, when it is."""
@@ -325,45 +326,11 @@ class ManagedModel:
 
     @contextlib.asynccontextmanager
     async def slot(self, tracer: Tracer, claim: Claim | None = None) -> AsyncIterator[Grant]:
-        """Run under the model's concurrency limit, waiting in its bounded queue if needed:
-        priority first, then fairly between tenants (`claim`); yields the slot's grant."""
-        claim = claim or _ANYONE
-        if self.slots.would_wait(claim.priority) and self._queued >= self.spec.max_queue:
-            raise QueueFullError(
-                f"model {self.spec.name!r} is at capacity: {self.spec.max_concurrency} running "
-                f"and {self._queued} queued (max_queue {self.spec.max_queue}); retry later"
-            )
-        self.requests_total += 1
-        self.idle.clear()
-        try:
-            with tracer.span(QUEUE):
-                grant = self.slots.try_acquire(claim) or await self._wait_for_slot(claim)
-            try:
-                self._running += 1
-                self._changed_load()
-                self.require_ready()  # it may have started unloading while this one waited
-                yield grant
-            finally:
-                self._running -= 1
-                self._changed_load()
-                self.slots.release(grant)
-        finally:
-            if self._running == 0 and self._queued == 0:
-                self.idle.set()
-
-    async def _wait_for_slot(self, claim: Claim) -> Grant:
-        """Wait in the queue, counted in `queued` (a request that gets a slot at once is
-        never counted there)."""
-        self._queued += 1
-        self._changed_load()
-        try:
-            return await self.slots.acquire(claim)
-        finally:
-            self._queued -= 1
-            self._changed_load()
-
-    def _changed_load(self) -> None:
-        self._report_load(self.spec.name, self._queued, self._running)
+        """Run in one of the model's slots (AdmissionQueue.slot), and only while it is still
+        loaded; yields the slot's grant."""
+        async with self.admission.slot(tracer, claim) as grant:
+            self.require_ready()  # it may have started unloading while this one waited
+            yield grant
 
     # ---- its health (core/readiness.py; requests failing: core/breaker.py) -----------
 
