@@ -25,7 +25,8 @@ from inferwire.core.generation import generation_request, join, stop_at_sequence
 from inferwire.core.lifecycle import HealthHooks, Lifecycle, Trigger
 from inferwire.core.memory import MemorySettings
 from inferwire.core.metrics import MemoryMetrics, MetricsListener, NoMemoryMetrics, NoMetrics
-from inferwire.core.models import ManagedModel, backend_health_reports
+from inferwire.core.model_reports import backend_health_reports, model_health_report
+from inferwire.core.models import ManagedModel
 from inferwire.core.quotas import TokenCharge
 from inferwire.core.readiness import HealthListener, Readiness
 from inferwire.core.record import Outcome, RequestRecord
@@ -423,7 +424,7 @@ class ModelManager:
         models = [self._get(model_name)] if model_name else list(self._models.values())
         if include is not None:
             models = [m for m in models if include(m.spec.name)]
-        reports = tuple(m.health_report() for m in models)
+        reports = tuple(model_health_report(m) for m in models)
         return HealthReport(self.serving, reports, backend_health_reports(models))
 
     def server_load(self) -> ServerLoad:

@@ -6,7 +6,8 @@ lifecycle (core/lifecycle.py) and residency (core/residency.py) carry it out. A
 outside, and each change goes through one of its methods (load started, loaded, failed,
 unloading, unloaded, charged, used, ...), which moves its `version`. It is made of the
 model's `AdmissionQueue` (core/admission.py: its slots and bounded wait queue) and its
-`FailureBreaker` (core/breaker.py: requests failing in the backend).
+`FailureBreaker` (core/breaker.py: requests failing in the backend); what it reports is
+written in core/model_reports.py.
 """
 
 from __future__ import annotations
@@ -24,20 +25,14 @@ from inferwire.core.backend import Backend
 from inferwire.core.breaker import FailureBreaker
 from inferwire.core.errors import ModelNotReadyError
 from inferwire.core.memory import Footprint
+from inferwire.core.model_reports import model_status
 from inferwire.core.record import RequestRecord
 from inferwire.core.reserve import Reservation
 from inferwire.core.scheduling import Claim, Grant
 from inferwire.core.specs import ModelSpec
 from inferwire.core.statistics import RequestStatistics
 from inferwire.core.tracing import Tracer
-from inferwire.core.types import (
-    BackendHealth,
-    BackendHealthReport,
-    ModelFacts,
-    ModelHealthReport,
-    ModelState,
-    ModelStatus,
-)
+from inferwire.core.types import BackendHealth, ModelFacts, ModelState, ModelStatus
 
 log = logging.getLogger("inferwire.core.manager")  # health changes: the manager's log
 
@@ -75,6 +70,8 @@ class _ReadOnly(Generic[T]):
 
 
 class ManagedModel:
+    """One configured model: its state, and what admits and counts its requests."""
+
     def __init__(
         self,
         spec: ModelSpec,
@@ -130,8 +127,10 @@ class ManagedModel:
     version = _ReadOnly[int]()  # moves with every change `status` reports, but last use
     wanted = _ReadOnly[bool]()
     charged = _ReadOnly["Footprint | None"]()
+    memory_detail = _ReadOnly[str]()
     loaded_at = _ReadOnly[float]()
     last_used = _ReadOnly["float | None"]()
+    last_used_wall = _ReadOnly["float | None"]()
     failed_at = _ReadOnly["float | None"]()
     load_waiters = _ReadOnly[int]()
     base = _ReadOnly["ManagedModel | None"]()
@@ -246,55 +245,21 @@ class ManagedModel:
         self._memory_detail = memory_detail
         self._changed()
 
-    # ---- what it reports ---------------------------------------------------------------
+    # ---- its use and what it reports -------------------------------------------------
 
     def used(self, now: float, wall: float) -> None:
         """A request arrived or ended: eviction order and idle unloads go by it."""
         self._last_used, self._last_used_wall = now, wall
 
     def status(self) -> ModelStatus:
-        """What ListModels says of the model: the same object while neither its version
-        nor its last use moved."""
+        """What ListModels says of the model (core/model_reports.py): the same object while
+        neither its version nor its last use moved."""
         key = (self._version, self._last_used_wall)
         if self._status is None or self._status[0] != key:
-            self._status = (key, self._make_status())
+            self._status = (key, model_status(self))
         return self._status[1]
 
-    def _make_status(self) -> ModelStatus:
-        facts = self._facts if self._state is ModelState.READY else None
-        detail = self._detail
-        if self._state is ModelState.READY and not self.ready:
-            # READY is the lifecycle (loaded); the detail says it cannot serve right now.
-            detail = f"not serving: {detail}"
-        if self._state is ModelState.READY:
-            for more in (self._memory_detail, self.admission.reservation.describe()):
-                detail = f"{detail}; {more}" if detail and more else detail or more
-        return ModelStatus(
-            self.spec.name,
-            self.spec.backend,
-            self._state,
-            detail,
-            facts.capabilities if facts is not None else None,
-            pinned=self.spec.pinned,
-            on_demand=self.spec.on_demand,
-            resident_bytes=self._charged.amount if self._charged is not None else 0,
-            last_used=self._last_used_wall,
-            base_model=self.spec.adapter_of or "",
-            version=self._version,
-        )
-
-    def health_report(self) -> ModelHealthReport:
-        return ModelHealthReport(
-            name=self.spec.name,
-            backend=self.spec.backend,
-            state=self._state,
-            ready=self.ready,
-            detail=self._detail,
-            inflight=self.running,
-            queued=self.queued,
-            requests_total=self.requests_total,
-            generated_tokens_total=self.generated_tokens_total,
-        )
+    # ---- its requests ----------------------------------------------------------------
 
     def request_started(self, record: RequestRecord) -> None:
         """A request took a slot: its tokens hold the model's KV cache until it ends."""
@@ -374,21 +339,3 @@ class ManagedModel:
             return False
         self._changed()
         return True
-
-
-def backend_health_reports(models: list[ManagedModel]) -> tuple[BackendHealthReport, ...]:
-    """One report per backend of `models`: healthy unless a loaded model of it is not."""
-    backends: dict[str, list[ManagedModel]] = {}
-    for model in models:
-        backends.setdefault(model.spec.backend, []).append(model)
-    reports = []
-    for name, members in backends.items():
-        loaded = [m for m in members if m.state is ModelState.READY]
-        unhealthy = [m.spec.name for m in loaded if not m.backend_healthy]
-        detail = (
-            f"unhealthy models: {', '.join(unhealthy)}"
-            if unhealthy
-            else f"{len(loaded)} of {len(members)} models loaded"
-        )
-        reports.append(BackendHealthReport(name, not unhealthy, detail))
-    return tuple(reports)
