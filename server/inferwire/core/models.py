@@ -17,13 +17,13 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Generic, TypeVar, overload
 
 from inferwire.core.admission import AdmissionQueue, LoadReporter
 from inferwire.core.backend import Backend
 from inferwire.core.breaker import FailureBreaker
-from inferwire.core.errors import ModelNotReadyError
+from inferwire.core.errors import ModelNotFoundError, ModelNotReadyError
 from inferwire.core.memory import Footprint
 from inferwire.core.model_reports import model_status
 from inferwire.core.record import RequestRecord
@@ -33,6 +33,7 @@ from inferwire.core.specs import ModelSpec
 from inferwire.core.statistics import RequestStatistics
 from inferwire.core.tracing import Tracer
 from inferwire.core.types import BackendHealth, ModelFacts, ModelState, ModelStatus
+from inferwire.core.validation import require_model_name
 
 log = logging.getLogger("inferwire.core.manager")  # health changes: the manager's log
 
@@ -339,3 +340,12 @@ class ManagedModel:
             return False
         self._changed()
         return True
+
+
+def find_model(models: Mapping[str, ManagedModel], name: str) -> ManagedModel:
+    """The model `name` names; a malformed or unknown name is refused."""
+    require_model_name(name)
+    try:
+        return models[name]
+    except KeyError:
+        raise ModelNotFoundError(name) from None
