@@ -143,7 +143,7 @@ class Lifecycle:
                 require_no_adapters(model)
             model.unloading()
             await self._publish_health()
-            await model.idle.wait()
+            await model.admission.idle.wait()
             try:
                 await (model.backend.release() if shutting_down else model.backend.unload())
             finally:

@@ -5,53 +5,45 @@ UNLOADING -> UNLOADED, or FAILED after a bad load), a per-model lock that
 serialises loads and unloads, a concurrency limit with a bounded wait queue,
 and counters. Health changes are pushed to listeners (the grpc.health.v1
 publisher) whenever a model's readiness or the overall serving state changes.
+The manager is the core's one entrance: it holds the models and their parts, and a
+request's path from arrival to its record's end is core/request_path.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import time
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 
 from inferwire.core.adapters import Adapters, AdapterSettings, AdapterSource
-from inferwire.core.backend import Backend, GenerationEvents
-from inferwire.core.errors import ConfigurationError, DeadlineExceededError, ModelNotFoundError
-from inferwire.core.generation import generation_request, join, stop_at_sequences
+from inferwire.core.backend import Backend
+from inferwire.core.breaker import FAILURE_COOLDOWN_S
+from inferwire.core.errors import ConfigurationError
 from inferwire.core.lifecycle import HealthHooks, Lifecycle, Trigger
 from inferwire.core.memory import MemorySettings
 from inferwire.core.metrics import MemoryMetrics, MetricsListener, NoMemoryMetrics, NoMetrics
-from inferwire.core.models import FAILURE_COOLDOWN_S, ManagedModel, backend_health_reports
-from inferwire.core.quotas import TokenCharge
+from inferwire.core.model_reports import backend_health_reports, model_health_report
+from inferwire.core.models import ManagedModel, find_model
 from inferwire.core.readiness import HealthListener, Readiness
-from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.request_path import RequestPath
 from inferwire.core.reserve import Reservation
 from inferwire.core.residency import Residency
 from inferwire.core.server_load import ServerLoad, server_load
 from inferwire.core.specs import ModelSpec, duplicate_name
-from inferwire.core.tenants import Tenants, admitted
-from inferwire.core.tracing import GENERATE, NO_TRACER, Tracer
+from inferwire.core.tenants import Tenants
+from inferwire.core.tracing import NO_TRACER, Tracer
 from inferwire.core.types import (
     ChatMessage,
-    GenerationRequest,
     HealthReport,
     InferenceRequest,
     InferenceResult,
     InferenceStatistics,
     ModelStatus,
     StreamChunk,
-    TextDelta,
     Tokenization,
 )
-from inferwire.core.validation import (
-    RequestLimits,
-    require_model_name,
-    validate_inference_request,
-    validate_text_input,
-)
+from inferwire.core.validation import RequestLimits
 
 __all__ = ["BackendFactory", "ModelManager", "ModelSpec"]
 
@@ -85,10 +77,7 @@ class ModelManager:
         `tenants`: whose requests share the models, and how (default: no quotas);
         `adapters`: where run-time adapters may come from (default: nowhere)."""
         self._tenants = tenants or Tenants()
-        self._limits = limits
         self._metrics: MetricsListener = metrics or NoMetrics()
-        self._tracer: Tracer = tracer or NO_TRACER
-        self._keep_text = keep_text
         self._failure_cooldown_s = (
             max(FAILURE_COOLDOWN_S, 2 * health_check_interval_s)
             if failure_cooldown_s is None
@@ -117,6 +106,16 @@ class ModelManager:
         )
         health = HealthHooks(self._readiness.publish, self._readiness.refresh)
         self._lifecycle = Lifecycle(residency, health, self._failure_cooldown_s)
+        self._requests = RequestPath(
+            self._models,
+            limits,
+            self._tenants,
+            self._lifecycle,
+            self._readiness.publish,
+            self._metrics,
+            tracer or NO_TRACER,
+            keep_text,
+        )
 
     def _managed(
         self, spec: ModelSpec, backend: Backend, base: ManagedModel | None = None
@@ -240,168 +239,31 @@ class ModelManager:
         self._lifecycle.residency.remove(model)
         return True
 
-    # ---- inference -------------------------------------------------------
+    # ---- inference (core/request_path.py) -----------------------------
 
     async def infer(self, request: InferenceRequest) -> InferenceResult:
         """Unary generation through the backend's own `infer`."""
-        record = self._arrived(request)
-        async with self._admitted(request, record) as (model, job, _):
-            text, end, logprobs = await join(self._events(model, job, record, unary=True), record)
-            record.counted(end.usage.prompt_tokens, end.usage.completion_tokens)
-            if record.text is not None:
-                record.text.append(text)
-            record.end(Outcome.finished(end.finish_reason))
-            return InferenceResult(
-                request_id=record.request_id,
-                model=request.model,
-                backend=model.spec.backend,
-                text=text,
-                finish_reason=end.finish_reason,
-                usage=record.usage(),
-                timing=record.timing(),
-                logprobs=logprobs,
-            )
+        return await self._requests.infer(request)
 
     def infer_stream(
         self, request: InferenceRequest
     ) -> tuple[str, AsyncGenerator[StreamChunk, None]]:
         """Return the request ID in use and its chunks; the last chunk carries the outcome."""
-        record = self._arrived(request)
-        return record.request_id, self._stream(request, record)
-
-    async def _stream(
-        self, request: InferenceRequest, record: RequestRecord
-    ) -> AsyncGenerator[StreamChunk, None]:
-        async with self._admitted(request, record) as (model, job, charge):
-            events = self._events(model, job, record, unary=False)
-            kept = record.text
-            async with contextlib.aclosing(events):
-                async for event in events:
-                    if isinstance(event, TextDelta):
-                        if event.completion_tokens is not None:
-                            record.completion_tokens = event.completion_tokens
-                            charge.up_to(event.completion_tokens)  # as they are produced
-                        if kept is not None:
-                            kept.append(event.text)
-                        yield StreamChunk(
-                            event.text, logprobs=event.logprobs, tokens=event.completion_tokens
-                        )
-                    else:
-                        record.counted(event.usage.prompt_tokens, event.usage.completion_tokens)
-                        record.end(Outcome.finished(event.finish_reason))
-                        yield StreamChunk(
-                            "",
-                            finish_reason=event.finish_reason,
-                            usage=record.usage(),
-                            timing=record.timing(),
-                        )
+        return self._requests.infer_stream(request)
 
     async def tokenize(
         self, model_name: str, prompt: str, messages: tuple[ChatMessage, ...]
     ) -> Tokenization:
-        """The token ids a model sees for a prompt, or for messages through its chat template.
-
-        Takes no concurrency slot: tokenizing costs little next to generating.
-        """
-        validate_text_input(model_name, prompt, messages, self._limits)
-        model = self._get(model_name)
-        model.used(time.monotonic(), time.time())
-        await self._lifecycle.ensure_loaded(model, deadline=None)
-        model.require_ready()
-        rendered = model.backend.render_chat(messages) if messages else ""
-        token_ids = await model.backend.tokenize(rendered if messages else prompt)
-        return Tokenization(tuple(token_ids), rendered)
+        """The token ids a model sees for a prompt, or for messages through its chat
+        template; takes no concurrency slot."""
+        return await self._requests.tokenize(model_name, prompt, messages)
 
     async def detokenize(self, model_name: str, token_ids: Sequence[int]) -> str:
         """The text of `token_ids` for a model (vLLM's /detokenize); takes no slot either."""
-        model = self._get(model_name)
-        model.used(time.monotonic(), time.time())
-        await self._lifecycle.ensure_loaded(model, deadline=None)
-        model.require_ready()
-        return await model.backend.detokenize(token_ids)
-
-    def _arrived(self, request: InferenceRequest) -> RequestRecord:
-        tenant = self._tenants.of(request)  # counted for it even if refused before its quota
-        return RequestRecord(
-            tenant=tenant.name,
-            tenant_label=tenant.label,
-            request_id=request.request_id or uuid.uuid4().hex,
-            model=request.model,
-            deadline=request.deadline,
-            configured=request.model in self._models,
-            prompt=request.prompt if self._keep_text else "",
-            text=[] if self._keep_text else None,
-            tracer=self._tracer,
-        )
-
-    @staticmethod
-    def _events(
-        model: ManagedModel, job: GenerationRequest, record: RequestRecord, unary: bool
-    ) -> GenerationEvents:
-        backend = model.backend
-        events = (backend.infer if unary else backend.infer_stream)(job, record)
-        stops = job.params.stop
-        # Without stop strings the backend's events pass as they are: no extra
-        # generator hop on every token.
-        return stop_at_sequences(events, stops, record) if stops else events
-
-    @contextlib.asynccontextmanager
-    async def _admitted(
-        self, request: InferenceRequest, record: RequestRecord
-    ) -> AsyncIterator[tuple[ManagedModel, GenerationRequest, TokenCharge]]:
-        """Validate, check the tenant's quota, queue for a slot and run one request, unary
-        or streamed; whatever happens, end its record once and tell the listeners."""
-        model: ManagedModel | None = None
-        try:
-            validate_inference_request(request, self._limits)
-            model = self._get(request.model)
-            with admitted(self._tenants, request, record) as admission:
-                model.used(time.monotonic(), time.time())
-                record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
-                facts = model.require_ready()
-                job = generation_request(model, facts, request, record.request_id)
-                async with model.slot(self._tracer, admission.claim) as grant:
-                    record.admitted = time.perf_counter()
-                    model.request_started(record)
-                    if grant.reserved:  # the backend starts it without waiting for others
-                        job = dataclasses.replace(job, reserved=True)
-                    with self._tracer.span(GENERATE):
-                        yield model, job, admission.charge
-        except (GeneratorExit, asyncio.CancelledError):
-            # The caller went away (cancel or deadline) or stopped reading.
-            record.end(Outcome.CANCELLED)
-            raise
-        except DeadlineExceededError:
-            record.end(Outcome.DEADLINE_EXCEEDED if record.admitted else Outcome.REJECTED)
-            raise
-        except Exception as error:
-            record.end(Outcome.ERROR if record.admitted else Outcome.REJECTED)
-            if record.admitted and model is not None and model.request_failed(error):
-                log.warning(
-                    "model not ready: its requests fail",
-                    extra={"model": model.name, "error": str(error)},
-                )
-                await self._readiness.publish()
-            raise
-        else:
-            if model is not None and model.request_succeeded():
-                await self._readiness.publish()
-        finally:
-            record.end(Outcome.ERROR)  # a generation that ended without a result
-            if model is not None:
-                model.request_ended(record)
-                model.used(time.monotonic(), time.time())
-                if not model.busy:
-                    self._lifecycle.residency.memory_may_have_freed()
-            self._metrics.request_finished(record)
-            self._tracer.request_finished(record)
+        return await self._requests.detokenize(model_name, token_ids)
 
     def _get(self, name: str) -> ManagedModel:
-        require_model_name(name)
-        try:
-            return self._models[name]
-        except KeyError:
-            raise ModelNotFoundError(name) from None
+        return find_model(self._models, name)
 
     # ---- health ----------------------------------------------------------
 
@@ -422,7 +284,7 @@ class ModelManager:
         models = [self._get(model_name)] if model_name else list(self._models.values())
         if include is not None:
             models = [m for m in models if include(m.spec.name)]
-        reports = tuple(m.health_report() for m in models)
+        reports = tuple(model_health_report(m) for m in models)
         return HealthReport(self.serving, reports, backend_health_reports(models))
 
     def server_load(self) -> ServerLoad:

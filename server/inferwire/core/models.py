@@ -1,11 +1,13 @@
-"""One configured model as the manager holds it: its state, its slots and queue, its counters.
+"""One configured model as the manager holds it: its state, its memory charge, its requests.
 
 The manager (core/manager.py) decides when a model loads, unloads and serves; the
 lifecycle (core/lifecycle.py) and residency (core/residency.py) carry it out. A
 `ManagedModel` is the one owner of what that leaves behind: its fields are read-only from
 outside, and each change goes through one of its methods (load started, loaded, failed,
-unloading, unloaded, charged, used, ...), which moves its `version`. It also admits
-requests under the model's concurrency limit through its bounded wait queue.
+unloading, unloaded, charged, used, ...), which moves its `version`. It is made of the
+model's `AdmissionQueue` (core/admission.py: its slots and bounded wait queue) and its
+`FailureBreaker` (core/breaker.py: requests failing in the backend); what it reports is
+written in core/model_reports.py.
 """
 
 from __future__ import annotations
@@ -15,44 +17,26 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Generic, TypeVar, overload
 
+from inferwire.core.admission import AdmissionQueue, LoadReporter
 from inferwire.core.backend import Backend
-from inferwire.core.errors import (
-    BackendUnavailableError,
-    InferwireError,
-    ModelNotReadyError,
-    QueueFullError,
-)
+from inferwire.core.breaker import FailureBreaker
+from inferwire.core.errors import ModelNotFoundError, ModelNotReadyError
 from inferwire.core.memory import Footprint
+from inferwire.core.model_reports import model_status
 from inferwire.core.record import RequestRecord
 from inferwire.core.reserve import Reservation
-from inferwire.core.scheduling import Claim, FairQueue, Grant
+from inferwire.core.scheduling import Claim, Grant
 from inferwire.core.specs import ModelSpec
 from inferwire.core.statistics import RequestStatistics
-from inferwire.core.tracing import QUEUE, Tracer
-from inferwire.core.types import (
-    BackendHealth,
-    BackendHealthReport,
-    ModelFacts,
-    ModelHealthReport,
-    ModelState,
-    ModelStatus,
-)
+from inferwire.core.tracing import Tracer
+from inferwire.core.types import BackendHealth, ModelFacts, ModelState, ModelStatus
+from inferwire.core.validation import require_model_name
 
 log = logging.getLogger("inferwire.core.manager")  # health changes: the manager's log
 
-# Consecutive requests failing in the backend (UNAVAILABLE, INTERNAL) that take a model's
-# readiness away, and the least time it stays away; a request that succeeds, or a healthy
-# health check after that time, gives it back.
-FAILURES_BEFORE_NOT_READY = 3
-FAILURE_COOLDOWN_S = 5.0
-
-# Reports a model's queued and running requests (the manager's metrics listener).
-LoadReporter = Callable[[str, int, int], None]
-
-_ANYONE = Claim()  # a request that names no tenant
 _GONE = (ModelState.UNLOADED, ModelState.FAILED)
 T = TypeVar("T")
 # Every change of every model takes the next number, so a version names one model's one
@@ -87,6 +71,8 @@ class _ReadOnly(Generic[T]):
 
 
 class ManagedModel:
+    """One configured model: its state, and what admits and counts its requests."""
+
     def __init__(
         self,
         spec: ModelSpec,
@@ -103,9 +89,7 @@ class ManagedModel:
         self.spec = spec
         self.backend = backend
         self.lifecycle_lock = asyncio.Lock()  # serialises this model's loads and unloads
-        self.slots = FairQueue(spec.max_concurrency, max_wait_s, clock, reservation)
-        self.idle = asyncio.Event()
-        self.idle.set()
+        self.admission = AdmissionQueue(spec, report_load, max_wait_s, clock, reservation)
         self._state = ModelState.UNLOADED
         self._detail = ""
         self._load_error = ""  # why the last load failed, in the backend's words
@@ -114,12 +98,8 @@ class ManagedModel:
         # Whether the server's readiness waits for this model: a start-up model, or one
         # loaded since, until it is deliberately unloaded (or evicted); see `serving`.
         self._wanted = spec.load_on_startup
-        self._running = 0
-        self._queued = 0
-        self.requests_total = 0
         self.generated_tokens_total = 0
-        self._backend_failures = 0  # consecutive requests that failed in the backend
-        self._failing_since: float | None = None  # when those failures took readiness away
+        self._breaker = FailureBreaker()
         # Residency (core/residency.py): what the model holds against its budget while it
         # is LOADING, READY or UNLOADING, and when it was loaded and last used.
         self._charged: Footprint | None = None
@@ -133,7 +113,6 @@ class ManagedModel:
         self._adapters: list[ManagedModel] = []  # a base model's adapter models
         if base is not None:
             base._adapters.append(self)
-        self._report_load = report_load
         self.statistics = RequestStatistics(spec.name)
         self._live: set[RequestRecord] = set()  # requests holding a slot (their KV cache)
         self._version = next(_VERSIONS)
@@ -148,11 +127,11 @@ class ManagedModel:
     facts = _ReadOnly["ModelFacts | None"]()  # what the loaded model is; None unless READY
     version = _ReadOnly[int]()  # moves with every change `status` reports, but last use
     wanted = _ReadOnly[bool]()
-    running = _ReadOnly[int]()
-    queued = _ReadOnly[int]()
     charged = _ReadOnly["Footprint | None"]()
+    memory_detail = _ReadOnly[str]()
     loaded_at = _ReadOnly[float]()
     last_used = _ReadOnly["float | None"]()
+    last_used_wall = _ReadOnly["float | None"]()
     failed_at = _ReadOnly["float | None"]()
     load_waiters = _ReadOnly[int]()
     base = _ReadOnly["ManagedModel | None"]()
@@ -166,12 +145,20 @@ class ManagedModel:
         return tuple(self._adapters)
 
     @property
+    def running(self) -> int:
+        return self.admission.running
+
+    @property
+    def queued(self) -> int:
+        return self.admission.queued
+
+    @property
+    def requests_total(self) -> int:
+        return self.admission.requests_total
+
+    @property
     def ready(self) -> bool:
-        return (
-            self._state is ModelState.READY
-            and self._backend_healthy
-            and self._failing_since is None
-        )
+        return self._state is ModelState.READY and self._backend_healthy and not self._breaker.open
 
     @property
     def serves(self) -> bool:
@@ -184,7 +171,7 @@ class ManagedModel:
     @property
     def busy(self) -> bool:
         """Requests run, queue or wait for it to load: it is not evicted."""
-        return self._running > 0 or self._queued > 0 or self._load_waiters > 0
+        return self.running > 0 or self.queued > 0 or self._load_waiters > 0
 
     def loaded_adapters(self) -> list[str]:
         """This base's adapter models that hold (or are taking) the base's model."""
@@ -259,55 +246,21 @@ class ManagedModel:
         self._memory_detail = memory_detail
         self._changed()
 
-    # ---- what it reports ---------------------------------------------------------------
+    # ---- its use and what it reports -------------------------------------------------
 
     def used(self, now: float, wall: float) -> None:
         """A request arrived or ended: eviction order and idle unloads go by it."""
         self._last_used, self._last_used_wall = now, wall
 
     def status(self) -> ModelStatus:
-        """What ListModels says of the model: the same object while neither its version
-        nor its last use moved."""
+        """What ListModels says of the model (core/model_reports.py): the same object while
+        neither its version nor its last use moved."""
         key = (self._version, self._last_used_wall)
         if self._status is None or self._status[0] != key:
-            self._status = (key, self._make_status())
+            self._status = (key, model_status(self))
         return self._status[1]
 
-    def _make_status(self) -> ModelStatus:
-        facts = self._facts if self._state is ModelState.READY else None
-        detail = self._detail
-        if self._state is ModelState.READY and not self.ready:
-            # READY is the lifecycle (loaded); the detail says it cannot serve right now.
-            detail = f"not serving: {detail}"
-        if self._state is ModelState.READY:
-            for more in (self._memory_detail, self.slots.reservation.describe()):
-                detail = f"{detail}; {more}" if detail and more else detail or more
-        return ModelStatus(
-            self.spec.name,
-            self.spec.backend,
-            self._state,
-            detail,
-            facts.capabilities if facts is not None else None,
-            pinned=self.spec.pinned,
-            on_demand=self.spec.on_demand,
-            resident_bytes=self._charged.amount if self._charged is not None else 0,
-            last_used=self._last_used_wall,
-            base_model=self.spec.adapter_of or "",
-            version=self._version,
-        )
-
-    def health_report(self) -> ModelHealthReport:
-        return ModelHealthReport(
-            name=self.spec.name,
-            backend=self.spec.backend,
-            state=self._state,
-            ready=self.ready,
-            detail=self._detail,
-            inflight=self._running,
-            queued=self._queued,
-            requests_total=self.requests_total,
-            generated_tokens_total=self.generated_tokens_total,
-        )
+    # ---- its requests ----------------------------------------------------------------
 
     def request_started(self, record: RequestRecord) -> None:
         """A request took a slot: its tokens hold the model's KV cache until it ends."""
@@ -325,7 +278,7 @@ class ManagedModel:
         # A copy first: a metrics scrape may read this from another thread.
         return sum(r.prompt_tokens + r.completion_tokens for r in tuple(self._live))
 
-    # ---- admission ---------------------------------------------------------------------
+    # ---- admitting a request ---------------------------------------------------------
 
     def require_ready(self) -> ModelFacts:
         """Fail closed: refuse work unless the model is loaded; what it is, when it is."""
@@ -339,47 +292,13 @@ class ManagedModel:
 
     @contextlib.asynccontextmanager
     async def slot(self, tracer: Tracer, claim: Claim | None = None) -> AsyncIterator[Grant]:
-        """Run under the model's concurrency limit, waiting in its bounded queue if needed:
-        priority first, then fairly between tenants (`claim`); yields the slot's grant."""
-        claim = claim or _ANYONE
-        if self.slots.would_wait(claim.priority) and self._queued >= self.spec.max_queue:
-            raise QueueFullError(
-                f"model {self.spec.name!r} is at capacity: {self.spec.max_concurrency} running "
-                f"and {self._queued} queued (max_queue {self.spec.max_queue}); retry later"
-            )
-        self.requests_total += 1
-        self.idle.clear()
-        try:
-            with tracer.span(QUEUE):
-                grant = self.slots.try_acquire(claim) or await self._wait_for_slot(claim)
-            try:
-                self._running += 1
-                self._changed_load()
-                self.require_ready()  # it may have started unloading while this one waited
-                yield grant
-            finally:
-                self._running -= 1
-                self._changed_load()
-                self.slots.release(grant)
-        finally:
-            if self._running == 0 and self._queued == 0:
-                self.idle.set()
+        """Run in one of the model's slots (AdmissionQueue.slot), and only while it is still
+        loaded; yields the slot's grant."""
+        async with self.admission.slot(tracer, claim) as grant:
+            self.require_ready()  # it may have started unloading while this one waited
+            yield grant
 
-    async def _wait_for_slot(self, claim: Claim) -> Grant:
-        """Wait in the queue, counted in `queued` (a request that gets a slot at once is
-        never counted there)."""
-        self._queued += 1
-        self._changed_load()
-        try:
-            return await self.slots.acquire(claim)
-        finally:
-            self._queued -= 1
-            self._changed_load()
-
-    def _changed_load(self) -> None:
-        self._report_load(self.spec.name, self._queued, self._running)
-
-    # ---- its health --------------------------------------------------------------------
+    # ---- its health (core/readiness.py; requests failing: core/breaker.py) -----------
 
     def checked(self, health: BackendHealth | BaseException, now: float, cooldown_s: float) -> bool:
         """Take in a health check's answer (or its failure); True when what the model
@@ -390,11 +309,8 @@ class ManagedModel:
             healthy, detail = health.healthy, health.detail
         if self._state is not ModelState.READY:
             return False
-        changed = False
-        if healthy and self._failing_since is not None and now - self._failing_since >= cooldown_s:
-            # Half-open: a healthy check after the cool-down lets requests try again.
-            self._failing_since, self._backend_failures = None, 0
-            changed = True
+        # Half-open: a healthy check after the cool-down lets requests try again.
+        changed = healthy and self._breaker.checked_healthy(now, cooldown_s)
         if healthy != self._backend_healthy or detail != self._detail:
             if healthy != self._backend_healthy:
                 log.warning(
@@ -412,39 +328,24 @@ class ManagedModel:
 
         A backend that keeps failing requests is not ready, whatever its health check says.
         """
-        if isinstance(error, InferwireError) and not isinstance(error, BackendUnavailableError):
-            return False  # the request's fault (or a limit), not the backend's
-        self._backend_failures += 1
-        if self._backend_failures < FAILURES_BEFORE_NOT_READY or self._failing_since is not None:
+        if not self._breaker.failed(error):
             return False
-        self._failing_since = time.monotonic()
-        self._detail = f"the last {self._backend_failures} requests failed ({error})"
+        self._detail = f"the last {self._breaker.failures} requests failed ({error})"
         self._changed()
         return True
 
     def request_succeeded(self) -> bool:
         """Count a request that succeeded; True when it gave the model's readiness back."""
-        self._backend_failures = 0
-        if self._failing_since is None:
+        if not self._breaker.succeeded():
             return False
-        self._failing_since = None
         self._changed()
         return True
 
 
-def backend_health_reports(models: list[ManagedModel]) -> tuple[BackendHealthReport, ...]:
-    """One report per backend of `models`: healthy unless a loaded model of it is not."""
-    backends: dict[str, list[ManagedModel]] = {}
-    for model in models:
-        backends.setdefault(model.spec.backend, []).append(model)
-    reports = []
-    for name, members in backends.items():
-        loaded = [m for m in members if m.state is ModelState.READY]
-        unhealthy = [m.spec.name for m in loaded if not m.backend_healthy]
-        detail = (
-            f"unhealthy models: {', '.join(unhealthy)}"
-            if unhealthy
-            else f"{len(loaded)} of {len(members)} models loaded"
-        )
-        reports.append(BackendHealthReport(name, not unhealthy, detail))
-    return tuple(reports)
+def find_model(models: Mapping[str, ManagedModel], name: str) -> ManagedModel:
+    """The model `name` names; a malformed or unknown name is refused."""
+    require_model_name(name)
+    try:
+        return models[name]
+    except KeyError:
+        raise ModelNotFoundError(name) from None

@@ -1,5 +1,8 @@
 """TritonBackend: the model's lifecycle on Triton, its health, and the generation loop.
 
+The model's tokenizer and chat template, which the gateway holds itself, are kept in
+gateway_text.py.
+
 - load makes the model ready on every endpoint (model_control.py), reads its layout, and
   starts the periodic endpoint check, which also loads the model again where a restarted
   Triton lost it. unload stops the check and unloads the model; release, at gateway
@@ -22,29 +25,22 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tritonclient.grpc import service_pb2
 
 from inferwire.backends.triton.adapter import TritonAdapter, TritonAdapterOptions
-from inferwire.backends.triton.chat import ChatTemplate
 from inferwire.backends.triton.conventions import TritonModelLayout, UsageSource, build_request
 from inferwire.backends.triton.discovery import DnsDiscovery, diff
 from inferwire.backends.triton.endpoints import EndpointPool, slow_ones
+from inferwire.backends.triton.gateway_text import GatewayText
 from inferwire.backends.triton.kv_metrics import KvCachePoller
 from inferwire.backends.triton.model_control import ModelControl
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.streaming import DeltaTracker, ResponseReader
 from inferwire.backends.triton.tensors import ReportedCounts
 from inferwire.core.backend import Backend, GenerationEvents, GenerationProgress
-from inferwire.core.errors import (
-    BackendUnavailableError,
-    ConfigurationError,
-    DeadlineExceededError,
-    ModelNotReadyError,
-)
+from inferwire.core.errors import BackendUnavailableError, DeadlineExceededError
 from inferwire.core.memory import Footprint
 from inferwire.core.types import (
     BackendHealth,
@@ -79,8 +75,7 @@ class TritonBackend(Backend):
         self.triton_model = self.options.triton_model or model_name
         self._pool = EndpointPool(model_name, self.triton_model, self.options)
         self._layout: TritonModelLayout | None = None
-        self._tokenizer: Any = None
-        self._chat_template: ChatTemplate | None = None
+        self._text = GatewayText(model_name, self.options)
         self._stream_mode = self.options.stream_output
         self._discovery: DnsDiscovery | None = None
         self._control = ModelControl(self._pool, self.options)
@@ -118,18 +113,12 @@ class TritonBackend(Backend):
         return self._generate(request, progress, stream, lora_name)
 
     async def load(self) -> ModelFacts:
-        if self.options.tokenizer is not None and self._tokenizer is None:
-            self._tokenizer = await asyncio.to_thread(self._load_tokenizer, self.options.tokenizer)
-        if self.options.chat_template is not None:
-            # Read again at every load, so a load picks up an edited template.
-            self._chat_template = await asyncio.to_thread(
-                ChatTemplate.load, self.options.chat_template
-            )
+        await self._text.load()
         if self.options.discovery == "dns":
             await self._pool.open(await self._first_resolution())
         else:
             await self._pool.open()
-        self._layout = await self._control.load(has_tokenizer=self._tokenizer is not None)
+        self._layout = await self._control.load(has_tokenizer=self._text.has_tokenizer)
         log.info(
             "model ready on Triton",
             extra={
@@ -222,18 +211,6 @@ class TritonBackend(Backend):
         kv = self._kv
         return None if kv is None or self._layout is None else kv.usage()
 
-    @staticmethod
-    def _load_tokenizer(path: str) -> Any:
-        import onnxruntime_genai as og
-
-        directory = Path(path).expanduser()
-        if not (directory / "genai_config.json").is_file():
-            raise ConfigurationError(
-                f"options.tokenizer: {directory} must be a directory with genai_config.json "
-                "and tokenizer.json (ONNX Runtime GenAI layout)"
-            )
-        return og.Tokenizer(str(directory))
-
     # ---- health and description -------------------------------------------
 
     async def health(self) -> BackendHealth:
@@ -284,41 +261,22 @@ class TritonBackend(Backend):
             modalities=("text",),
             context_length=0,
             max_output_tokens=self.options.max_output_tokens,
-            chat=self._chat_template is not None,
+            chat=self._text.has_chat_template,
             logprobs=layout.returns_logprobs,
             constrained_output=layout.takes_constraints,
         )
         return self.loaded_facts(limits, capabilities)
 
-    # ---- chat and tokens -----------------------------------------------------
+    # ---- chat and tokens (gateway_text.py) -------------------------------------
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
-        if self._chat_template is None:
-            raise ModelNotReadyError(
-                f"model {self.model_name!r} has no chat template; set options.chat_template "
-                "to its tokenizer_config.json or a Jinja file"
-            )
-        return self._chat_template.render(messages)
+        return self._text.render_chat(messages)
 
     async def tokenize(self, text: str) -> list[int]:
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            raise ModelNotReadyError(
-                f"model {self.model_name!r} has no tokenizer in the gateway; set "
-                "options.tokenizer to the model's ONNX Runtime GenAI tokenizer directory"
-            )
-        ids = await asyncio.to_thread(tokenizer.encode, text)
-        return [int(i) for i in ids]
+        return await self._text.tokenize(text)
 
     async def detokenize(self, token_ids: Sequence[int]) -> str:
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            raise ModelNotReadyError(
-                f"model {self.model_name!r} has no tokenizer in the gateway; set "
-                "options.tokenizer to the model's ONNX Runtime GenAI tokenizer directory"
-            )
-        ids = np.array(token_ids, dtype=np.int32)
-        return str(await asyncio.to_thread(tokenizer.decode, ids))
+        return await self._text.detokenize(token_ids)
 
     # ---- inference ----------------------------------------------------------
 
@@ -418,11 +376,7 @@ class TritonBackend(Backend):
         if layout.usage_source is UsageSource.MODEL:
             return Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0)
         if layout.usage_source is UsageSource.TOKENIZER:
-            tokenizer = self._tokenizer
-            prompt_ids, text_ids = await asyncio.to_thread(
-                lambda: (tokenizer.encode(prompt), tokenizer.encode(text) if text else [])
-            )
-            return Usage(len(prompt_ids), len(text_ids))
+            return await self._text.usage(prompt, text)
         return Usage(0, 0)
 
     @staticmethod

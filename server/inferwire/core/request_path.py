@@ -1,0 +1,221 @@
+"""A request's path through the core, from its arrival to its record's end.
+
+Validate it, let its tenant's quotas admit it, load its model if needed, refuse it
+unless the model is READY, queue it for a slot and run it on the backend; whatever
+happens, end its `RequestRecord` once and hand it to the listeners. The model manager
+(core/manager.py) holds the models and their lifecycle; this is what runs on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+
+from inferwire.core.backend import GenerationEvents
+from inferwire.core.errors import DeadlineExceededError
+from inferwire.core.generation import generation_request, join, stop_at_sequences
+from inferwire.core.lifecycle import Lifecycle
+from inferwire.core.metrics import MetricsListener
+from inferwire.core.models import ManagedModel, find_model
+from inferwire.core.quotas import TokenCharge
+from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.tenants import Tenants, admitted
+from inferwire.core.tracing import GENERATE, Tracer
+from inferwire.core.types import (
+    ChatMessage,
+    GenerationRequest,
+    InferenceRequest,
+    InferenceResult,
+    StreamChunk,
+    TextDelta,
+    Tokenization,
+)
+from inferwire.core.validation import RequestLimits, validate_inference_request, validate_text_input
+
+log = logging.getLogger("inferwire.core.manager")  # readiness changes: the manager's log
+
+
+class RequestPath:
+    """Runs requests, unary or streamed, on the manager's models."""
+
+    def __init__(
+        self,
+        models: Mapping[str, ManagedModel],
+        limits: RequestLimits,
+        tenants: Tenants,
+        lifecycle: Lifecycle,
+        publish_health: Callable[[], Awaitable[None]],
+        metrics: MetricsListener,
+        tracer: Tracer,
+        keep_text: bool,
+    ) -> None:
+        """`publish_health`: tells the health listeners what changed, when a model's
+        failing requests took its readiness away or gave it back (core/readiness.py);
+        `keep_text`: keep each request's prompt and output text in its record."""
+        self._models = models
+        self._limits = limits
+        self._tenants = tenants
+        self._lifecycle = lifecycle
+        self._publish_health = publish_health
+        self._metrics = metrics
+        self._tracer = tracer
+        self._keep_text = keep_text
+
+    async def infer(self, request: InferenceRequest) -> InferenceResult:
+        """Unary generation through the backend's own `infer`."""
+        record = self._arrived(request)
+        async with self._admitted(request, record) as (model, job, _):
+            text, end, logprobs = await join(self._events(model, job, record, unary=True), record)
+            record.counted(end.usage.prompt_tokens, end.usage.completion_tokens)
+            if record.text is not None:
+                record.text.append(text)
+            record.end(Outcome.finished(end.finish_reason))
+            return InferenceResult(
+                request_id=record.request_id,
+                model=request.model,
+                backend=model.spec.backend,
+                text=text,
+                finish_reason=end.finish_reason,
+                usage=record.usage(),
+                timing=record.timing(),
+                logprobs=logprobs,
+            )
+
+    def infer_stream(
+        self, request: InferenceRequest
+    ) -> tuple[str, AsyncGenerator[StreamChunk, None]]:
+        """Return the request ID in use and its chunks; the last chunk carries the outcome."""
+        record = self._arrived(request)
+        return record.request_id, self._stream(request, record)
+
+    async def _stream(
+        self, request: InferenceRequest, record: RequestRecord
+    ) -> AsyncGenerator[StreamChunk, None]:
+        async with self._admitted(request, record) as (model, job, charge):
+            events = self._events(model, job, record, unary=False)
+            kept = record.text
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        if event.completion_tokens is not None:
+                            record.completion_tokens = event.completion_tokens
+                            charge.up_to(event.completion_tokens)  # as they are produced
+                        if kept is not None:
+                            kept.append(event.text)
+                        yield StreamChunk(
+                            event.text, logprobs=event.logprobs, tokens=event.completion_tokens
+                        )
+                    else:
+                        record.counted(event.usage.prompt_tokens, event.usage.completion_tokens)
+                        record.end(Outcome.finished(event.finish_reason))
+                        yield StreamChunk(
+                            "",
+                            finish_reason=event.finish_reason,
+                            usage=record.usage(),
+                            timing=record.timing(),
+                        )
+
+    async def tokenize(
+        self, model_name: str, prompt: str, messages: tuple[ChatMessage, ...]
+    ) -> Tokenization:
+        """The token ids a model sees for a prompt, or for messages through its chat template.
+
+        Takes no concurrency slot: tokenizing costs little next to generating.
+        """
+        validate_text_input(model_name, prompt, messages, self._limits)
+        model = find_model(self._models, model_name)
+        model.used(time.monotonic(), time.time())
+        await self._lifecycle.ensure_loaded(model, deadline=None)
+        model.require_ready()
+        rendered = model.backend.render_chat(messages) if messages else ""
+        token_ids = await model.backend.tokenize(rendered if messages else prompt)
+        return Tokenization(tuple(token_ids), rendered)
+
+    async def detokenize(self, model_name: str, token_ids: Sequence[int]) -> str:
+        """The text of `token_ids` for a model (vLLM's /detokenize); takes no slot either."""
+        model = find_model(self._models, model_name)
+        model.used(time.monotonic(), time.time())
+        await self._lifecycle.ensure_loaded(model, deadline=None)
+        model.require_ready()
+        return await model.backend.detokenize(token_ids)
+
+    def _arrived(self, request: InferenceRequest) -> RequestRecord:
+        tenant = self._tenants.of(request)  # counted for it even if refused before its quota
+        return RequestRecord(
+            tenant=tenant.name,
+            tenant_label=tenant.label,
+            request_id=request.request_id or uuid.uuid4().hex,
+            model=request.model,
+            deadline=request.deadline,
+            configured=request.model in self._models,
+            prompt=request.prompt if self._keep_text else "",
+            text=[] if self._keep_text else None,
+            tracer=self._tracer,
+        )
+
+    @staticmethod
+    def _events(
+        model: ManagedModel, job: GenerationRequest, record: RequestRecord, unary: bool
+    ) -> GenerationEvents:
+        backend = model.backend
+        events = (backend.infer if unary else backend.infer_stream)(job, record)
+        stops = job.params.stop
+        # Without stop strings the backend's events pass as they are: no extra
+        # generator hop on every token.
+        return stop_at_sequences(events, stops, record) if stops else events
+
+    @contextlib.asynccontextmanager
+    async def _admitted(
+        self, request: InferenceRequest, record: RequestRecord
+    ) -> AsyncIterator[tuple[ManagedModel, GenerationRequest, TokenCharge]]:
+        """Validate, check the tenant's quota, queue for a slot and run one request, unary
+        or streamed; whatever happens, end its record once and tell the listeners."""
+        model: ManagedModel | None = None
+        try:
+            validate_inference_request(request, self._limits)
+            model = find_model(self._models, request.model)
+            with admitted(self._tenants, request, record) as admission:
+                model.used(time.monotonic(), time.time())
+                record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
+                facts = model.require_ready()
+                job = generation_request(model, facts, request, record.request_id)
+                async with model.slot(self._tracer, admission.claim) as grant:
+                    record.admitted = time.perf_counter()
+                    model.request_started(record)
+                    if grant.reserved:  # the backend starts it without waiting for others
+                        job = dataclasses.replace(job, reserved=True)
+                    with self._tracer.span(GENERATE):
+                        yield model, job, admission.charge
+        except (GeneratorExit, asyncio.CancelledError):
+            # The caller went away (cancel or deadline) or stopped reading.
+            record.end(Outcome.CANCELLED)
+            raise
+        except DeadlineExceededError:
+            record.end(Outcome.DEADLINE_EXCEEDED if record.admitted else Outcome.REJECTED)
+            raise
+        except Exception as error:
+            record.end(Outcome.ERROR if record.admitted else Outcome.REJECTED)
+            if record.admitted and model is not None and model.request_failed(error):
+                log.warning(
+                    "model not ready: its requests fail",
+                    extra={"model": model.name, "error": str(error)},
+                )
+                await self._publish_health()
+            raise
+        else:
+            if model is not None and model.request_succeeded():
+                await self._publish_health()
+        finally:
+            record.end(Outcome.ERROR)  # a generation that ended without a result
+            if model is not None:
+                model.request_ended(record)
+                model.used(time.monotonic(), time.time())
+                if not model.busy:
+                    self._lifecycle.residency.memory_may_have_freed()
+            self._metrics.request_finished(record)
+            self._tracer.request_finished(record)
