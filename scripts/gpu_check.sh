@@ -175,7 +175,7 @@ if [ "$PAGED" = 1 ]; then
     variants+=("paged=$WORK/onnx-$SHAPE-$PRECISION-paged")
 fi
 # The paged export first: were the per-request path at 64 streams (the plain export) to
-# run past the call's limit, the engine path's figures would already be written.
+# run past a time limit, the engine path's figures would already be written.
 variants+=("plain=$WORK/onnx-$SHAPE-$PRECISION-plain")
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Download, on a machine that reaches PyPI, every wheel scripts/gpu_check.sh installs on a
-# GPU machine that reaches nothing, packed into parts that fit one device call each (the
-# working tree and the carried files travel together, 64 MiB a call).
+# GPU machine that reaches nothing, packed into parts small enough for one transfer each
+# (where a transfer takes the working tree and the carried files together, 64 MiB at most).
 #
 #   scripts/gpu_wheels.sh [--dir .gpu-wheels] [--python-version 3.12] [--part-size 48M]
 #
-# What it fetches (Linux x86_64, CPython of --python-version; the lent H200 image runs 3.12):
+# What it fetches (Linux x86_64, CPython of --python-version; the H200 image it was written for runs 3.12):
 # onnxruntime-genai-cuda 0.18 and onnxruntime-gpu (>= 1.31, a CUDA 13 build, ~256 MB),
 # the transformers, tokenizers and onnx-ir versions the CPU dry run used with the model
 # builder, and inferwire's own runtime dependencies (pyproject.toml, less the CPU
@@ -15,7 +15,7 @@
 #
 # The wheels and a requirements.txt go into one tar split into parts (--part-size); it
 # checks the set resolves offline (`pip install --dry-run --no-index` into an empty venv
-# of that Python: python$PYVER, or $CHECK_PYTHON), and prints the device calls that carry the parts.
+# of that Python: python$PYVER, or $CHECK_PYTHON), and prints the transfers that carry the parts.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -84,9 +84,9 @@ tree_bytes=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard 
 part_bytes=$(stat -c %s "$(ls "$DIR"/wheels.tar.part-* | head -1)")
 echo "$(du -sh "$DOWNLOAD" | cut -f1) of wheels in $(ls "$DIR"/wheels.tar.part-* | wc -l) parts;" \
     "working tree $(numfmt --to=iec "$tree_bytes") + one part $(numfmt --to=iec "$part_bytes")" \
-    "travel together (at most 64 MiB a call)"
+    "travel together (at most 64 MiB a transfer)"
 if [ $(( tree_bytes + part_bytes )) -gt $(( 64 * 1024 * 1024 )) ]; then
-    echo "too big for one call: use a smaller --part-size" >&2
+    echo "too big for one transfer: use a smaller --part-size" >&2
     exit 1
 fi
 rel="$(realpath --relative-to="$ROOT" "$DIR")"
