@@ -1,7 +1,7 @@
 """The house: one process's models, metrics, tracing and callers, and its two doors.
 
 `InferwireServer` builds the core (`core.manager.ModelManager`) and what every door
-shares: the metrics (`metrics/`: the core's series and the gateway's gauges, in the one
+shares: the metrics (`metrics/`: the core's series and the inference gateway's gauges, in the one
 registry each door adds its per-call series to), OpenTelemetry, the reception that
 every call goes through (`edge.calls.Reception`: `server.auth`, tenancy, tracing) and
 the `server.tls` files; then the gRPC door (`api.listener.GrpcListener`: InferenceService,

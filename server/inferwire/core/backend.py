@@ -211,13 +211,13 @@ class Backend(abc.ABC):
         the option that gives it one.
         """
         raise ModelNotReadyError(
-            f"model {self.model_name!r} has no tokenizer in the gateway; backend "
+            f"model {self.model_name!r} has no tokenizer in inferwire; backend "
             f"{self.name!r} does not tokenize"
         )
 
     async def detokenize(self, token_ids: Sequence[int]) -> str:
         """The text of `token_ids` (vLLM's /detokenize); like `tokenize` without one."""
         raise ModelNotReadyError(
-            f"model {self.model_name!r} has no tokenizer in the gateway; backend "
+            f"model {self.model_name!r} has no tokenizer in inferwire; backend "
             f"{self.name!r} does not detokenize"
         )

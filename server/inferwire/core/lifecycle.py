@@ -132,7 +132,7 @@ class Lifecycle:
         """Refuse new requests at once, let in-flight ones finish, then unload. Idempotent.
 
         At server shutdown the backend only releases the model: a model on a shared
-        server (Triton) stays loaded for the other gateways that use it.
+        server (Triton) stays loaded for the other inferwire servers that use it.
         """
         async with model.lifecycle_lock:
             if model.state in (ModelState.UNLOADED, ModelState.FAILED):

@@ -1,4 +1,4 @@
-"""Tenants: who shares the gateway, at which priority, with which weight and quotas.
+"""Tenants: who shares the server, at which priority, with which weight and quotas.
 
 A tenant is named in the configuration (`server.tenants`); a token names its tenant in
 the tokens file, a client certificate through `server.auth.certificate_tenants`. A

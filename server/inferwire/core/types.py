@@ -101,7 +101,7 @@ class InferenceRequest:
     messages: tuple[ChatMessage, ...] = ()  # the alternative to `prompt`
     tenant: str = ""  # whose request it is (core/tenants.py); "" when tenants are off
     priority: Priority | None = None  # the priority it asks for; None: its tenant's
-    # A priority a gateway asked for on the caller's behalf (its objective): taken up to
+    # A priority the inference gateway asked for on the caller's behalf (its objective): taken up to
     # the tenant's own, never above it (core/tenants.py).
     priority_hint: Priority | None = None
 

@@ -2,7 +2,7 @@
 service's name, the tensors of the LLM conventions on Triton, the `triton_*` parameters,
 and how tensor contents are encoded.
 
-Two sides use it: the gateway serving the protocol to clients (api/kserve) and the Triton
+Two sides use it: inferwire serving the protocol to clients (api/kserve) and the Triton
 backend calling Triton (backends/triton). What each side accepts or sends stays there;
 only the facts both must agree on are here. Standard library only, so that the api layer
 can name the service without the `triton` extra installed.

@@ -13,35 +13,37 @@ def test_one_thread_steps_at_a_time_and_the_waiting_take_their_turns_in_order() 
     turns = Turns()
     inside, most, order = 0, 0, []
     lock = threading.Lock()
-    started = threading.Barrier(4)
 
     def generator(name: int) -> None:
         nonlocal inside, most
-        started.wait()
-        time.sleep(0.002 * name)  # ask in the order 0, 1, 2, 3
         for _ in range(3):
             turns.take()
             with lock:
                 inside += 1
                 most = max(most, inside)
                 order.append(name)
-            time.sleep(Turns.SLICE_S)  # a step that fills the slice
+            time.sleep(Turns.SLICE_S)  # a step that fills the slice: the turn is handed on
             with lock:
                 inside -= 1
             turns.stepped()
         turns.leave()
 
+    # The test holds the turn while the four ask for it one after the other, so they queue
+    # in the order 0, 1, 2, 3 however fast the machine is; then it lets them go.
+    turns.take()
     threads = [threading.Thread(target=generator, args=(n,)) for n in range(4)]
-    for thread in threads:
+    for queued, thread in enumerate(threads, start=1):
         thread.start()
+        deadline = time.monotonic() + 10
+        while turns.waiting < queued:
+            assert time.monotonic() < deadline, "a thread never asked for its turn"
+            time.sleep(0.001)
+    turns.leave()
     for thread in threads:
         thread.join(timeout=10)
     assert most == 1
-    assert sorted(order) == [n for n in range(4) for _ in range(3)]
-    # The turn rotates: nobody has all its turns before every other has had one.
-    firsts = max(order.index(n) for n in range(4))
-    lasts = min(len(order) - 1 - order[::-1].index(n) for n in range(4))
-    assert firsts < lasts, order
+    # Each hands the turn on after its slice and asks again at the back of the queue.
+    assert order == [0, 1, 2, 3] * 3
 
 
 def test_a_thread_keeps_its_turn_through_its_slice_when_nobody_waits() -> None:

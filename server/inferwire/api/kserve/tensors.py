@@ -27,7 +27,7 @@ from inferwire.wire.oip import (
     encode_fixed,
 )
 
-# The datatypes the gateway reads: those its conventions' inputs come in, an integer or
+# The datatypes inferwire reads: those its conventions' inputs come in, an integer or
 # float of any width the conventions allow. Others are refused before they are decoded.
 _READ_DATATYPES = frozenset(("BOOL", "INT32", "INT64", "UINT32", "UINT64", "FP32", "FP64", "BYTES"))
 # More elements than any input of the text conventions needs (stop_words is the longest).

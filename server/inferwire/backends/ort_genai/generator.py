@@ -88,6 +88,11 @@ class Turns:
         turn.acquire()  # released by the thread whose slice ended: ours now
         self._owner, self._since = me, time.perf_counter()
 
+    @property
+    def waiting(self) -> int:
+        """How many threads wait for the turn."""
+        return len(self._waiting)
+
     def stepped(self) -> None:
         """After a step: pass the turn on if the slice is over and someone waits."""
         if self._waiting and time.perf_counter() - self._since >= self.SLICE_S:

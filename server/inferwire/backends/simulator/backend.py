@@ -1,7 +1,7 @@
 """The simulator backend: no engine, a deterministic word stream on a configured schedule.
 
 For load-testing a deployment, its clients and its autoscaling without a model (as
-llm-d's inference simulator is used), and for measuring the gateway alone (the bench's
+llm-d's inference simulator is used), and for measuring inferwire alone (the bench's
 `gateway_capacity`). Everything but the generation is a real backend's: options
 checked at start-up, load and unload, health, footprint, limits, chat rendering,
 Tokenize, usage and finish reasons. Stop strings are matched by the core, as for every

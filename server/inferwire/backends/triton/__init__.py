@@ -23,8 +23,8 @@ and the periodic endpoint check that loads it again where it was lost), `endpoin
 (channels, health, round-robin, failover), `discovery` (endpoints from DNS),
 `kv_metrics` (the Triton servers' KV-cache gauges, from their metrics ports),
 `conventions` (detection and request building per convention), `tensors` (input
-encoding, output decoding), `streaming` (deltas from cumulative text), `gateway_text`
-(the model's tokenizer and chat template, held in the gateway), `chat` (chat templates),
+encoding, output decoding), `streaming` (deltas from cumulative text), `model_text`
+(the model's tokenizer and chat template, held in inferwire), `chat` (chat templates),
 `logprobs` (log-probabilities from the outputs), `tasks` (stopping background
 tasks), `errors` (Triton's answers as domain errors). The protocol's tensor names and
 codec, shared with the KServe service, are inferwire.wire.oip's.

@@ -1,11 +1,11 @@
 """TritonBackend: the model's lifecycle on Triton, its health, and the generation loop.
 
-The model's tokenizer and chat template, which the gateway holds itself, are kept in
-gateway_text.py.
+The model's tokenizer and chat template, which inferwire holds itself, are kept in
+model_text.py.
 
 - load makes the model ready on every endpoint (model_control.py), reads its layout, and
   starts the periodic endpoint check, which also loads the model again where a restarted
-  Triton lost it. unload stops the check and unloads the model; release, at gateway
+  Triton lost it. unload stops the check and unloads the model; release, at inferwire's
   shutdown, stops it and only disconnects.
 - health() reports what the last endpoint check found, without I/O.
 - With `metrics_port`, a poller task (kv_metrics.py), started at load and stopped at
@@ -33,9 +33,9 @@ from inferwire.backends.triton.adapter import TritonAdapter, TritonAdapterOption
 from inferwire.backends.triton.conventions import TritonModelLayout, UsageSource, build_request
 from inferwire.backends.triton.discovery import DnsDiscovery, diff
 from inferwire.backends.triton.endpoints import EndpointPool, slow_ones
-from inferwire.backends.triton.gateway_text import GatewayText
 from inferwire.backends.triton.kv_metrics import KvCachePoller
 from inferwire.backends.triton.model_control import ModelControl
+from inferwire.backends.triton.model_text import ModelText
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.streaming import DeltaTracker, ResponseReader
 from inferwire.backends.triton.tensors import ReportedCounts
@@ -75,7 +75,7 @@ class TritonBackend(Backend):
         self.triton_model = self.options.triton_model or model_name
         self._pool = EndpointPool(model_name, self.triton_model, self.options)
         self._layout: TritonModelLayout | None = None
-        self._text = GatewayText(model_name, self.options)
+        self._text = ModelText(model_name, self.options)
         self._stream_mode = self.options.stream_output
         self._discovery: DnsDiscovery | None = None
         self._control = ModelControl(self._pool, self.options)
@@ -190,7 +190,7 @@ class TritonBackend(Backend):
         await self._pool.close()
 
     async def release(self) -> None:
-        # Gateway shutdown: other gateways may share these Triton servers, so the
+        # Shutdown: other inferwire servers may share these Triton servers, so the
         # model stays loaded there; only an explicit UnloadModel unloads it.
         await self._stop_background_tasks()
         await self._pool.close()
@@ -267,7 +267,7 @@ class TritonBackend(Backend):
         )
         return self.loaded_facts(limits, capabilities)
 
-    # ---- chat and tokens (gateway_text.py) -------------------------------------
+    # ---- chat and tokens (model_text.py) -------------------------------------
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         return self._text.render_chat(messages)

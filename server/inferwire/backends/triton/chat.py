@@ -1,4 +1,4 @@
-"""Chat templates of Triton models, rendered in the gateway.
+"""Chat templates of Triton models, rendered in inferwire.
 
 Triton's vLLM and TensorRT-LLM backends take text, so chat messages become a prompt here,
 with the model's own Hugging Face chat template (`options.chat_template`): the

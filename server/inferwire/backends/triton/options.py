@@ -41,7 +41,7 @@ class TritonOptions(BackendOptions):
     """Directory with genai_config.json and tokenizer.json, used to count tokens when the
     model returns no counts."""
     chat_template: str | None = None
-    """The model's chat template, rendered in the gateway for chat requests: a
+    """The model's chat template, rendered in inferwire for chat requests: a
     tokenizer_config.json (its chat_template, bos_token and eos_token) or a Jinja file."""
     tls: bool = False
     """Connect with TLS."""
@@ -86,7 +86,7 @@ class TritonOptions(BackendOptions):
     max_output_tokens: int = Field(default=4096, ge=1)
     """Largest max_tokens a request may ask for."""
     max_loaded_models: int | None = Field(default=None, ge=1)
-    """The most models the gateway keeps loaded at once on this model's endpoints (its
+    """The most models inferwire keeps loaded at once on this model's endpoints (its
     pool, the same urls); a load beyond it evicts an idle one (server.memory). Triton does
     not report per-model memory, so the budget counts models. Unset: no limit."""
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

@@ -1,6 +1,6 @@
-"""What the gateway itself holds of a Triton model's text: its tokenizer and chat template.
+"""What inferwire itself holds of a Triton model's text: its tokenizer and chat template.
 
-Triton runs the model and takes text; the gateway needs the model's tokenizer only to
+Triton runs the model and takes text; inferwire needs the model's tokenizer only to
 tokenize and detokenize for clients and to count usage a model does not report
 (`options.tokenizer`), and its chat template only to turn chat messages into a prompt
 (`options.chat_template`, chat.py). Both are optional: a request that needs one that is
@@ -22,7 +22,7 @@ from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.types import ChatMessage, Usage
 
 
-class GatewayText:
+class ModelText:
     """One Triton model's tokenizer and chat template, each present when configured."""
 
     def __init__(self, model_name: str, options: TritonOptions) -> None:
@@ -78,7 +78,7 @@ class GatewayText:
     def _required_tokenizer(self) -> Any:
         if self._tokenizer is None:
             raise ModelNotReadyError(
-                f"model {self._model_name!r} has no tokenizer in the gateway; set "
+                f"model {self._model_name!r} has no tokenizer in inferwire; set "
                 "options.tokenizer to the model's ONNX Runtime GenAI tokenizer directory"
             )
         return self._tokenizer

@@ -1,4 +1,4 @@
-"""A Triton model's tokenizer and chat template, held in the gateway: each is there only
+"""A Triton model's tokenizer and chat template, held in inferwire: each is there only
 when configured, a request that needs a missing one is refused naming its option, and a
 load reads the chat template again."""
 
@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("jinja2")
 
 from inferwire.backends.ort_genai.backend import builtin_model_path
-from inferwire.backends.triton.gateway_text import GatewayText
+from inferwire.backends.triton.model_text import ModelText
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.types import ChatMessage
@@ -22,8 +22,8 @@ TEMPLATES = Path(__file__).resolve().parents[4] / "tests" / "triton" / "chat_tem
 HI = (ChatMessage("user", "Hi"),)
 
 
-def text(**options: object) -> GatewayText:
-    return GatewayText("m", TritonOptions(url="localhost:8001", **options))  # type: ignore[arg-type]
+def text(**options: object) -> ModelText:
+    return ModelText("m", TritonOptions(url="localhost:8001", **options))  # type: ignore[arg-type]
 
 
 async def test_without_options_it_holds_neither_and_refuses_naming_the_option():
