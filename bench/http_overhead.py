@@ -233,6 +233,12 @@ def run(options: RunOptions) -> ScenarioResult:
                 1.2,
             ),
             at_most(
+                "HTTP stream: event-loop CPU per token × the bare SSE server's per event, 16 "
+                "streams",
+                ratios["http_loop_vs_sse_floor_at_16"],
+                1.5,
+            ),
+            at_most(
                 "HTTP stream: event-loop CPU per token × gRPC InferStream's, 1 stream",
                 ratios["http_loop_vs_grpc_loop_at_1"],
                 1.3,
