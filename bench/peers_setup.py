@@ -58,6 +58,38 @@ CMAKE_FLAGS = (
 )
 
 
+# ggml's AMX kernels crash this llama.cpp (SIGSEGV in ggml_backend_amx_mul_mat, at the first
+# graph) on machines whose CPU reports AMX, as some 2-core VMs here do. There the build is
+# the native one less AMX: every other instruction set the CPU reports, named one by one.
+_GGML_FEATURES = {
+    "avx": "GGML_AVX",
+    "avx2": "GGML_AVX2",
+    "bmi2": "GGML_BMI2",
+    "fma": "GGML_FMA",
+    "f16c": "GGML_F16C",
+    "avx_vnni": "GGML_AVX_VNNI",
+    "avx512f": "GGML_AVX512",
+    "avx512vbmi": "GGML_AVX512_VBMI",
+    "avx512_vnni": "GGML_AVX512_VNNI",
+    "avx512_bf16": "GGML_AVX512_BF16",
+}
+
+
+def cpu_flags(cpuinfo: str | None = None) -> tuple[str, ...]:
+    """The CMake flags of the CPU instruction sets: native, unless the CPU reports AMX."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return ()
+    line = next((ln for ln in cpuinfo.splitlines() if ln.startswith("flags")), "")
+    flags = set(line.partition(":")[2].split())
+    if "amx_tile" not in flags:
+        return ()
+    enabled = [f"-D{option}=ON" for flag, option in _GGML_FEATURES.items() if flag in flags]
+    return ("-DGGML_NATIVE=OFF", *enabled)
+
+
 class PeersSetupError(RuntimeError):
     """A setup step failed; the message says which and how."""
 
@@ -156,14 +188,15 @@ def ensure_server(log: Path) -> bool:
     """Build llama-server unless the stamp says this sdist and these flags built it.
     True when it was (re)built."""
     stamp = BUILD / "inferwire-peers.stamp"
-    key = json.dumps({"sdist": SDIST_SHA256, "flags": CMAKE_FLAGS})
+    flags = (*CMAKE_FLAGS, *cpu_flags())
+    key = json.dumps({"sdist": SDIST_SHA256, "flags": flags})
     if SERVER_BINARY.is_file() and stamp.is_file() and stamp.read_text() == key:
         return False
     if shutil.which("cmake") is None:
         raise PeersSetupError("cmake is not installed (apt-get install cmake g++)")
     jobs = str(len(os.sched_getaffinity(0)))
     started = time.perf_counter()
-    _run(["cmake", "-S", str(SOURCE), "-B", str(BUILD), *CMAKE_FLAGS], log, "cmake configure")
+    _run(["cmake", "-S", str(SOURCE), "-B", str(BUILD), *flags], log, "cmake configure")
     _run(
         ["cmake", "--build", str(BUILD), "--target", "llama-server", "-j", jobs],
         log,

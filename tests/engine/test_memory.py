@@ -367,5 +367,5 @@ async def test_the_footprint_estimate_and_the_resident_set_agree_within_a_factor
     # The KV cache is allocated per request, not at load: the estimate is compared with
     # the model serving its max_concurrency at full context.
     assert measured.estimated / 2 <= measured.serving <= measured.estimated * 2, line
-    assert f"memory: {format_size(measured.estimated)} estimated from files " in measured.detail
+    assert f"memory: {format_size(measured.estimated)} estimated: at load " in measured.detail
     assert "RSS at load" in measured.detail

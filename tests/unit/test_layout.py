@@ -21,6 +21,8 @@ ALLOWED = {
     "metrics": {"core", "addresses"},
     "api": {"core", "edge", "metrics", "wire", "v1", "config", "log", "addresses", "__init__"},
     "http": {"core", "edge", "metrics", "config", "addresses", "__init__"},
+    # The importer needs the `import` extra: only the CLI's `models import` imports it.
+    "importer": set(),
 }
 
 
@@ -70,6 +72,15 @@ def test_the_http_door_never_imports_grpc():
             if isinstance(n, ast.ImportFrom) and n.module
         }
         assert "grpc" not in modules_used, path
+
+
+def test_only_the_cli_imports_the_importer():
+    users = {
+        str(path.relative_to(PACKAGE))
+        for path in modules()
+        if "importer" in imported(path) and path.relative_to(PACKAGE).parts[0] != "importer"
+    }
+    assert users == {"cli/importing.py"}
 
 
 def test_every_hand_written_module_is_short_enough_to_read_in_one_sitting():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from inferwire.cli import serve  # noqa: F401
 
 # isort: split
-from inferwire.cli import client, models, tokens  # noqa: F401
+from inferwire.cli import client, importing, models, tokens  # noqa: F401
 from inferwire.cli.app import app
 
 

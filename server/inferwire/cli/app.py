@@ -36,7 +36,9 @@ class Group(TyperGroup):
 
 
 app = typer.Typer(help="inferwire: a gRPC inference service.", no_args_is_help=True, cls=Group)
-models_app = typer.Typer(help="List, load and unload models.", no_args_is_help=True, cls=Group)
+models_app = typer.Typer(
+    help="List, load, unload and import models.", no_args_is_help=True, cls=Group
+)
 app.add_typer(models_app, name="models")
 token_app = typer.Typer(
     help="Make bearer tokens for server.auth.tokens_file.", no_args_is_help=True, cls=Group

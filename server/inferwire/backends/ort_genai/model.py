@@ -96,10 +96,12 @@ def is_dynamic_batching(config: dict[str, Any]) -> bool:
 def estimate_footprint(
     path: Path, config: dict[str, Any], device: str, max_concurrency: int
 ) -> Footprint:
-    """Before loading: the model files' bytes plus the KV cache of `max_concurrency`
-    requests at the full context length (layers x KV heads x head size x 2 x dtype bytes
-    x context length x max_concurrency). The KV dtype is not in genai_config.json:
-    float32 on the CPU, float16 on CUDA, as the exports for each usually are."""
+    """Before loading: what the load makes resident, plus the KV cache of `max_concurrency`
+    requests at the full context length (layers x KV heads x head size x 2 x dtype bytes x
+    context length x max_concurrency), which requests allocate as they run. What the load
+    makes resident is what `inferwire models import` measured when it built the model
+    (its `inferwire-import.json`), else the model files' bytes. The KV dtype is not in
+    genai_config.json: float32 on the CPU, float16 on CUDA, as the exports usually are."""
     model = config["model"]
     decoder = model["decoder"]
     heads = int(decoder["num_attention_heads"])
@@ -108,12 +110,27 @@ def estimate_footprint(
     layers, context_length = int(decoder["num_hidden_layers"]), int(model["context_length"])
     dtype_bytes = 2 if device == "cuda" else 4
     kv_cache = layers * kv_heads * head_size * 2 * dtype_bytes * context_length * max_concurrency
-    files = sum(entry.stat().st_size for entry in path.iterdir() if entry.is_file())
+    at_load, source = _load_estimate(path)
     detail = (
-        f"estimated from files {format_size(files)} + KV cache {format_size(kv_cache)} "
-        f"({max_concurrency} x {context_length} tokens)"
+        f"estimated: at load {format_size(at_load)} ({source}) + KV cache up to "
+        f"{format_size(kv_cache)} ({max_concurrency} x {context_length} tokens)"
     )
-    return Footprint("cuda:0" if device == "cuda" else "cpu", files + kv_cache, detail=detail)
+    return Footprint("cuda:0" if device == "cuda" else "cpu", at_load + kv_cache, detail=detail)
+
+
+IMPORT_PROVENANCE = "inferwire-import.json"  # written by inferwire/importer/pipeline.py
+
+
+def _load_estimate(path: Path) -> tuple[int, str]:
+    """(bytes, how they were found): the import's measurement, else the files' size."""
+    try:
+        measured = json.loads((path / IMPORT_PROVENANCE).read_text()).get("load_rss_bytes")
+    except (OSError, ValueError):
+        measured = None
+    if isinstance(measured, int) and measured > 0:
+        return measured, "measured by its import"
+    files = sum(entry.stat().st_size for entry in path.iterdir() if entry.is_file())
+    return files, "its files"
 
 
 def load_model(

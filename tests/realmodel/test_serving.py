@@ -1,0 +1,36 @@
+"""SmolLM2 as a served model: ListModels' memory estimate of its load against what the load
+took, and its capabilities from the imported configuration."""
+
+from __future__ import annotations
+
+import re
+
+from inferwire.v1 import inference_pb2 as pb
+
+_SIZE = r"([\d.]+) (B|KiB|MiB|GiB)"
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+
+def _bytes(match: tuple[str, str]) -> float:
+    return float(match[0]) * _UNITS[match[1]]
+
+
+async def test_the_memory_estimate_of_the_load_is_within_a_quarter_of_what_it_took(stub):
+    status = next(
+        s for s in (await stub.ListModels(pb.ListModelsRequest())).models if s.name == "smollm2"
+    )
+    estimate = re.search(rf"at load {_SIZE} \(measured by its import\)", status.detail)
+    measured = re.search(rf"\+{_SIZE} RSS at load", status.detail)
+    assert estimate and measured, status.detail
+    at_load, rss = _bytes(estimate.groups()), _bytes(measured.groups())
+    assert abs(at_load - rss) <= 0.25 * rss, status.detail
+    assert "KV cache up to" in status.detail  # charged too: requests allocate it as they run
+
+
+async def test_its_capabilities_come_from_the_imported_model(stub):
+    status = next(
+        s for s in (await stub.ListModels(pb.ListModelsRequest())).models if s.name == "smollm2"
+    )
+    assert status.state == pb.MODEL_STATE_READY
+    assert status.capabilities.chat and status.capabilities.logprobs
+    assert status.capabilities.constrained_output and status.capabilities.streaming
