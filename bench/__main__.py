@@ -42,6 +42,7 @@ SCENARIOS = {
     "tenant_isolation": "bench.tenant_isolation",
     "adapters": "bench.adapters",
     "peers": "bench.peers",
+    "peers_smollm2": "bench.peers_smollm2",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from bench.common import RunOptions, ScenarioResult
 from bench.peers_aiperf import CpuSampler, aiperf_command, parse_run, summarize_runs
 from bench.peers_checks import corpus_sample, greedy_check, tokenization_check
 from bench.peers_servers import exact_prompt, ghz_stream, inferwire, llama_server
-from bench.peers_setup import CACHE, setup
+from bench.peers_setup import CACHE, setup, sha256_of
 from inferwire.backends.ort_genai import builtin_model_path
 
 NAME = "peers"
@@ -59,10 +60,37 @@ SLOTS = max(CONCURRENCY)
 LLAMA_THREADS = 1
 
 
-def _requests(concurrency: int, quick: bool) -> int:
+@dataclass(frozen=True)
+class PeerModel:
+    """The weights both servers run: inferwire's model directory, llama.cpp's GGUF."""
+
+    name: str  # what both servers serve it as
+    ort_path: Path  # inferwire's (ONNX Runtime GenAI) model directory; its tokenizer too
+    config_path: str  # `options.path` in inferwire's configuration
+    gguf: Path
+    repeat_penalty: float  # genai_config.json's, which llama-server is given too
+    description: str  # for the plot's title
+    # Requests per cell at each concurrency, and rounds: a 135M model's token costs ~20x
+    # the demo's, so its run is smaller to stay near the demo run's length (~10 minutes).
+    requests: tuple[tuple[int, int], ...] = ((1, 24), (8, 64), (32, 128))
+    rounds: int = 2
+
+
+def demo_model(gguf: Path) -> PeerModel:
+    return PeerModel(
+        "demo",
+        builtin_model_path(),
+        "builtin",
+        gguf,
+        1.2,
+        "bundled demo model; llama.cpp: its Q8_0 GGUF",
+    )
+
+
+def _requests(model: PeerModel, concurrency: int, quick: bool) -> int:
     if quick:
         return max(2, concurrency)
-    return {1: 24, 8: 64, 32: 128}[concurrency]
+    return dict(model.requests)[concurrency]
 
 
 def _machine_busy_us() -> float:
@@ -104,11 +132,12 @@ def _aiperf_cell(
     requests: int,
     scratch: Path,
     tag: str,
+    model: PeerModel,
 ) -> dict[str, Any]:
     artifacts = scratch / tag
     command = aiperf_command(
         aiperf, url, endpoint, concurrency, requests, INPUT_TOKENS, OUTPUT_TOKENS,
-        builtin_model_path(), artifacts,
+        model.ort_path, artifacts, model=model.name,
     )  # fmt: skip
     load = os.getloadavg()[0]
     with (scratch / f"{tag}.log").open("w") as log:
@@ -123,13 +152,19 @@ def _aiperf_cell(
 
 
 def _ghz_cell(
-    sampler: CpuSampler, target: str, prompt: str, concurrency: int, calls: int, tag: str
+    sampler: CpuSampler,
+    target: str,
+    prompt: str,
+    concurrency: int,
+    calls: int,
+    tag: str,
+    model: str,
 ) -> dict[str, Any]:
     load = os.getloadavg()[0]
-    ghz_stream(target, prompt, 8, concurrency, max(concurrency, 4))  # warm-up
+    ghz_stream(target, prompt, 8, concurrency, max(concurrency, 4), model=model)  # warm-up
     run = ghz_stream(
         target, prompt, OUTPUT_TOKENS, concurrency, calls,
-        on_start=lambda pid: sampler.add_tree(tag, pid),
+        on_start=lambda pid: sampler.add_tree(tag, pid), model=model,
     )  # fmt: skip
     sampler.sample_now()
     return {"run": run, **_accounting(sampler, "inferwire", tag, run.start_ns, run.end_ns, load)}
@@ -151,26 +186,30 @@ def _merge(cells: list[dict[str, Any]], tokens: int, wall_s: float) -> dict[str,
     }
 
 
-def measure(options: RunOptions) -> dict[str, Any]:
+def measure(options: RunOptions, model: PeerModel | None = None) -> dict[str, Any]:
     tools = setup()
-    rounds = options.size(2, 1)
+    model = model or demo_model(tools.gguf)
+    rounds = options.size(model.rounds, 1)
     threads = LLAMA_THREADS
-    data: dict[str, Any] = {"setup": tools.steps, "gguf_sha256": tools.gguf_sha256}
+    data: dict[str, Any] = {"setup": tools.steps, "gguf_sha256": sha256_of(model.gguf)}
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="peers-")))
         llama = stack.enter_context(
             llama_server(
-                tools.llama_server, tools.gguf, SLOTS, SLOT_TOKENS, threads,
-                CACHE / "llama-server.log",
+                tools.llama_server, model.gguf, SLOTS, SLOT_TOKENS, threads,
+                CACHE / f"llama-server-{model.name}.log",
+                repeat_penalty=model.repeat_penalty, alias=model.name,
             )
         )  # fmt: skip
-        gateway = stack.enter_context(inferwire(SLOTS))
-        batched = stack.enter_context(inferwire(SLOTS, batching="engine"))
+        gateway = stack.enter_context(inferwire(SLOTS, model=model.name, path=model.config_path))
+        batched = stack.enter_context(
+            inferwire(SLOTS, batching="engine", model=model.name, path=model.config_path)
+        )
         texts = corpus_sample(tools.corpus_sdist)
-        data["tokenization"] = tokenization_check(builtin_model_path(), llama.url, texts)
-        data["greedy"] = greedy_check(builtin_model_path(), llama.url)
+        data["tokenization"] = tokenization_check(model.ort_path, llama.url, texts)
+        data["greedy"] = greedy_check(model.ort_path, llama.url)
         data["llama_server_command"] = [Path(llama.command[0]).name, *llama.command[1:]]
-        data["llama_server_command"][2] = tools.gguf.name
+        data["llama_server_command"][2] = model.gguf.name
         urls = {
             "inferwire": gateway.http_url,
             "inferwire_engine": batched.http_url,
@@ -178,7 +217,7 @@ def measure(options: RunOptions) -> dict[str, Any]:
         }
         import onnxruntime_genai as og
 
-        tokenizer = og.Tokenizer(og.Model(str(builtin_model_path())))
+        tokenizer = og.Tokenizer(og.Model(str(model.ort_path)))
         prompt = exact_prompt(tokenizer, texts, INPUT_TOKENS)
         sampler = stack.enter_context(
             CpuSampler(
@@ -195,7 +234,7 @@ def measure(options: RunOptions) -> dict[str, Any]:
         step = 0
         for round_index in range(rounds):
             for concurrency in CONCURRENCY:
-                requests = _requests(concurrency, options.quick)
+                requests = _requests(model, concurrency, options.quick)
                 for endpoint in ENDPOINTS:
                     turn = (round_index + step) % len(SERVERS)
                     order = SERVERS[turn:] + SERVERS[:turn]
@@ -204,7 +243,7 @@ def measure(options: RunOptions) -> dict[str, Any]:
                         tag = f"{server}-{endpoint}-{concurrency}-{round_index}"
                         cell = _aiperf_cell(
                             sampler, tools.aiperf, urls[server], server, endpoint,
-                            concurrency, requests, scratch, tag,
+                            concurrency, requests, scratch, tag, model,
                         )  # fmt: skip
                         cells.setdefault((server, endpoint, concurrency), []).append(cell)
                         print(
@@ -213,13 +252,16 @@ def measure(options: RunOptions) -> dict[str, Any]:
                             flush=True,
                         )
                 tag = f"grpc-{concurrency}-{round_index}"
-                cell = _ghz_cell(sampler, gateway.target, prompt, concurrency, requests, tag)
+                cell = _ghz_cell(
+                    sampler, gateway.target, prompt, concurrency, requests, tag, model.name
+                )
                 cells.setdefault(("inferwire", "grpc", concurrency), []).append(cell)
     data["points"] = _points(cells)
     data["prompt_tokens"] = INPUT_TOKENS
     data["output_tokens"] = OUTPUT_TOKENS
     data["slots"] = SLOTS
     data["threads"] = threads
+    data["model"] = {"name": model.name, "gguf": model.gguf.name, "about": model.description}
     return data
 
 
@@ -247,10 +289,10 @@ def _points(cells: dict[tuple[str, str, int], list[dict[str, Any]]]) -> dict[str
     return points
 
 
-def run(options: RunOptions) -> ScenarioResult:
+def run(options: RunOptions, model: PeerModel | None = None, name: str = NAME) -> ScenarioResult:
     if shutil.which("cmake") is None and not options.quick:
         raise RuntimeError("cmake is needed to build llama-server (apt-get install cmake g++)")
     started = time.perf_counter()
-    data = measure(options)
+    data = measure(options, model)
     data["scenario_seconds"] = round(time.perf_counter() - started, 1)
-    return peers_report.result(options, NAME, data, CONCURRENCY, ENDPOINTS)
+    return peers_report.result(options, name, data, CONCURRENCY, ENDPOINTS)

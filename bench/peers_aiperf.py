@@ -42,10 +42,11 @@ def aiperf_command(
     tokenizer: Path,
     artifact_dir: Path,
     seed: int = 35,
+    model: str = "demo",
 ) -> list[str]:
     return [
         str(aiperf), "profile",
-        "--model", "demo",
+        "--model", model,
         "--url", url,
         "--endpoint-type", ENDPOINTS[endpoint],
         "--streaming",

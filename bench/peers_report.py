@@ -68,7 +68,13 @@ HEADER = [
 ]
 
 
-def _plot(options: RunOptions, name: str, points: dict[str, Any], levels: Sequence[int]) -> str:
+def _plot(
+    options: RunOptions,
+    name: str,
+    points: dict[str, Any],
+    levels: Sequence[int],
+    weights: str = "bundled demo model; llama.cpp: its Q8_0 GGUF",
+) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,7 +118,7 @@ def _plot(options: RunOptions, name: str, points: dict[str, Any], levels: Sequen
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(
-        "Same weights (bundled demo model; llama.cpp: its Q8_0 GGUF), same load from aiperf: "
+        f"Same weights ({weights}), same load from aiperf: "
         "64 tokens in, 128 out, greedy, 2 CPU cores shared by server and load tool",
         fontsize=10,
     )
@@ -225,7 +231,7 @@ def result(
             "counted; llama-server closes a keep-alive connection after 100 requests or 5 s "
             "idle, and aiperf does not retry one it was reusing): " + "; ".join(short)
         )
-    plot = _plot(options, name, points, levels)
+    plot = _plot(options, name, points, levels, data["model"]["about"])
     return ScenarioResult(
         name=name,
         title="inferwire against llama.cpp's llama-server on the same weights, load from aiperf "

@@ -114,8 +114,10 @@ def llama_server(
 
 
 @contextlib.contextmanager
-def inferwire(slots: int, batching: str = "auto") -> Iterator[ServerProcess]:
-    with gateway_server(slots, batching=batching) as server:
+def inferwire(
+    slots: int, batching: str = "auto", model: str = "demo", path: str = "builtin"
+) -> Iterator[ServerProcess]:
+    with gateway_server(slots, batching=batching, model=model, path=path) as server:
         yield server
 
 
@@ -148,11 +150,12 @@ def ghz_stream(
     concurrency: int,
     calls: int,
     on_start: Any = None,
+    model: str = "demo",
 ) -> GhzRun:
     """ghz, `calls` InferStream calls at `concurrency`, one connection; any failure raises.
     `on_start(pid)` is called once ghz runs (to sample its CPU)."""
     data = {
-        "model": "demo",
+        "model": model,
         "prompt": prompt,
         "parameters": {"max_tokens": output_tokens, "temperature": 0, "ignore_eos": True},
     }

@@ -114,3 +114,35 @@ def test_a_full_disk_is_one_line_that_says_so():
     with refused, _disk_errors(Path("/dev")), open("/dev/full", "w") as full:
         full.write("x")
         full.flush()
+
+
+def test_a_hugging_face_checkpoint_imports_and_runs_as_its_gguf_twin(tmp_path):
+    # The checkpoint the GGUF path writes is a Hugging Face checkpoint like any other:
+    # imported from the directory, in fp32, it makes the same greedy tokens as the fp32
+    # import of the GGUF.
+    import onnxruntime_genai as og
+
+    from inferwire.importer.gguf_checkpoint import open_gguf, write_checkpoint
+    from tests.realmodel.conftest import FP32
+    from tests.realmodel.corpus import chatml
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    write_checkpoint(open_gguf(GGUF), checkpoint)
+    out = tmp_path / "from-checkpoint"
+    done = run_import(str(checkpoint), "--name", "ckpt", "--precision", "fp32", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "Hugging Face checkpoint" in done.stderr
+
+    def greedy(path: Path) -> list[int]:
+        model = og.Model(str(path))
+        ids = og.Tokenizer(model).encode(chatml("What is the capital of Japan?"))
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(ids) + 16, do_sample=False)
+        generator = og.Generator(model, params)
+        generator.append_tokens(ids)
+        while not generator.is_done():
+            generator.generate_next_token()
+        return [int(t) for t in generator.get_sequence(0)[len(ids) :]]
+
+    assert greedy(out) == greedy(FP32)

@@ -120,3 +120,13 @@ def test_a_changed_gguf_is_refused(tmp_path: Path) -> None:
     copy.with_name(copy.name + ".sha256").write_text(f"{expected_sha256()}  {copy.name}\n")
     with pytest.raises(PeersSetupError, match="sha256"):
         check_gguf(copy)
+
+
+def test_llama_server_cpu_flags_are_native_unless_the_cpu_reports_amx():
+    from bench.peers_setup import cpu_flags
+
+    assert cpu_flags("flags\t: fpu avx avx2 fma f16c bmi2 avx512f\n") == ()
+    flags = cpu_flags("flags\t: fpu avx avx2 fma f16c bmi2 avx512f avx512_vnni amx_tile amx_int8\n")
+    assert flags[0] == "-DGGML_NATIVE=OFF"
+    assert "-DGGML_AVX512=ON" in flags and "-DGGML_AVX512_VNNI=ON" in flags
+    assert not any("AMX" in flag for flag in flags)
