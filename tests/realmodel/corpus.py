@@ -49,6 +49,17 @@ CORPUS: tuple[str, ...] = (
     "Punctuation!!! ??? ... --- ;;; ::",
     "MiXeD CaSe WoRdS",
     chatml("What is the capital of France?"),
+    # Where ONNX Runtime Extensions once split apart from llama.cpp (Shakespeare's text,
+    # each cut to the least that still split apart; the text before a piece matters):
+    # a contraction inside a word, a space before a word after a capital or a comma,
+    # white space before a digit.
+    "\nIt is reported thou did'st eate strange flesh,\nWhich some did dye to looke on: And all"
+    " this\n(It wounds thine Honor that I speake it now)\nWas borne so like a Soldiour, that"
+    " thy cheeke\nSo much as lank'd not\n\n",
+    "\nSCENE III. A Room in the ",
+    "\n[Enter, with drum and colours, MARCIUS, TITUS LARTIUS, Officers, \na",
+    "Exeunt.\n\n  1 Lord. Farewell",
+    "lives?\n  1. Senator",
 )
 
 GREEDY_PROMPTS: tuple[str, ...] = (

@@ -41,7 +41,7 @@ from inferwire.importer.errors import ImportRefusedError
 from inferwire.importer.progress import Progress, say
 
 PROVENANCE = "inferwire-import.json"
-IMPORTER_VERSION = 1  # bumped when what an import writes changes: older builds are redone
+IMPORTER_VERSION = 2  # bumped when what an import writes changes: older builds are redone
 PRECISIONS = ("int4", "fp16", "fp32")
 EXECUTIONS = ("cpu", "cuda")
 # What only an import needs: the extra `inferwire[import]` (pyproject.toml).
