@@ -73,7 +73,7 @@ def _plot(
     name: str,
     points: dict[str, Any],
     levels: Sequence[int],
-    weights: str = "bundled demo model; llama.cpp: its Q8_0 GGUF",
+    weights: str,
 ) -> str:
     import matplotlib
 
@@ -236,8 +236,9 @@ def result(
         name=name,
         title="inferwire against llama.cpp's llama-server on the same weights, load from aiperf "
         "over OpenAI HTTP (and ghz over gRPC)",
-        baseline="llama.cpp's llama-server (built from the llama-cpp-python sdist) on the "
-        "bundled model's Q8_0 GGUF, same aiperf load, same slots and threads",
+        baseline="llama.cpp's llama-server (built from the llama-cpp-python sdist) on "
+        f"{data['model']['gguf']} ({data['model']['about']}), same aiperf load, same slots "
+        "and threads",
         data={**data, "plot": plot},
         ratios=ratios,
         table_header=HEADER,

@@ -164,6 +164,9 @@ def ghz_stream(
         "--call=inferwire.v1.InferenceService.InferStream",
         f"--data={json.dumps(data)}",
         f"--concurrency={concurrency}", f"--total={calls}", "--connections=1",
+        # ghz's default deadline is 20 s a call: 32 streams of 128 tokens from a 135M
+        # model at ~80 tokens/s take ~50 s each. The run's own bound is communicate's.
+        "--timeout=0",
         target,
     ]  # fmt: skip
     start_ns = time.time_ns()
