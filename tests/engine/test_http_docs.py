@@ -31,13 +31,16 @@ def blocks(language: str) -> list[tuple[Path, str]]:
     ]
 
 
-def curl_commands() -> list[tuple[Path, str]]:
-    """Each `$ curl ...` of a console block, its `\\` continuations joined."""
+def curl_commands(model: str = "demo") -> list[tuple[Path, str]]:
+    """Each `$ curl ...` of a console block, its `\\` continuations joined, that names
+    `model` (or, for `demo`, no model of tests/realmodel: those run there)."""
     commands = []
     for doc, block in blocks("console"):
         joined = block.replace("\\\n", " ")
         commands += [(doc, line[2:]) for line in joined.splitlines() if line.startswith("$ curl")]
-    return commands
+    if model == "demo":
+        return [(doc, c) for doc, c in commands if '"smollm2' not in c]
+    return [(doc, c) for doc, c in commands if f'"model": "{model}"' in c]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import time
 import grpc
 
 from inferwire.v1 import inference_pb2 as pb
-from tests.faults.rig import SERVING, TRITON_MODELS, Footprint, Rig, report
+from tests.faults.rig import BOUND_S, SERVING, TRITON_MODELS, Footprint, Rig, report
 from tests.support.waiting import read_rest
 from tests.triton_models.echo_engine import echo_text
 from tests.unit.api.test_metrics import SERVICE, delta, rpc_labels
@@ -133,17 +133,27 @@ async def test_every_fault_at_once_then_removed_leaves_every_endpoint_serving(ri
     removed_at = time.monotonic()
     footprint = await rig.recovered(baseline)
     recovered_s = time.monotonic() - removed_at
+    # Both endpoints back in the rotation: rounds of 10 until each has served one. On a
+    # loaded machine one health check's round trip can mark an endpoint slow for a check or
+    # two (SLOW_MARGIN_S), so the first round alone may all go to one of them.
     before = rig.served()
-    await asyncio.gather(*(rig.infer("pair", prompt=f"r{i} s{i}", timeout=10) for i in range(10)))
-    after = rig.served()
-    split = (after["a"] - before["a"], after["b"] - before["b"])
-    assert min(split) > 0, split  # both endpoints back in the rotation
+    rounds = 0
+    while True:
+        rounds += 1
+        await asyncio.gather(
+            *(rig.infer("pair", prompt=f"r{i} s{i}", timeout=10) for i in range(10))
+        )
+        after = rig.served()
+        split = (after["a"] - before["a"], after["b"] - before["b"])
+        if min(split) > 0:
+            break
+        assert time.monotonic() - removed_at < BOUND_S, split
     for model in (*TRITON_MODELS, "demo"):
         assert await rig.status(model) == SERVING
     report(
         "every toxic at once, then removed",
         f"all models SERVING and every endpoint out of the detail's problems "
-        f"{recovered_s:.2f} s after removal, no gateway restart; 10 pair requests split "
-        f"{split[0]}/{split[1]}",
+        f"{recovered_s:.2f} s after removal, no gateway restart; {10 * rounds} pair requests "
+        f"split {split[0]}/{split[1]}",
     )
     assert footprint.within(baseline), (footprint, baseline)

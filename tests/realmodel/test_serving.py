@@ -34,3 +34,24 @@ async def test_its_capabilities_come_from_the_imported_model(stub):
     assert status.state == pb.MODEL_STATE_READY
     assert status.capabilities.chat and status.capabilities.logprobs
     assert status.capabilities.constrained_output and status.capabilities.streaming
+
+
+def test_the_readmes_curl_answers_as_shown(smollm2_server):
+    # The README shows SmolLM2's greedy answer over curl; the same command against the
+    # tier's server (the same int4 import) gives that text.
+    import json
+    import shlex
+    import subprocess
+
+    from tests.engine.test_http_docs import curl_commands
+
+    (readme, command), *others = curl_commands("smollm2")
+    assert readme.name == "README.md" and not others
+    shown = re.search(r'"model":"smollm2".*?"content":"([^"]+)"\}', readme.read_text())
+    assert shown, "the README shows no answer"
+    port = f"127.0.0.1:{smollm2_server.http_port}"
+    argv = [a.replace("localhost:8000", port) for a in shlex.split(command)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    answer = json.loads(result.stdout)
+    assert answer["choices"][0]["message"]["content"] == shown[1], answer
+    assert answer["choices"][0]["finish_reason"] == "stop"
