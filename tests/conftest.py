@@ -26,7 +26,17 @@ from tests.support import figures
 os.environ.setdefault("INFERWIRE_SERVER__METRICS_ADDRESS", "127.0.0.1:0")
 os.environ.setdefault("INFERWIRE_SERVER__HTTP_ADDRESS", "127.0.0.1:0")
 
-TIERS = ("unit", "engine", "realmodel", "triton", "polyglot", "reliability", "image", "faults")
+TIERS = (
+    "unit",
+    "engine",
+    "realmodel",
+    "triton",
+    "polyglot",
+    "reliability",
+    "image",
+    "faults",
+    "gateway",
+)
 TESTS = Path(__file__).resolve().parent
 
 

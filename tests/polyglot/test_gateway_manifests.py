@@ -261,9 +261,14 @@ def test_the_picker_reads_the_vllm_gauges_from_the_metrics_port(objects, tmp_pat
     ports = {p["name"]: p["containerPort"] for p in inferwire_container(objects)["ports"]}
     assert source["port"] == ports["metrics"] == port_of(settings.server.metrics_address)
     assert (source["scheme"], source["path"]) == ("http", "/metrics")
-    # Slower than the picker's 50 ms tick (a scrape renders the whole registry), well
-    # inside its 2 s staleness threshold.
+    # Slower than the picker's 50 ms tick (a scrape renders the whole registry), several
+    # scrapes inside the staleness threshold of the filter that drops stopped pods.
     assert source["interval"].endswith("ms") and 100 <= int(source["interval"][:-2]) < 2000
+    stale = plugins["utilization-detector"]["metricsStalenessThreshold"]
+    assert stale.endswith("s") and float(stale[:-1]) * 1000 >= 3 * int(source["interval"][:-2])
+    assert float(stale[:-1]) < settings.server.shutdown_delay_s  # stopped before it closes
+    (profile,) = config["schedulingProfiles"]
+    assert {"pluginRef": "utilization-detector"} in profile["plugins"]  # as a filter
     # No engineConfigs: the label selects the built-in vllm config.
     assert plugins["core-metrics-extractor"] == {}
     (data_source,) = config["dataLayer"]["sources"]

@@ -290,7 +290,9 @@ class ModelManager:
     def server_load(self) -> ServerLoad:
         """The whole server's waiting and running requests, KV-cache usage and adapters
         (core/server_load.py)."""
-        return server_load(self._models.values(), self._lifecycle.residency)
+        return server_load(
+            self._models.values(), self._lifecycle.residency, self._readiness.accepting
+        )
 
     async def check_backend_health(self) -> None:
         """Ask every loaded model's backend for its health once; publish what changed.

@@ -9,7 +9,11 @@ gauges, metrics/model_server.py).
   `max_concurrency` × its context window); a backend that reads its own engine's gauge
   (Triton, `Backend.kv_cache_usage`) gives that; the server reports the fullest of them;
 - adapters: which adapter models are resident or running, which have requests waiting,
-  and how many could be resident at once within the memory budget.
+  and how many could be resident at once within the memory budget: when all of them fit,
+  one more than their number, since none would have to make room (the endpoint picker's
+  LoRA-affinity scorer takes a pod whose adapters are all resident, with a limit equal to
+  their number, for a full one, and scores every other model's requests 0 there);
+- accepting: False once the server drains, when the gateway should stop choosing it.
 """
 
 from __future__ import annotations
@@ -30,9 +34,12 @@ class ServerLoad:
     adapters_running: tuple[str, ...]
     adapters_waiting: tuple[str, ...]
     max_adapters: int
+    accepting: bool = True
 
 
-def server_load(models: Iterable[ManagedModel], residency: Residency) -> ServerLoad:
+def server_load(
+    models: Iterable[ManagedModel], residency: Residency, accepting: bool = True
+) -> ServerLoad:
     models = list(models)
     waiting = sum(m.queued + m.load_waiters for m in models)
     running = sum(m.running for m in models)
@@ -58,5 +65,13 @@ def server_load(models: Iterable[ManagedModel], residency: Residency) -> ServerL
             sorted(a.name for a in adapters if a.state is ModelState.READY or a.running)
         ),
         adapters_waiting=tuple(sorted(a.name for a in adapters if a.queued or a.load_waiters)),
-        max_adapters=residency.resident_at_once(adapters),
+        max_adapters=max_adapters(adapters, residency),
+        accepting=accepting,
     )
+
+
+def max_adapters(adapters: list[ManagedModel], residency: Residency) -> int:
+    """How many adapters could be resident at once; one more than there are when every
+    one fits, so that having them all resident does not read as having no room."""
+    fits = residency.resident_at_once(adapters)
+    return fits + 1 if fits == len(adapters) else fits

@@ -10,6 +10,11 @@ scrape, so it moves with the change it reports; the per-model detail stays in th
 - `vllm:kv_cache_usage_perc` (a fraction, 0 to 1);
 - `vllm:lora_requests_info` (value: the Unix time its labels last changed; labels
   `max_lora`, `running_lora_adapters`, `waiting_lora_adapters`, comma-separated names).
+
+From the start of a drain (SIGTERM) none of them is served, the rest of the registry still
+is: a picker that reads a pod's endpoints from a file, with no Kubernetes readiness to tell
+it, sees the pod's metrics go stale and stops choosing it, while the pod still serves for
+`server.shutdown_delay_s` (tests/gateway measures it with llm-d's picker).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class ModelServerGauges(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         load = self._load()
+        if not load.accepting:
+            return  # draining: no gauges, so the gateway stops choosing this server
         yield _gauge(
             "vllm:num_requests_waiting", "Requests waiting to start, all models.", load.waiting
         )

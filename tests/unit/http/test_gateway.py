@@ -61,7 +61,8 @@ async def test_the_gauges_count_waiting_and_running_requests_and_their_kv_tokens
             assert one(idle, "vllm:num_requests_running")[1] == 0
             assert one(idle, "vllm:kv_cache_usage_perc")[1] == 0
             lora, changed = one(idle, "vllm:lora_requests_info")
-            assert 'running_lora_adapters="tagged"' in lora and 'max_lora="1"' in lora
+            # Room for one more than the one adapter: all resident is not full.
+            assert 'running_lora_adapters="tagged"' in lora and 'max_lora="2"' in lora
 
             backends["m"].generation_gate.close()
             body = {"model": "m", "prompt": "hi", "max_tokens": 8}
@@ -86,6 +87,30 @@ async def test_the_gauges_count_waiting_and_running_requests_and_their_kv_tokens
             done = gauges((await client.get("/metrics")).text)
             assert one(done, "vllm:num_requests_waiting")[1] == 0
             assert one(done, "vllm:num_requests_running")[1] == 0
+
+
+async def test_the_gauges_are_gone_while_the_server_drains_the_rest_of_the_registry_stays():
+    # A picker that reads its endpoints from a file has no readiness to tell it a pod is
+    # going: the gauges going stale is its signal, while the pod still serves.
+    settings = load_settings(
+        server={"address": "127.0.0.1:0", "health_check_interval_s": 3600, "shutdown_delay_s": 3},
+        models=[{"name": "m", "backend": FAKE_BACKEND, "load_on_startup": True}],
+    )
+    async with serving_fakes(settings) as (server, _):
+        url = f"http://127.0.0.1:{server.http_port}"
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            assert one(gauges((await client.get("/metrics")).text), "vllm:num_requests_waiting")
+            drain = asyncio.create_task(server.stop(grace_s=0))
+
+            async def gone() -> bool:
+                return gauges((await client.get("/metrics")).text) == {}
+
+            await wait_until(gone)
+            text = (await client.get("/metrics")).text
+            assert "inferwire_requests_total" in text  # still scraped for the drain
+            reply = await client.post("/v1/completions", json={"model": "m", "prompt": "hi"})
+            assert reply.status_code == 200  # and still serving, for shutdown_delay_s
+            await drain
 
 
 def guarded_settings(tmp_path: Path, **server: Any) -> Any:
