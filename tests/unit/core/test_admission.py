@@ -19,15 +19,21 @@ def queue(reported: list[tuple[int, int]], max_queue: int = 1) -> AdmissionQueue
     return AdmissionQueue(spec, lambda name, queued, running: reported.append((queued, running)))
 
 
-async def test_a_request_past_the_queue_is_refused_and_a_queued_one_runs_when_the_slot_frees():
-    reported: list[tuple[int, int]] = []
-    admission = queue(reported)
-    release = asyncio.Event()
+def holder(admission: AdmissionQueue, release: asyncio.Event):
+    """A request that takes a slot (or waits for one) and holds it until `release`."""
 
     async def hold() -> None:
         async with admission.slot(NO_TRACER):
             await release.wait()
 
+    return hold
+
+
+async def test_a_request_past_the_queue_is_refused_and_a_queued_one_runs_when_the_slot_frees():
+    reported: list[tuple[int, int]] = []
+    admission = queue(reported)
+    release = asyncio.Event()
+    hold = holder(admission, release)
     first = asyncio.create_task(hold())
     await asyncio.sleep(0)
     second = asyncio.create_task(hold())
@@ -58,11 +64,7 @@ async def test_a_queued_request_that_is_cancelled_leaves_the_queue_and_its_count
     reported: list[tuple[int, int]] = []
     admission = queue(reported)
     release = asyncio.Event()
-
-    async def hold() -> None:
-        async with admission.slot(NO_TRACER):
-            await release.wait()
-
+    hold = holder(admission, release)
     running = asyncio.create_task(hold())
     await asyncio.sleep(0)
     waiting = asyncio.create_task(hold())
