@@ -9,10 +9,7 @@ gauges, metrics/model_server.py).
   `max_concurrency` × its context window); a backend that reads its own engine's gauge
   (Triton, `Backend.kv_cache_usage`) gives that; the server reports the fullest of them;
 - adapters: which adapter models are resident or running, which have requests waiting,
-  and how many could be resident at once within the memory budget: when all of them fit,
-  one more than their number, since none would have to make room (the endpoint picker's
-  LoRA-affinity scorer takes a pod whose adapters are all resident, with a limit equal to
-  their number, for a full one, and scores every other model's requests 0 there);
+  how many there are, and how many could be resident at once within the memory budget;
 - accepting: False once the server drains, when the gateway should stop choosing it.
 """
 
@@ -34,6 +31,7 @@ class ServerLoad:
     adapters_running: tuple[str, ...]
     adapters_waiting: tuple[str, ...]
     max_adapters: int
+    adapters_known: int = 0
     accepting: bool = True
 
 
@@ -65,13 +63,7 @@ def server_load(
             sorted(a.name for a in adapters if a.state is ModelState.READY or a.running)
         ),
         adapters_waiting=tuple(sorted(a.name for a in adapters if a.queued or a.load_waiters)),
-        max_adapters=max_adapters(adapters, residency),
+        max_adapters=residency.resident_at_once(adapters),
+        adapters_known=len(adapters),
         accepting=accepting,
     )
-
-
-def max_adapters(adapters: list[ManagedModel], residency: Residency) -> int:
-    """How many adapters could be resident at once; one more than there are when every
-    one fits, so that having them all resident does not read as having no room."""
-    fits = residency.resident_at_once(adapters)
-    return fits + 1 if fits == len(adapters) else fits

@@ -51,8 +51,12 @@ class ModelServerGauges(Collector):
             "Fraction (0-1) of the KV cache held by running requests (the fullest pool).",
             load.kv_cache_usage,
         )
+        # When every adapter fits, one more than there are: llm-d's LoRA-affinity scorer
+        # takes a pod whose adapters are all resident, with max_lora equal to their number,
+        # for a full one and scores every other model's requests 0 there (tests/gateway).
+        all_fit = load.max_adapters >= load.adapters_known
         labels = (
-            str(load.max_adapters),
+            str(load.max_adapters + 1 if all_fit else load.max_adapters),
             ",".join(load.adapters_running),
             ",".join(load.adapters_waiting),
         )
