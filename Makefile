@@ -27,7 +27,7 @@ GENERATED := server/inferwire/v1 clients/python/inferwire/v1 clients/go/inferwir
 API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup tools triton epp smollm2 realmodel-models serve check py-lint typecheck test test-unit \
+.PHONY: setup tools triton epp llama-cpp smollm2 realmodel-models serve check py-lint typecheck test test-unit \
 	test-engine test-triton test-realmodel \
 	test-polyglot test-reliability test-faults test-gateway test-image lint breaking update-api-baseline generate check-generated \
 	pytest bench clean
@@ -65,6 +65,15 @@ $(TRITON_STAMP): scripts/install_triton.sh $(STAMP)
 # Go modules and several minutes on 2 cores; then only the checksum is checked.
 epp:
 	scripts/build_epp.sh
+
+# The llama-cpp backend's engine (llama-cpp-python, the `llama-cpp` extra), built from its
+# PyPI sdist for this CPU: about 5 minutes on 2 cores the first time, cached in
+# ~/.cache/inferwire/llama-cpp/ after (scripts/install_llama_cpp.py).
+LLAMA_STAMP := $(VENV)/.llama-cpp-installed
+llama-cpp: $(LLAMA_STAMP)
+$(LLAMA_STAMP): scripts/install_llama_cpp.py $(STAMP)
+	$(BIN)/python scripts/install_llama_cpp.py
+	touch $@
 
 # `inferwire models import`'s dependencies (the `import` extra: torch, transformers, onnx,
 # gguf; about 4.5 GB, a minute from PyPI): only importing a model needs them.
@@ -139,7 +148,7 @@ test-triton: $(STAMP) triton
 	$(BIN)/python -m pytest tests/triton $(PYTEST_ARGS)
 
 # SmolLM2-135M-Instruct through the real engine: tokenizer, template, generation, clients.
-test-realmodel: $(STAMP) realmodel-models
+test-realmodel: $(STAMP) realmodel-models llama-cpp
 	$(BIN)/python -m pytest tests/realmodel $(PYTEST_ARGS)
 
 test-polyglot: $(STAMP) tools
@@ -167,7 +176,7 @@ test-image: $(STAMP) tools triton
 	$(BIN)/python -m pytest tests/image $(PYTEST_ARGS)
 
 # Every tier, tests/image included.
-pytest: $(STAMP) tools triton realmodel-models epp
+pytest: $(STAMP) tools triton realmodel-models llama-cpp epp
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The union of the tiers, in one pytest run, plus every static check; CI runs this.

@@ -35,6 +35,7 @@ from inferwire.http.metrics import HttpMetrics
 from inferwire.http.routes import Routes
 from inferwire.metrics.endpoint import MetricsEndpoint
 from inferwire.metrics.model_server import ModelServerGauges
+from inferwire.metrics.prompt_cache import PromptCacheMetrics
 from inferwire.metrics.series import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class InferwireServer:
         self.metrics.tenants_configured(t.name for t in server.tenants)
         # The model-server protocol's gauges (vllm:*), on the metrics port and /metrics.
         self.metrics.registry.register(ModelServerGauges(self.manager.server_load))
+        self.metrics.registry.register(PromptCacheMetrics(self.manager.prompt_caches))
         self.grpc = GrpcListener(
             server, self.address, self.manager, self.metrics, reception, self.tls
         )

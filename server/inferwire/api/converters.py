@@ -142,8 +142,9 @@ def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
 class ListedModels:
     """ListModels' one cache: the last answer and the statuses it was made of. A model's
     `version` moves with every change but its last use, so under traffic the answer is
-    kept while the versions are the same, and only its `last_used` times are brought up to
-    date (grpc serializes the message as the handler returns, before another call runs)."""
+    kept while the versions are the same, and only its `last_used` times and details (a
+    prompt cache's figures move with every request) are brought up to date (grpc
+    serializes the message as the handler returns, before another call runs)."""
 
     def __init__(self) -> None:
         self._statuses: tuple[types.ModelStatus, ...] = ()
@@ -159,6 +160,8 @@ class ListedModels:
         for message, was, now in zip(self._response.models, listed, self._statuses, strict=True):
             if now.last_used != was.last_used and now.last_used is not None:
                 message.last_used.FromNanoseconds(round(now.last_used * 1e9))
+            if now.detail != was.detail:
+                message.detail = now.detail
         return self._response
 
 

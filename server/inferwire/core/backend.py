@@ -36,6 +36,7 @@ from inferwire.core.types import (
     GenerationRequest,
     ModelFacts,
     ModelLimits,
+    PromptCacheStats,
     TextDelta,
 )
 
@@ -190,6 +191,12 @@ class Backend(abc.ABC):
         backend can read it (a Triton server's own gauge); None: the core counts it from
         its live requests (an embedded engine), or nothing is known. Quick: read at every
         metrics scrape."""
+        return None
+
+    def prompt_cache(self) -> PromptCacheStats | None:
+        """What the backend keeps of finished requests for later prompts that share their
+        prefix (a conversation's next turn); None: it keeps nothing. Quick: read at every
+        ListModels and metrics scrape."""
         return None
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:

@@ -39,7 +39,9 @@ from inferwire.core.types import (
     InferenceRequest,
     InferenceResult,
     InferenceStatistics,
+    ModelState,
     ModelStatus,
+    PromptCacheStats,
     StreamChunk,
     Tokenization,
 )
@@ -293,6 +295,14 @@ class ModelManager:
         return server_load(
             self._models.values(), self._lifecycle.residency, self._readiness.accepting
         )
+
+    def prompt_caches(self) -> dict[str, PromptCacheStats]:
+        """Each loaded model's prompt cache, where its backend keeps one."""
+        caches = {}
+        for name, model in self._models.items():
+            if model.state is ModelState.READY and (stats := model.backend.prompt_cache()):
+                caches[name] = stats
+        return caches
 
     async def check_backend_health(self) -> None:
         """Ask every loaded model's backend for its health once; publish what changed.

@@ -10,10 +10,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from inferwire.core.types import BackendHealthReport, ModelHealthReport, ModelState, ModelStatus
+from inferwire.core.memory import format_size
+from inferwire.core.types import (
+    BackendHealthReport,
+    ModelHealthReport,
+    ModelState,
+    ModelStatus,
+    PromptCacheStats,
+)
 
 if TYPE_CHECKING:
     from inferwire.core.models import ManagedModel
+
+
+def describe_prompt_cache(cache: PromptCacheStats) -> str:
+    conversations = cache.cached_conversations
+    return (
+        f"prompt cache: {conversations} conversation{'s' if conversations != 1 else ''} "
+        f"({format_size(cache.cached_bytes)}), {cache.hit_rate:.0%} of prompt tokens reused"
+    )
 
 
 def model_status(model: ManagedModel) -> ModelStatus:
@@ -25,7 +40,12 @@ def model_status(model: ManagedModel) -> ModelStatus:
         # READY is the lifecycle (loaded); the detail says it cannot serve right now.
         detail = f"not serving: {detail}"
     if ready_state:
-        for more in (model.memory_detail, model.admission.reservation.describe()):
+        cache = model.backend.prompt_cache()
+        for more in (
+            model.memory_detail,
+            model.admission.reservation.describe(),
+            describe_prompt_cache(cache) if cache is not None else "",
+        ):
             detail = f"{detail}; {more}" if detail and more else detail or more
     spec = model.spec
     return ModelStatus(

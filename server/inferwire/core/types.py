@@ -250,6 +250,23 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class PromptCacheStats:
+    """What a backend that keeps finished requests' KV for reuse holds (llama-cpp's slots)."""
+
+    cached_conversations: int  # free slots that hold a previous request's tokens
+    cached_tokens: int
+    cached_bytes: int
+    prompt_tokens_total: int  # since load
+    reused_tokens_total: int  # prompt tokens read from the cache, not computed
+
+    @property
+    def hit_rate(self) -> float:
+        """Tokens reused / prompt tokens."""
+        total = self.prompt_tokens_total
+        return self.reused_tokens_total / total if total else 0.0
+
+
+@dataclass(frozen=True)
 class ModelLimits:
     """Limits a backend enforces on requests for a loaded model."""
 

@@ -9,10 +9,9 @@ Modules:
   sampling options for both paths, and `PreparedRequest`, what a path is handed.
 - `generator.py`: the per-request path, one `og.Generator` per request in a thread.
 - `engine.py`: the engine path, one `og.Engine` batching requests, driven by one thread.
-- `delivery.py`: both paths' hand-over of text from their threads to the event loops, at
-  most once per `stream_interval_ms` (`Outbox`).
-- `consumer.py`: what both paths share: the consumer's loop (coalescing, flow control,
-  cancel on close), the channel it reads, and the counting of tokens (`TokenTally`).
+- `inferwire.backends.threaded` (shared with the llama.cpp backend): the hand-over of
+  text from the generating threads to the event loops (`delivery.Outbox`) and the
+  consumer's loop, channel and token counting (`consumer`).
 - `logprobs.py`: log-probabilities from the generator's logits.
 """
 

@@ -61,26 +61,26 @@ import collections
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import onnxruntime_genai as og
 
-from inferwire.backends.ort_genai.consumer import Channel, StreamEvent, TokenTally, consume
-from inferwire.backends.ort_genai.delivery import Outbox
 from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PreparedRequest
+from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
+from inferwire.backends.threaded.shared_thread import (
+    BUFFERED_DELTAS,
+    RESUME_AT,
+    Command,
+    Handover,
+    SharedThreadRequest,
+)
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.threads import name_this_thread
 from inferwire.core.types import FinishReason, GenerationParams, TextDelta
 
 log = logging.getLogger(__name__)
 
-# Undelivered deltas a row may hold before it is preempted, and the level its consumer
-# must read down to before it is begun again. Large enough that an event loop delayed
-# for a few steps (two shared cores) does not preempt a healthy stream.
-BUFFERED_DELTAS = 64
-RESUME_AT = 16
 
 _TOKEN = int(og.EngineEventFlags.TOKEN)
 _TURN_FINISHED = int(og.EngineEventFlags.TURN_FINISHED)
@@ -91,17 +91,6 @@ _FINISH_REASON = {
     og.FinishReason.MAX_GENERATED_TOKENS: FinishReason.LENGTH,
     og.FinishReason.MAX_SESSION_TOKENS: FinishReason.LENGTH,
 }
-
-Command = Literal["start", "cancel", "resume"]
-
-
-class _Released:
-    """Delivered last to a row's consumer: the scheduler holds nothing of the row any more."""
-
-
-_RELEASED = _Released()
-
-_Delivery = tuple["_Row", StreamEvent | _Released]
 
 
 @dataclass(frozen=True)
@@ -117,47 +106,19 @@ class EngineSettings:
     stream_interval_s: float = 0.0
 
 
-@dataclass(eq=False)
-class _Row:
-    """One request on the engine, across any number of preemptions; its consumer's
-    `Producer`."""
+@dataclass(eq=False, kw_only=True)
+class _Row(SharedThreadRequest):
+    """One request on the engine, across any number of preemptions (`paused`: preempted
+    for a slow consumer, begun again once it catches up)."""
 
-    scheduler: EngineScheduler
     prepared: PreparedRequest
-    tally: TokenTally
-    channel: Channel
     detokenizer: og.TokenizerStream
-    released: asyncio.Future[None]  # done once the scheduler holds nothing of the row
     generated: list[int] = field(default_factory=list)
-    # Event-loop side.
-    consumed: int = 0  # deltas taken by the consumer (written by the loop only)
     # Scheduler side.
-    emitted: int = 0  # deltas handed to the loop (written by the scheduler only)
-    closed: bool = False  # the consumer left; set by the loop, read by the scheduler
     engine_request: og.Request | None = None
     turn_id: int = 0
     cancel_sent: bool = False
     requeue: bool = False  # preempted to make room: begin again with the next batch
-    paused: bool = False  # preempted for a slow consumer: begin again once it catches up
-    resume_sent: bool = False
-
-    @property
-    def unread(self) -> int:
-        return self.emitted - self.consumed
-
-    def start(self) -> asyncio.Future[None]:
-        self.scheduler.send("start", self)
-        return self.released
-
-    def taken(self, deltas: int) -> None:
-        self.consumed += deltas
-        if self.paused and not self.resume_sent and self.unread <= RESUME_AT:
-            self.resume_sent = True
-            self.scheduler.send("resume", self)
-
-    def stop(self) -> None:
-        self.closed = True
-        self.scheduler.send("cancel", self)
 
 
 class EngineScheduler:
@@ -176,7 +137,7 @@ class EngineScheduler:
         self._waiting: collections.deque[_Row] = collections.deque()
         self._paused: set[_Row] = set()
         self._batch_steps = 0
-        self._outbox: Outbox[_Delivery] = Outbox(self._deliver, settings.stream_interval_s)
+        self._handover = Handover(settings.stream_interval_s)
         self.failure: BaseException | None = None
         # The engine must be used from the thread that made it, so that thread makes it.
         started = threading.Event()
@@ -214,28 +175,20 @@ class EngineScheduler:
         """Run one request on the engine: its deltas, then its end."""
         loop = asyncio.get_running_loop()
         row = _Row(
-            self,
-            request,
-            TokenTally(progress, len(request.prompt_ids)),
-            Channel(loop),
-            self._model.tokenizer.create_stream(),
+            send=self.send,
+            prepared=request,
+            tally=TokenTally(progress, len(request.prompt_ids)),
+            channel=Channel(loop),
+            detokenizer=self._model.tokenizer.create_stream(),
             released=loop.create_future(),
         )
         return consume(row.channel, row, row.tally, request.coalesce)
 
-    def send(self, command: Command, row: _Row) -> None:
+    def send(self, command: Command, row: SharedThreadRequest) -> None:
+        assert isinstance(row, _Row)
         with self._wakeup:
             self._inbox.append((command, row))
             self._wakeup.notify()
-
-    @staticmethod
-    def _deliver(items: list[_Delivery]) -> None:
-        for row, item in items:
-            if isinstance(item, _Released):
-                if not row.released.done():
-                    row.released.set_result(None)
-            else:
-                row.channel.put(item)
 
     # ---- the scheduler thread -------------------------------------------
 
@@ -424,20 +377,14 @@ class EngineScheduler:
             row.engine_request = None
 
     def _emit(self, row: _Row, item: StreamEvent) -> None:
-        urgent = True  # an end or an error
-        if isinstance(item, TextDelta):
-            row.emitted += 1
-            # A first token goes at once; and so does a row's text before its unread deltas
-            # near BUFFERED_DELTAS, which would preempt it for want of a hand-over.
-            urgent = row.emitted == 1 or row.unread >= RESUME_AT
-        self._outbox.add(row.channel.loop, (row, item), urgent)
+        self._handover.emit(row, item)
 
     def _release(self, row: _Row) -> None:
-        self._outbox.add(row.channel.loop, (row, _RELEASED), urgent=True)
+        self._handover.release(row)
 
     def _flush(self) -> None:
         # Before the thread may wait for work, everything goes out.
-        self._outbox.flush(force=not self._running)
+        self._handover.flush(force=not self._running)
 
     def _warm_up(self) -> None:
         """One token, so the first real request does not pay the engine's first step."""

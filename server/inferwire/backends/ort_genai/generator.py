@@ -20,11 +20,11 @@ from typing import Any
 
 import onnxruntime_genai as og
 
-from inferwire.backends.ort_genai.consumer import Channel, StreamEvent, TokenTally, consume
-from inferwire.backends.ort_genai.delivery import Outbox
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
 from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PreparedRequest
+from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
+from inferwire.backends.threaded.delivery import Outbox
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.threads import name_this_thread

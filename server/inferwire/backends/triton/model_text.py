@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from inferwire.backends.triton.chat import ChatTemplate
+from inferwire.backends.chat_template import ChatTemplate
 from inferwire.backends.triton.options import TritonOptions
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.types import ChatMessage, Usage

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("jinja2")
 
-from inferwire.backends.triton.chat import MAX_REASON_CHARS, ChatTemplate
+from inferwire.backends.chat_template import MAX_REASON_CHARS, ChatTemplate
 from inferwire.core.errors import ConfigurationError, InvalidArgumentError
 from inferwire.core.types import ChatMessage
 

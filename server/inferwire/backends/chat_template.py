@@ -1,9 +1,11 @@
-"""Chat templates of Triton models, rendered in inferwire.
+"""Hugging Face chat templates, rendered in inferwire, for backends whose engine takes text.
 
 Triton's vLLM and TensorRT-LLM backends take text, so chat messages become a prompt here,
 with the model's own Hugging Face chat template (`options.chat_template`): the
-`chat_template` of a `tokenizer_config.json`, or a Jinja file. Templates are untrusted
-input, so they run in Jinja's immutable sandbox; each is compiled once, at load.
+`chat_template` of a `tokenizer_config.json`, or a Jinja file. The llama.cpp backend
+renders the template a GGUF file carries the same way (or that option's, when set).
+Templates are untrusted input, so they run in Jinja's immutable sandbox; each is
+compiled once, at load.
 """
 
 from __future__ import annotations
@@ -95,9 +97,6 @@ class ChatTemplate:
         A `.json` file is a tokenizer_config.json; anything else is Jinja source, whose
         special tokens come from a tokenizer_config.json beside it, if there is one.
         """
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
         path = Path(option).expanduser()
         if not path.is_file():
             raise ConfigurationError(f"{OPTION}: {path} is not a file")
@@ -111,6 +110,15 @@ class ChatTemplate:
                 raise ConfigurationError(f"{OPTION}: cannot read {path}: {exc}") from None
             beside = path.parent / "tokenizer_config.json"
             config = _read_json(beside) if beside.is_file() else {}
+        bos, eos = _special_token(config, "bos_token"), _special_token(config, "eos_token")
+        return cls.compile(source, path, bos, eos)
+
+    @classmethod
+    def compile(cls, source: str, path: Path, bos_token: str, eos_token: str) -> ChatTemplate:
+        """Compile Jinja `source` (read from `path`, named in errors)."""
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
         environment = ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
         )
@@ -124,8 +132,7 @@ class ChatTemplate:
                 f"{OPTION}: the template in {path} does not parse: {exc.message} "
                 f"(template line {exc.lineno})"
             ) from None
-        bos, eos = _special_token(config, "bos_token"), _special_token(config, "eos_token")
-        return cls(path, template, bos, eos)
+        return cls(path, template, bos_token, eos_token)
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt for `messages`, with the assistant's reply opened.

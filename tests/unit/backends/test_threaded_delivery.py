@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from inferwire.backends.ort_genai import delivery
-from inferwire.backends.ort_genai.consumer import Channel, StreamEvent
-from inferwire.backends.ort_genai.delivery import Outbox
+from inferwire.backends.threaded import delivery
+from inferwire.backends.threaded.consumer import Channel, StreamEvent
+from inferwire.backends.threaded.delivery import Outbox
 
 HOUR_S = 3600.0  # an interval no test outlasts: items held by it stay held
 

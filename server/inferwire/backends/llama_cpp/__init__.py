@@ -1,0 +1,17 @@
+"""The embedded llama.cpp backend (`backend: llama-cpp`): a GGUF file served in-process,
+continuous batching and a prompt cache per slot, on the CPU.
+
+Modules:
+
+- `backend.py`: the `Backend` (options, load, health, chat, Tokenize); prepares each
+  request and hands it to the scheduler.
+- `model.py`: `GgufModel`, the file loaded through llama-cpp-python's ctypes bindings, and
+  its context.
+- `sampling.py`: a request's sampling as a llama.cpp sampler chain.
+- `scheduler.py`: the thread that runs every request's next token in one decode step,
+  and the slots whose KV streams keep a finished request's tokens for the next turn.
+"""
+
+from inferwire.backends.llama_cpp.backend import LlamaCppBackend, LlamaCppOptions
+
+__all__ = ["LlamaCppBackend", "LlamaCppOptions"]

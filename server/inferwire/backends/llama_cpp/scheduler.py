@@ -1,0 +1,328 @@
+"""Continuous batching on one llama.cpp context, driven by one thread.
+
+Each step is one `llama_decode` of every running request's next token together with
+chunks of the prompts still being read (up to `batch_tokens` in all), as llama-server's
+slots do: a request joins the running batch at the next step and leaves it when it ends,
+so 32 streams read the weights once per step, not 32 times.
+
+Slots and their cache. The context has one KV stream per slot (`kv_unified` off). A slot
+keeps what its last request left in its stream after that request ends. A new request
+takes the free slot whose cached tokens share the longest prefix with its prompt (the
+least recently used among equals), drops the rest of that cache and reads only the part
+of its prompt past the shared prefix: the next turn of a conversation, whose prompt is
+the whole history, reads only the new messages. This is llama-server's `cache_prompt`.
+The cache costs no memory beyond the context itself, which is allocated in full at load
+(slots x slot_tokens); a slot's cache is given up whenever a request needs that slot.
+
+Flow control (threaded/shared_thread.py): a request whose consumer has `BUFFERED_DELTAS`
+undelivered deltas sits out the steps until its consumer reads down to `RESUME_AT`; its KV
+stays, so it costs nothing but its slot. Cancellation reaches the thread before its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import collections
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import llama_cpp as llama
+
+from inferwire.backends.llama_cpp.model import ContextShape, GgufModel
+from inferwire.backends.llama_cpp.sampling import PreparedRequest, TokenPicker
+from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
+from inferwire.backends.threaded.shared_thread import (
+    BUFFERED_DELTAS,
+    Command,
+    Handover,
+    SharedThreadRequest,
+)
+from inferwire.core.backend import GenerationEvents, GenerationProgress
+from inferwire.core.threads import name_this_thread
+from inferwire.core.types import FinishReason, PromptCacheStats, TextDelta
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Slot:
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)  # what its KV stream holds, in order
+    job: _Job | None = None
+    last_used: int = 0
+
+
+@dataclass(eq=False, kw_only=True)
+class _Job(SharedThreadRequest):
+    """One request on the context."""
+
+    prepared: PreparedRequest
+    slot: _Slot | None = None
+    pending: list[int] = field(default_factory=list)  # prompt tokens still to read
+    next_token: int | None = None  # sampled, not yet in the KV stream
+    picker: TokenPicker | None = None
+    decoder: codecs.IncrementalDecoder = field(
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace")
+    )
+
+
+class Scheduler:
+    """Drives one llama.cpp context from one thread; `stream` runs a request on it."""
+
+    def __init__(
+        self,
+        model: GgufModel,
+        shape: ContextShape,
+        name: str,
+        stream_interval_s: float,
+        reuse_prompts: bool = True,
+    ) -> None:
+        self._model = model
+        self._reuse_prompts = reuse_prompts
+        self.shape = shape
+        self._name = name
+        self._wakeup = threading.Condition()
+        self._inbox: list[tuple[Command, _Job]] = []
+        self._closing = False
+        self._waiting: collections.deque[_Job] = collections.deque()
+        self._slots = [_Slot(seq_id) for seq_id in range(shape.slots)]
+        self._uses = 0
+        self._prompt_tokens_total = 0
+        self._reused_tokens_total = 0
+        self._handover = Handover(stream_interval_s)
+        self.failure: BaseException | None = None
+        self._context = model.new_context(shape)
+        self._memory = llama.llama_get_memory(self._context)
+        self._batch = llama.llama_batch_init(shape.batch_tokens, 0, 1)
+        self._warm_up()
+        self._thread = threading.Thread(target=self._run, name=f"llama-cpp-{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stop the thread and free the context; called once no request is in flight."""
+        with self._wakeup:
+            self._closing = True
+            self._wakeup.notify()
+        self._thread.join()
+        llama.llama_batch_free(self._batch)
+        llama.llama_free(self._context)
+
+    def cache_stats(self) -> PromptCacheStats:
+        cached = [s.tokens for s in list(self._slots) if s.job is None and s.tokens]
+        tokens = sum(len(t) for t in cached)
+        return PromptCacheStats(
+            len(cached),
+            tokens,
+            tokens * self._model.kv_bytes_per_token(),
+            self._prompt_tokens_total,
+            self._reused_tokens_total,
+        )
+
+    def running(self) -> int:
+        return sum(1 for slot in self._slots if slot.job is not None)
+
+    # ---- the event-loop side --------------------------------------------
+
+    def stream(self, request: PreparedRequest, progress: GenerationProgress) -> GenerationEvents:
+        loop = asyncio.get_running_loop()
+        job = _Job(
+            send=self.send,
+            prepared=request,
+            tally=TokenTally(progress, len(request.prompt_ids)),
+            channel=Channel(loop),
+            released=loop.create_future(),
+        )
+        return consume(job.channel, job, job.tally, request.coalesce)
+
+    def send(self, command: Command, job: SharedThreadRequest) -> None:
+        assert isinstance(job, _Job)
+        with self._wakeup:
+            self._inbox.append((command, job))
+            self._wakeup.notify()
+
+    # ---- the scheduler thread -------------------------------------------
+
+    def _run(self) -> None:
+        name_this_thread(f"llama-{self._name}")
+        try:
+            while True:
+                with self._wakeup:
+                    while not (self._inbox or self._runnable() or self._closing):
+                        self._wakeup.wait()
+                    inbox, self._inbox = self._inbox, []
+                    if self._closing and not inbox and not self._runnable():
+                        return
+                for command, job in inbox:
+                    self._apply(command, job)
+                self._admit()
+                if self._runnable():
+                    self._step()
+                self._handover.flush(force=not self._runnable())
+        except BaseException as exc:  # a bug here must not leave consumers waiting
+            log.exception("llama.cpp scheduler stopped")
+            self.failure = exc
+            for job in [*self._waiting, *(s.job for s in self._slots if s.job is not None)]:
+                self._emit(job, RuntimeError(f"the llama.cpp scheduler stopped: {exc}"))
+                self._release(job)
+            self._handover.flush(force=True)
+
+    def _runnable(self) -> bool:
+        return any(s.job is not None and not s.job.paused for s in self._slots) or bool(
+            self._waiting and self._free_slot_exists()
+        )
+
+    def _free_slot_exists(self) -> bool:
+        return any(slot.job is None for slot in self._slots)
+
+    def _apply(self, command: Command, job: _Job) -> None:
+        if command == "start":
+            if job.closed:
+                self._release(job)
+            else:
+                self._waiting.append(job)
+        elif command == "resume":
+            job.paused = job.resume_sent = False
+        elif command == "cancel":
+            if job in self._waiting:
+                self._waiting.remove(job)
+                self._release(job)
+            elif job.slot is not None:
+                self._finish(job, None)
+
+    def _admit(self) -> None:
+        while self._waiting and self._free_slot_exists():
+            job = self._waiting.popleft()
+            try:
+                self._seat(job)
+            except Exception as exc:
+                self._emit(job, exc)
+                self._release(job)
+
+    def _seat(self, job: _Job) -> None:
+        """Put `job` on the free slot whose cache shares the longest prefix with its prompt."""
+        prompt = job.prepared.prompt_ids
+        free = [slot for slot in self._slots if slot.job is None]
+        slot = max(free, key=lambda s: (_shared_prefix(s.tokens, prompt), -s.last_used))
+        # At least the prompt's last token is computed: its logits give the first token.
+        shared = _shared_prefix(slot.tokens, prompt) if self._reuse_prompts else 0
+        reused = min(shared, len(prompt) - 1)
+        llama.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
+        del slot.tokens[reused:]
+        self._prompt_tokens_total += len(prompt)
+        self._reused_tokens_total += reused
+        self._uses += 1
+        slot.job, slot.last_used = job, self._uses
+        job.slot, job.pending = slot, prompt[reused:]
+        prepared, model = job.prepared, self._model
+        job.picker = TokenPicker(
+            prepared.sampling,
+            prepared.min_tokens,
+            prepared.max_tokens,
+            model.eog_tokens,
+            model.vocab_size,
+        )
+        job.picker.accept_prompt(prompt)
+
+    def _step(self) -> None:
+        batch, budget = self._batch, self.shape.batch_tokens
+        rows = 0
+        outputs: list[tuple[_Job, int]] = []
+        jobs = [s.job for s in self._slots if s.job is not None and not s.job.paused]
+        # Running requests first (one token each), then prompt chunks in the room left.
+        for job in sorted(jobs, key=lambda j: bool(j.pending)):
+            assert job.slot is not None
+            if job.pending:
+                if rows >= budget:
+                    continue
+                chunk = job.pending[: budget - rows]
+                job.pending = job.pending[len(chunk) :]
+            else:
+                assert job.next_token is not None
+                chunk = [job.next_token]
+                job.next_token = None
+            position = len(job.slot.tokens)
+            for offset, token in enumerate(chunk):
+                batch.token[rows] = token
+                batch.pos[rows] = position + offset
+                batch.n_seq_id[rows] = 1
+                batch.seq_id[rows][0] = job.slot.seq_id
+                batch.logits[rows] = False
+                rows += 1
+            batch.logits[rows - 1] = not job.pending
+            job.slot.tokens.extend(chunk)
+            if not job.pending:
+                outputs.append((job, rows - 1))
+        batch.n_tokens = rows
+        result = llama.llama_decode(self._context, batch)
+        if result != 0:
+            error = RuntimeError(f"llama_decode failed ({result}) for a batch of {rows} tokens")
+            for job in jobs:
+                assert job.slot is not None  # its stream no longer matches its tokens: drop it
+                llama.llama_memory_seq_rm(self._memory, job.slot.seq_id, 0, -1)
+                job.slot.tokens.clear()
+                self._finish(job, error)
+            return
+        for job, row in outputs:
+            self._on_logits(job, row)
+
+    def _on_logits(self, job: _Job, row: int) -> None:
+        prepared = job.prepared
+        assert job.picker is not None
+        token = job.picker.pick(self._context, row, job.tally.generated < prepared.min_tokens)
+        generated = job.tally.count(after_cancel=False)
+        if token in self._model.eog_tokens:
+            self._finish(job, job.tally.end(FinishReason.STOP))
+            return
+        if text := job.decoder.decode(self._model.piece(token)):
+            self._emit(job, TextDelta(text, generated))
+        assert job.slot is not None
+        if generated >= prepared.max_tokens or len(job.slot.tokens) >= self.shape.slot_tokens:
+            self._finish(job, job.tally.end(FinishReason.LENGTH))
+            return
+        job.next_token = token
+        if job.unread >= BUFFERED_DELTAS:
+            job.paused = True
+
+    def _finish(self, job: _Job, item: StreamEvent | None) -> None:
+        """End `job` with `item` (None: its consumer left); its slot keeps its cache."""
+        if job.slot is not None:
+            job.slot.job = None
+            job.slot = None
+        if job.picker is not None:
+            job.picker.free()
+            job.picker = None
+        if not job.closed and item is not None:
+            if not isinstance(item, BaseException) and (tail := job.decoder.decode(b"", True)):
+                self._emit(job, TextDelta(tail, job.tally.generated))
+            self._emit(job, item)
+        self._release(job)
+
+    def _emit(self, job: _Job, item: StreamEvent) -> None:
+        self._handover.emit(job, item)
+
+    def _release(self, job: _Job) -> None:
+        self._handover.release(job)
+
+    def _warm_up(self) -> None:
+        """One decode, so the first request does not pay the context's first graph."""
+        token = self._model.bos_token if self._model.bos_token >= 0 else 0
+        batch = self._batch
+        batch.token[0], batch.pos[0], batch.n_seq_id[0] = token, 0, 1
+        batch.seq_id[0][0], batch.logits[0], batch.n_tokens = 0, True, 1
+        llama.llama_decode(self._context, batch)
+        llama.llama_memory_clear(self._memory, True)
+
+
+def _shared_prefix(cached: list[int], prompt: list[int]) -> int:
+    count = 0
+    for a, b in zip(cached, prompt, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count

@@ -1,0 +1,235 @@
+"""The llama-cpp backend on SmolLM2's Q4_1 GGUF (the file llama.cpp's reference answers came
+from), served by a real `inferwire serve`: llama.cpp's own answers, batching and the
+prompt cache leaving greedy output as a solo request's, a request joining a running batch,
+the cache's figures in ListModels and /metrics, and bad input refused with the field named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+from tests.realmodel.corpus import FACTS
+from tests.support import figures
+from tests.support.process import ServerProcess, start_serving_server, stop_server_process
+
+GGUF = os.path.join(os.path.dirname(__file__), "..", "..", ".cache", "smollm2")
+Q4_1 = os.path.abspath(os.path.join(GGUF, "SmolLM2-135M-Instruct.Q4_1.gguf"))
+# Its dequantized twin: where reading a prefix from the cache gives the very tokens that
+# computing it does (on Q4_1 a near-tie flips in about half the turns: docs/llama_cpp.md).
+F32 = os.path.abspath(os.path.join(GGUF, "SmolLM2-135M-Instruct.F32.gguf"))
+FIGURES = "real model: the llama-cpp backend on SmolLM2's GGUF"
+SLOT_TOKENS = 1024
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three fruits.",
+    "Explain gravity briefly.",
+    "Who wrote Hamlet?",
+    "Give me a number between 1 and 10.",
+    "What is 2+2?",
+    "Name a color.",
+]
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        why = "llama-cpp-python is not installed: run `make llama-cpp`"
+        if os.environ.get("INFERWIRE_REQUIRE_REALMODEL") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    if missing := [p for p in (Q4_1, F32) if not os.path.isfile(p)]:
+        why = f"{', '.join(missing)} missing: run `make realmodel-models`"
+        if os.environ.get("INFERWIRE_REQUIRE_REALMODEL") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    options = {"path": Q4_1, "slot_tokens": SLOT_TOKENS}
+    f32 = {"path": F32, "slot_tokens": SLOT_TOKENS}
+    models = [
+        {"name": "smollm2-llama", "backend": "llama-cpp", "load_on_startup": True,
+         "max_concurrency": 8, "options": options},
+        {"name": "smollm2-f32-llama", "backend": "llama-cpp", "load_on_startup": True,
+         "max_concurrency": 4, "options": f32},
+        # The same file without reuse: what a prompt gives computed from its first token.
+        {"name": "smollm2-f32-llama-fresh", "backend": "llama-cpp", "load_on_startup": True,
+         "max_concurrency": 1, "options": {**f32, "prompt_cache": False}},
+    ]  # fmt: skip
+    config = tmp_path_factory.mktemp("llama-cpp") / "inferwire.yaml"
+    config.write_text(json.dumps({"models": models}))
+    server = start_serving_server("--config", str(config), env={"PYTHONFAULTHANDLER": "1"})
+    try:
+        yield server
+    finally:
+        stop_server_process(server, graceful=True)
+        assert server.process.returncode == 0, server.exit_report()
+
+
+@pytest.fixture(scope="module")
+async def llama_stub(
+    llama_server: ServerProcess,
+) -> AsyncIterator[inference_pb2_grpc.InferenceServiceStub]:
+    async with grpc.aio.insecure_channel(llama_server.target) as channel:
+        yield inference_pb2_grpc.InferenceServiceStub(channel)
+
+
+def _chat(messages: list[tuple[str, str]], model: str = "smollm2-llama", **params: Any):
+    return pb.InferRequest(
+        model=model,
+        messages=[pb.ChatMessage(role=role, content=text) for role, text in messages],
+        parameters=pb.GenerationParameters(temperature=0, **params),
+    )
+
+
+async def _answer(stub: Any, messages: list[tuple[str, str]], **params: Any) -> str:
+    params.setdefault("max_tokens", 48)
+    model = params.pop("model", "smollm2-llama")
+    return str((await stub.Infer(_chat(messages, model, **params))).text)
+
+
+async def _status(stub: Any, name: str = "smollm2-llama") -> Any:
+    models = (await stub.ListModels(pb.ListModelsRequest())).models
+    return next(m for m in models if m.name == name)
+
+
+async def test_it_gives_llama_servers_recorded_answers_on_the_same_file(llama_stub, reference):
+    # scripts/smollm2_reference.py recorded llama-server's greedy chat answers on this file.
+    recorded = {entry["question"]: entry["answer"] for entry in reference["answers_q4_1"]}
+    same = [await _answer(llama_stub, [("user", q)]) == recorded[q] for q, _ in FACTS]
+    figures.record(FIGURES, f"answers identical to llama-server's: {sum(same)}/{len(same)}")
+    assert all(same), same
+
+
+async def test_batched_greedy_output_is_the_solo_output(llama_stub):
+    solo = [await _answer(llama_stub, [("user", q)], max_tokens=40) for q in QUESTIONS]
+    together = await asyncio.gather(
+        *(_answer(llama_stub, [("user", q)], max_tokens=40) for q in QUESTIONS)
+    )
+    assert list(together) == solo
+
+
+CONVERSATIONS = (
+    ("Who wrote Hamlet?", "When was he born?", "Name another of his plays.", "Summarize it."),
+    ("Tell me about cats.", "Are they good pets?", "How long do they live?", "What do they eat?"),
+)
+
+
+async def test_later_turns_read_the_history_from_the_cache_and_answer_as_computed(llama_stub):
+    model = "smollm2-f32-llama"
+    before = await _status(llama_stub, model)
+    for questions in CONVERSATIONS:
+        history: list[tuple[str, str]] = []
+        for question in questions:
+            history.append(("user", question))
+            cached = await _answer(llama_stub, history, max_tokens=48, model=model)
+            fresh = await _answer(llama_stub, history, max_tokens=48, model=f"{model}-fresh")
+            assert cached == fresh, (history, cached, fresh)
+            history.append(("assistant", cached))
+    after = await _status(llama_stub, model)
+    figures.record(FIGURES, f"F32, {len(CONVERSATIONS)} conversations of 4 turns: {after.detail}")
+    # Most of each later turn's prompt is its history, read from the cache.
+    assert _reused_share(after.detail) >= 50 > _reused_share(before.detail), after.detail
+    assert re.search(r"prompt cache: \d+ conversations? \(", after.detail), after.detail
+
+
+def _reused_share(detail: str) -> int:
+    found = re.search(r"(\d+)% of prompt tokens reused", detail)
+    assert found, detail
+    return int(found[1])
+
+
+async def test_metrics_count_the_tokens_the_cache_saved(llama_stub, llama_server):
+    await _answer(llama_stub, [("user", "Name a color.")], max_tokens=4)
+    await _answer(llama_stub, [("user", "Name a color.")], max_tokens=4)
+    metrics = httpx.get(f"{llama_server.http_url}/metrics", timeout=10).text
+    values = {
+        name: float(value)
+        for name, value in re.findall(
+            r'^(inferwire_prompt_cache_\w+)\{model="smollm2-llama"\} (\S+)$', metrics, re.M
+        )
+    }
+    assert values["inferwire_prompt_cache_reused_tokens_total"] > 0, values
+    assert (
+        values["inferwire_prompt_cache_prompt_tokens_total"]
+        >= (values["inferwire_prompt_cache_reused_tokens_total"])
+    )
+    assert values["inferwire_prompt_cache_conversations"] >= 1, values
+
+
+async def test_a_request_joins_a_running_batch_instead_of_waiting_for_it(llama_stub):
+    # Continuous batching: a short request started while a long one generates ends first.
+    long_request = pb.InferStreamRequest(
+        model="smollm2-llama",
+        prompt="Once upon a time",
+        parameters=pb.GenerationParameters(max_tokens=400, temperature=0, ignore_eos=True),
+    )
+    order: list[str] = []
+    first_token = asyncio.Event()
+
+    async def long_stream() -> None:
+        async for message in llama_stub.InferStream(long_request):
+            if message.text:
+                first_token.set()
+        order.append("long")
+
+    task = asyncio.create_task(long_stream())
+    await asyncio.wait_for(first_token.wait(), 120)
+    await _answer(llama_stub, [("user", "What is 2+2?")], max_tokens=8)
+    order.append("short")
+    await asyncio.wait_for(task, 300)
+    assert order == ["short", "long"]
+
+
+async def test_a_prompt_longer_than_a_slot_is_refused_naming_the_prompt(llama_stub):
+    request = pb.InferRequest(
+        model="smollm2-llama", prompt="word " * (SLOT_TOKENS + 10),
+        parameters=pb.GenerationParameters(max_tokens=4),
+    )  # fmt: skip
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await llama_stub.Infer(request)
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "prompt" in (caught.value.details() or "")
+    assert await _answer(llama_stub, [("user", "What is 2+2?")], max_tokens=4)
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"logprobs": True}, "logprobs"),
+        ({"constraint": pb.OutputConstraint(regex="[0-9]+")}, "constraint"),
+    ],
+)
+async def test_what_the_backend_cannot_do_is_refused_naming_the_field(llama_stub, params, field):
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await llama_stub.Infer(_chat([("user", "Hi")], max_tokens=4, **params))
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    assert field in (caught.value.details() or "")
+
+
+async def test_a_cancelled_stream_leaves_the_model_serving(llama_stub):
+    request = pb.InferStreamRequest(
+        model="smollm2-llama",
+        prompt="Once upon a time",
+        parameters=pb.GenerationParameters(max_tokens=300, temperature=0, ignore_eos=True),
+    )
+    call = llama_stub.InferStream(request)
+    async for message in call:
+        if message.text:
+            break
+    call.cancel()
+    answer = await _answer(llama_stub, [("user", "What is 2+2?")], max_tokens=16)
+    assert answer
+    status = await _status(llama_stub)
+    assert status.state == pb.MODEL_STATE_READY
