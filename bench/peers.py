@@ -6,14 +6,20 @@ the bundled model by scripts/demo_gguf.py), and NVIDIA's aiperf over the OpenAI 
   llama-cpp-python sdist's llama.cpp, aiperf in its own venv, the GGUF's sha256.
 - Checks (bench/peers_checks.py): both servers tokenize a corpus sample to the same ids;
   the same greedy prompts give the same first tokens.
-- Load: aiperf against both servers' `/v1/completions` and `/v1/chat/completions`,
+- Load: aiperf against the servers' `/v1/completions` and `/v1/chat/completions`,
   streaming, greedy, INPUT_TOKENS in and OUTPUT_TOKENS out (`ignore_eos`; each request's
-  usage is checked to be the full length), at concurrency 1, 8 and 32; both servers have
-  32 slots (llama-server `--parallel 32`, inferwire `max_concurrency: 32`) at every level
-  and one compute thread per step. inferwire runs twice: as `inferwire serve` runs it
-  (`batching: auto`, the per-request path on a CPU model) and with `batching: engine`.
-  The servers take turns, the first of each cell rotating, so drift on a shared machine
-  falls on all.
+  usage is checked to be the full length), at concurrency 1, 8 and 32; every server has
+  32 slots (llama-server `--parallel 32`, inferwire `max_concurrency: 32`) of SLOT_TOKENS
+  at every level. inferwire runs twice: on the same GGUF with its llama-cpp backend
+  (`inferwire`, what a CPU deployment runs), and as `inferwire serve` runs the model's ONNX
+  Runtime GenAI folder (`inferwire_ort`: `batching: auto`, the per-request path on a CPU
+  model). The servers take turns, the first of each cell rotating, so drift on a shared
+  machine falls on all.
+- Cores: the servers run on one half of the CPUs, aiperf, ghz and this process on the
+  other (`taskset`), and the servers' compute threads are that half's CPUs, so that the
+  ratio compares the servers and not how the scheduler mixed them with the load tool.
+- Multi-turn (bench/peers_multiturn.py): conversations whose every turn carries the whole
+  history, the time to first token of each turn, on every server.
 - CPU from /proc over aiperf's profiling window (bench/peers_aiperf.py): each server's
   per output token (inferwire's by thread group), aiperf's own (it shares the cores), and
   what the rest of the machine used meanwhile.
@@ -34,30 +40,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import peers_report
+from bench import peers_multiturn, peers_report
 from bench.common import RunOptions, ScenarioResult
 from bench.peers_aiperf import CpuSampler, aiperf_command, parse_run, summarize_runs
 from bench.peers_checks import corpus_sample, greedy_check, tokenization_check
-from bench.peers_servers import exact_prompt, ghz_stream, inferwire, llama_server
+from bench.peers_servers import (
+    exact_prompt,
+    ghz_stream,
+    inferwire,
+    inferwire_llama,
+    llama_server,
+    pinned,
+    split_cores,
+)
 from bench.peers_setup import CACHE, setup, sha256_of
 from inferwire.backends.ort_genai import builtin_model_path
 
 NAME = "peers"
 CONCURRENCY = (1, 8, 32)
 ENDPOINTS = ("completions", "chat")
-# inferwire as `inferwire serve` runs it (batching: auto, the per-request path on a CPU
-# model), inferwire with `batching: engine` (og.Engine's static batches), llama-server.
-SERVERS = ("inferwire", "inferwire_engine", "llama_cpp")
+# inferwire on the GGUF with its llama-cpp backend, inferwire as `inferwire serve` runs the
+# ONNX Runtime GenAI folder (batching: auto, the per-request path on a CPU model), and
+# llama-server. (`batching: engine`, og.Engine's static batches, made 0.78-1.38x the
+# per-request path's tokens/s with TTFT p99 up to 48 s: docs/performance.md.)
+SERVERS = ("inferwire", "inferwire_ort", "llama_cpp")
 INPUT_TOKENS = 64
 OUTPUT_TOKENS = 128
-# Per slot: the input, the chat template's headings (under 16 tokens), the output.
-SLOT_TOKENS = INPUT_TOKENS + 16 + OUTPUT_TOKENS
+# Per slot: room for the multi-turn conversations' whole history (under 900 tokens).
+SLOT_TOKENS = 1024
 SLOTS = max(CONCURRENCY)
-# llama-server's compute threads: one, as ONNX Runtime runs one intra-op thread per
-# generator here. Its default (the physical cores, 2) made 2-6x fewer tokens/s at 3-5x the
-# CPU per token in a check beside aiperf: its two threads spin at every step's barrier
-# while the load tool and its HTTP thread want the same two cores.
-LLAMA_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -133,9 +144,10 @@ def _aiperf_cell(
     scratch: Path,
     tag: str,
     model: PeerModel,
+    cpus: list[int],
 ) -> dict[str, Any]:
     artifacts = scratch / tag
-    command = aiperf_command(
+    command = pinned(cpus) + aiperf_command(
         aiperf, url, endpoint, concurrency, requests, INPUT_TOKENS, OUTPUT_TOKENS,
         model.ort_path, artifacts, model=model.name,
     )  # fmt: skip
@@ -159,12 +171,13 @@ def _ghz_cell(
     calls: int,
     tag: str,
     model: str,
+    cpus: list[int],
 ) -> dict[str, Any]:
     load = os.getloadavg()[0]
-    ghz_stream(target, prompt, 8, concurrency, max(concurrency, 4), model=model)  # warm-up
+    ghz_stream(target, prompt, 8, concurrency, max(concurrency, 4), model=model, cpus=cpus)
     run = ghz_stream(
         target, prompt, OUTPUT_TOKENS, concurrency, calls,
-        on_start=lambda pid: sampler.add_tree(tag, pid), model=model,
+        on_start=lambda pid: sampler.add_tree(tag, pid), model=model, cpus=cpus,
     )  # fmt: skip
     sampler.sample_now()
     return {"run": run, **_accounting(sampler, "inferwire", tag, run.start_ns, run.end_ns, load)}
@@ -190,44 +203,44 @@ def measure(options: RunOptions, model: PeerModel | None = None) -> dict[str, An
     tools = setup()
     model = model or demo_model(tools.gguf)
     rounds = options.size(model.rounds, 1)
-    threads = LLAMA_THREADS
+    server_cpus, tool_cpus = split_cores()
+    threads = len(server_cpus)
+    os.sched_setaffinity(0, tool_cpus)  # this process, its sampler and its clients
     data: dict[str, Any] = {"setup": tools.steps, "gguf_sha256": sha256_of(model.gguf)}
+    data["cores"] = {"servers": server_cpus, "load_tool": tool_cpus}
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="peers-")))
         llama = stack.enter_context(
             llama_server(
                 tools.llama_server, model.gguf, SLOTS, SLOT_TOKENS, threads,
                 CACHE / f"llama-server-{model.name}.log",
-                repeat_penalty=model.repeat_penalty, alias=model.name,
+                repeat_penalty=model.repeat_penalty, alias=model.name, cpus=server_cpus,
             )
         )  # fmt: skip
-        gateway = stack.enter_context(inferwire(SLOTS, model=model.name, path=model.config_path))
-        batched = stack.enter_context(
-            inferwire(SLOTS, batching="engine", model=model.name, path=model.config_path)
+        ours = stack.enter_context(
+            inferwire_llama(
+                model.gguf, SLOTS, SLOT_TOKENS, threads, model.repeat_penalty, model.name,
+                server_cpus,
+            )
+        )  # fmt: skip
+        ort = stack.enter_context(
+            inferwire(SLOTS, model=model.name, path=model.config_path, cpus=server_cpus)
         )
         texts = corpus_sample(tools.corpus_sdist)
         data["tokenization"] = tokenization_check(model.ort_path, llama.url, texts)
         data["greedy"] = greedy_check(model.ort_path, llama.url)
-        data["llama_server_command"] = [Path(llama.command[0]).name, *llama.command[1:]]
-        data["llama_server_command"][2] = model.gguf.name
-        urls = {
-            "inferwire": gateway.http_url,
-            "inferwire_engine": batched.http_url,
-            "llama_cpp": llama.url,
-        }
+        data["llama_server_command"] = [
+            Path(part).name if part in (str(model.gguf), str(tools.llama_server)) else part
+            for part in llama.command
+        ]
+        urls = {"inferwire": ours.http_url, "inferwire_ort": ort.http_url, "llama_cpp": llama.url}
         import onnxruntime_genai as og
 
         tokenizer = og.Tokenizer(og.Model(str(model.ort_path)))
         prompt = exact_prompt(tokenizer, texts, INPUT_TOKENS)
+        pids = {"inferwire": ours.process.pid, "inferwire_ort": ort.process.pid}
         sampler = stack.enter_context(
-            CpuSampler(
-                servers={
-                    "inferwire": gateway.process.pid,
-                    "inferwire_engine": batched.process.pid,
-                    "llama_cpp": llama.pid,
-                    "bench": os.getpid(),
-                }
-            )
+            CpuSampler(servers={**pids, "llama_cpp": llama.pid, "bench": os.getpid()})
         )
         sampler.add_machine("machine", _machine_busy_us)
         cells: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
@@ -243,7 +256,7 @@ def measure(options: RunOptions, model: PeerModel | None = None) -> dict[str, An
                         tag = f"{server}-{endpoint}-{concurrency}-{round_index}"
                         cell = _aiperf_cell(
                             sampler, tools.aiperf, urls[server], server, endpoint,
-                            concurrency, requests, scratch, tag, model,
+                            concurrency, requests, scratch, tag, model, tool_cpus,
                         )  # fmt: skip
                         cells.setdefault((server, endpoint, concurrency), []).append(cell)
                         print(
@@ -253,9 +266,17 @@ def measure(options: RunOptions, model: PeerModel | None = None) -> dict[str, An
                         )
                 tag = f"grpc-{concurrency}-{round_index}"
                 cell = _ghz_cell(
-                    sampler, gateway.target, prompt, concurrency, requests, tag, model.name
-                )
+                    sampler, ours.target, prompt, concurrency, requests, tag, model.name,
+                    tool_cpus,
+                )  # fmt: skip
                 cells.setdefault(("inferwire", "grpc", concurrency), []).append(cell)
+        conversations = peers_multiturn.user_messages(texts)
+        data["multiturn"] = {
+            server: peers_multiturn.measure(urls[server], model.name, conversations)
+            for server in SERVERS
+        }
+        for server, result in data["multiturn"].items():
+            print(f"  multi-turn {server}: {result['ttft_p50_ms_by_turn']}", flush=True)
     data["points"] = _points(cells)
     data["prompt_tokens"] = INPUT_TOKENS
     data["output_tokens"] = OUTPUT_TOKENS

@@ -5,14 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import RunOptions, ScenarioResult, Target, at_least, at_most, ratio
+from bench.common import RunOptions, ScenarioResult, Target, at_least, at_most, below, ratio
+
+SLOT_TOKENS_NOTE = "1,024 tokens"
 
 LABELS = {
-    "inferwire": "inferwire (default: per-request)",
-    "inferwire_engine": "inferwire, batching: engine",
+    "inferwire": "inferwire, llama-cpp backend (the same GGUF)",
+    "inferwire_ort": "inferwire, onnxruntime-genai (default CPU path)",
     "llama_cpp": "llama.cpp llama-server",
 }
-OURS = ("inferwire", "inferwire_engine")
+OURS = ("inferwire", "inferwire_ort")
+# The most of the machine's CPU others may take during a cell for its ratios to be
+# reported: with more, a ratio measures the neighbours as much as the servers.
+QUIET_OTHERS_SHARE = 0.10
 
 
 def _both(points: dict[str, Any], server: str, concurrency: int, endpoints: Sequence[str]):
@@ -22,6 +27,7 @@ def _both(points: dict[str, Any], server: str, concurrency: int, endpoints: Sequ
     return {
         "tokens_per_s": tokens / wall if wall else 0.0,
         "ttft_p50_ms": max(c["ttft_p50_ms"] for c in cells),
+        "ttft_p99_ms": max(c["ttft_p99_ms"] for c in cells),
         "cpu_us_per_token": ratio(
             sum(c["server_cpu_us_per_token"].get("total", 0.0) * c["tokens"] for c in cells),
             tokens,
@@ -74,6 +80,8 @@ def _plot(
     points: dict[str, Any],
     levels: Sequence[int],
     weights: str,
+    multiturn: dict[str, Any],
+    cores: dict[str, list[int]],
 ) -> str:
     import matplotlib
 
@@ -81,10 +89,10 @@ def _plot(
     import matplotlib.pyplot as plt
 
     lines = [
-        ("inferwire", "completions", "inferwire (default), /v1/completions", "tab:blue", "o", "-"),
-        ("inferwire", "chat", "inferwire (default), /v1/chat/completions", "tab:blue", "s", "-"),
-        ("inferwire", "grpc", "inferwire, gRPC InferStream (ghz)", "tab:green", "^", ":"),
-        ("inferwire_engine", "chat", "inferwire batching: engine, chat", "tab:purple", "s", "-."),
+        ("inferwire", "completions", "inferwire llama-cpp, /v1/completions", "tab:blue", "o", "-"),
+        ("inferwire", "chat", "inferwire llama-cpp, /v1/chat/completions", "tab:blue", "s", "-"),
+        ("inferwire", "grpc", "inferwire llama-cpp, gRPC InferStream (ghz)", "tab:green", "^", ":"),
+        ("inferwire_ort", "chat", "inferwire onnxruntime-genai, chat", "tab:purple", "s", "-."),
         ("llama_cpp", "completions", "llama.cpp, /v1/completions", "tab:orange", "o", "--"),
         ("llama_cpp", "chat", "llama.cpp, /v1/chat/completions", "tab:orange", "s", "--"),
     ]
@@ -93,8 +101,8 @@ def _plot(
         ("ttft_p50_ms", "time to first token p50, ms (lower is better)", True),
         ("cpu", "server CPU µs per output token (lower is better)", False),
     ]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    for ax, (metric, title, log_y) in zip(axes, panels, strict=True):
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.6))
+    for ax, (metric, title, log_y) in zip(axes, panels, strict=False):
         for server, endpoint, label, color, marker, style in lines:
             keys = [f"{server}/{endpoint}/{c}" for c in levels]
             if metric == "ttft_p50_ms" and endpoint == "grpc":
@@ -117,9 +125,20 @@ def _plot(
             ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
+    turns_ax = axes[3]
+    colors = {"inferwire": "tab:blue", "inferwire_ort": "tab:purple", "llama_cpp": "tab:orange"}
+    for server, result in multiturn.items():
+        ys = result["ttft_p50_ms_by_turn"]
+        turns_ax.plot(range(1, len(ys) + 1), ys, color=colors[server], marker="o",
+                      label=LABELS[server])  # fmt: skip
+    turns_ax.set_yscale("log")
+    turns_ax.set_xlabel("turn of the conversation (its whole history resent)")
+    turns_ax.set_title("multi-turn chat: TTFT p50 by turn, ms (lower is better)", fontsize=10)
+    turns_ax.grid(alpha=0.3)
+    turns_ax.legend(fontsize=8)
     fig.suptitle(
-        f"Same weights ({weights}), same load from aiperf: "
-        "64 tokens in, 128 out, greedy, 2 CPU cores shared by server and load tool",
+        f"Same weights ({weights}), same load from aiperf: 64 tokens in, 128 out, greedy; "
+        f"servers on CPUs {cores['servers']}, load tool on {cores['load_tool']}",
         fontsize=10,
     )
     fig.tight_layout()
@@ -145,40 +164,7 @@ def result(
                 if key in points:
                     peer = points.get(f"llama_cpp/{endpoint}/{c}") if server in OURS else None
                     rows.append(_row(points[key], peer))
-    ratios: dict[str, float] = {}
-    targets: list[Target] = []
-    for c in levels:
-        ours, engine, theirs = (_both(points, s, c, endpoints) for s in LABELS)
-        ratios[f"tokens_per_s_at_{c}"] = ratio(ours["tokens_per_s"], theirs["tokens_per_s"])
-        ratios[f"engine_tokens_per_s_at_{c}"] = ratio(
-            engine["tokens_per_s"], theirs["tokens_per_s"]
-        )
-        ratios[f"engine_ttft_p50_at_{c}"] = ratio(engine["ttft_p50_ms"], theirs["ttft_p50_ms"])
-        ratios[f"ttft_p50_at_{c}"] = ratio(ours["ttft_p50_ms"], theirs["ttft_p50_ms"])
-        ratios[f"cpu_per_token_at_{c}"] = ratio(
-            ours["cpu_us_per_token"], theirs["cpu_us_per_token"]
-        )
-        http = points[f"inferwire/chat/{c}"]["server_cpu_us_per_token"]["event_loop"]
-        grpc = points[f"inferwire/grpc/{c}"]["server_cpu_us_per_token"]["event_loop"]
-        ratios[f"http_loop_vs_grpc_loop_at_{c}"] = ratio(http, grpc)
-    for c in levels:
-        targets.append(
-            at_least(
-                f"output tokens/s × llama.cpp's, aiperf, concurrency {c} "
-                "(default path; completions + chat)",
-                ratios[f"tokens_per_s_at_{c}"],
-                1.0,
-            )
-        )
-    for c in levels:
-        targets.append(
-            at_most(
-                f"TTFT p50 × llama.cpp's, aiperf, concurrency {c} "
-                "(default path; worse endpoint of each)",
-                ratios[f"ttft_p50_at_{c}"],
-                1.0,
-            )
-        )
+    ratios, targets = _ratios_and_targets(points, levels, endpoints, data["multiturn"])
     tokenization, greedy = data["tokenization"], data["greedy"]
     notes = [
         f"Conversion checks: {tokenization['identical_samples']} of {tokenization['samples']} "
@@ -190,15 +176,21 @@ def result(
             for r in greedy["prompts"]
         )
         + ".",
-        f"Both servers: {data['slots']} slots at every concurrency (inferwire max_concurrency, "
-        f"llama-server --parallel), {data['threads']} compute thread for llama-server "
-        "(ONNX Runtime runs one intra-op thread per generator, and inferwire's per-request "
-        "path runs one generator per stream on its worker threads; llama-server's default, "
-        "2 here, made 2-6x fewer tokens/s beside aiperf in a check: its threads spin at each "
-        "step's barrier when the cores are shared), "
+        f"Every server: {data['slots']} slots of {SLOT_TOKENS_NOTE} at every concurrency "
+        "(inferwire max_concurrency, llama-server --parallel), on CPUs "
+        f"{data['cores']['servers']} with {data['threads']} compute thread(s) (llama-server "
+        "--threads, inferwire's llama-cpp `threads`); aiperf, ghz and the bench on CPUs "
+        f"{data['cores']['load_tool']}; "
         f"{data['prompt_tokens']} tokens in, {data['output_tokens']} out with ignore_eos; "
         "every request's usage was checked to be the full length.",
         "llama-server: " + " ".join(data["llama_server_command"]),
+        "Load tool CPU: aiperf took "
+        + ", ".join(
+            f"{p['tool_cpu_share_of_a_core']:.0%} of a core ({k})"
+            for k, p in points.items()
+            if p["server"] == "llama_cpp"
+        )
+        + " against llama-server; it runs on its own CPUs, so it no longer takes the servers'.",
         "server CPU: the whole process over aiperf's profiling window (ghz: its run), per "
         "output token; event loop: inferwire's main thread, where both doors run. Load tool "
         "CPU: aiperf's process tree (ghz's process) over the same window. Others' CPU: the "
@@ -231,7 +223,18 @@ def result(
             "counted; llama-server closes a keep-alive connection after 100 requests or 5 s "
             "idle, and aiperf does not retry one it was reusing): " + "; ".join(short)
         )
-    plot = _plot(options, name, points, levels, data["model"]["about"])
+    notes.append(_multiturn_note(data["multiturn"]))
+    others = max(p["other_cpu_share_max"] for p in points.values())
+    if others > QUIET_OTHERS_SHARE:
+        notes.append(
+            f"Ratios withheld: others took up to {others:.0%} of the machine's CPU during a "
+            f"cell (at most {QUIET_OTHERS_SHARE:.0%} for a ratio); run again on a quiet machine."
+        )
+        ratios = {}
+    targets.insert(0, at_most("others' CPU share during any cell", others, QUIET_OTHERS_SHARE))
+    plot = _plot(
+        options, name, points, levels, data["model"]["about"], data["multiturn"], data["cores"]
+    )
     return ScenarioResult(
         name=name,
         title="inferwire against llama.cpp's llama-server on the same weights, load from aiperf "
@@ -245,4 +248,72 @@ def result(
         table_rows=rows,
         targets=targets,
         notes=notes,
+    )
+
+
+def _ratios_and_targets(
+    points: dict[str, Any],
+    levels: Sequence[int],
+    endpoints: Sequence[str],
+    multiturn: dict[str, Any],
+) -> tuple[dict[str, float], list[Target]]:
+    ratios: dict[str, float] = {}
+    targets: list[Target] = []
+    for c in levels:
+        ours, ort, theirs = (_both(points, s, c, endpoints) for s in LABELS)
+        for key in ("tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "cpu_us_per_token"):
+            short = key.removesuffix("_ms").removesuffix("_us_per_token")
+            ratios[f"{short}_at_{c}"] = ratio(ours[key], theirs[key])
+            ratios[f"ort_{short}_at_{c}"] = ratio(ort[key], theirs[key])
+        http = points[f"inferwire/chat/{c}"]["server_cpu_us_per_token"]["event_loop"]
+        grpc = points[f"inferwire/grpc/{c}"]["server_cpu_us_per_token"]["event_loop"]
+        ratios[f"http_loop_vs_grpc_loop_at_{c}"] = ratio(http, grpc)
+        what = f"concurrency {c}, completions + chat"
+        targets += [
+            at_least(f"output tokens/s x llama.cpp's, {what}", ratios[f"tokens_per_s_at_{c}"], 1.0),
+            at_most(f"TTFT p50 x llama.cpp's, {what}", ratios[f"ttft_p50_at_{c}"], 1.0),
+            at_most(f"TTFT p99 x llama.cpp's, {what}", ratios[f"ttft_p99_at_{c}"], 1.5),
+        ]
+    cpu = [_both(points, "inferwire", c, endpoints)["cpu_us_per_token"] for c in levels]
+    ratios["cpu_per_token_highest_over_lowest_concurrency"] = ratio(cpu[-1], cpu[0])
+    targets.append(
+        below(
+            f"inferwire's CPU per token at {levels[-1]} / at {levels[0]}",
+            ratios["cpu_per_token_highest_over_lowest_concurrency"],
+            1.0,
+        )
+    )
+    ours, theirs = multiturn["inferwire"], multiturn["llama_cpp"]
+    ratios["multiturn_later_ttft_p50"] = ratio(
+        ours["later_turns_ttft_p50_ms"], theirs["later_turns_ttft_p50_ms"]
+    )
+    ratios["multiturn_growth"] = ours["growth_last_over_second"]
+    ratios["multiturn_ort_growth"] = multiturn["inferwire_ort"]["growth_last_over_second"]
+    targets += [
+        at_most(
+            "multi-turn: TTFT p50 of turns 3+ x llama.cpp's",
+            ratios["multiturn_later_ttft_p50"],
+            1.0,
+        ),
+        at_most(
+            "multi-turn: TTFT p50 of the last turn / the second", ratios["multiturn_growth"], 1.5
+        ),
+    ]
+    return ratios, targets
+
+
+def _multiturn_note(multiturn: dict[str, Any]) -> str:
+    from bench.peers_multiturn import CONVERSATIONS, REPLY_TOKENS, TURNS, USER_WORDS
+
+    rows = "; ".join(
+        f"{LABELS[server]}: "
+        + ", ".join(f"{ms:.0f}" for ms in result["ttft_p50_ms_by_turn"])
+        + f" ms (prompts {result['prompt_tokens_by_turn'][0]}-{result['prompt_tokens_by_turn'][-1]}"
+        " tokens)"
+        for server, result in multiturn.items()
+    )
+    return (
+        f"Multi-turn: {CONVERSATIONS} conversations at once, {TURNS} turns each, every turn a "
+        f"~{USER_WORDS}-word user message appended to the whole history and a greedy reply of "
+        f"{REPLY_TOKENS} tokens; TTFT p50 by turn: {rows}."
     )

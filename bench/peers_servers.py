@@ -6,8 +6,14 @@
   refuses -1), `--jinja` for the GGUF's
   chat template, `--parallel` slots and `-c` = slots × (input + output tokens), the
   compute threads given, `--metrics`.
-- `inferwire`: `inferwire serve` with the bundled model as `demo` (by default `batching:
-  auto`, which is the per-request path on a CPU model), `max_concurrency` = the slots.
+- `inferwire_llama`: `inferwire serve` with the same GGUF on its llama-cpp backend
+  (continuous batching, a prompt cache per slot), the same slots, slot length, threads and
+  repetition penalty as llama-server.
+- `inferwire`: `inferwire serve` with the model's ONNX Runtime GenAI folder (by default
+  `batching: auto`, which is the per-request path on a CPU model), `max_concurrency` = the
+  slots.
+- `split_cores` and `pinned`: the servers on one half of the CPUs, the load tool (and this
+  process) on the other, so that a ratio compares the servers, not the scheduler's mix.
 - `ghz_stream`: ghz on inferwire's gRPC `InferStream` (reflection), the same prompt length,
   output length and concurrency, so the HTTP figures have their gRPC twin.
 """
@@ -16,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +37,12 @@ import httpx
 from bench.baseline_servers import stop_process
 from bench.ghz_infer import ghz_path
 from bench.streams import gateway_server
-from tests.support.process import ServerProcess
+from tests.support.process import (
+    INFERWIRE,
+    ServerProcess,
+    start_serving_server,
+    stop_server_process,
+)
 
 REPEAT_PENALTY = 1.2  # scripts/demo_model/export.py's, in genai_config.json
 
@@ -38,6 +51,20 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def split_cores() -> tuple[list[int], list[int]]:
+    """The CPUs for the servers and those for the load tool: halves of this process's."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise RuntimeError("peers needs 2 CPUs: one for the servers, one for the load tool")
+    half = len(cpus) // 2
+    return cpus[:half], cpus[half:]
+
+
+def pinned(cpus: list[int]) -> list[str]:
+    """A command prefix that runs a program (and every thread it starts) on `cpus`."""
+    return ["taskset", "-c", ",".join(str(c) for c in cpus)]
 
 
 @dataclass(frozen=True)
@@ -88,12 +115,15 @@ def llama_server(
     log: Path,
     repeat_penalty: float = REPEAT_PENALTY,
     alias: str = "demo",
+    cpus: list[int] | None = None,
 ) -> Iterator[LlamaServer]:
     """llama-server on a free loopback port, ready (GET /health 200); stopped by PID."""
     port = _free_port()
     command = llama_server_command(
         binary, gguf, port, slots, slot_tokens, threads, repeat_penalty, alias
     )
+    if cpus is not None:
+        command = [*pinned(cpus), *command]
     with log.open("w") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -115,10 +145,59 @@ def llama_server(
 
 @contextlib.contextmanager
 def inferwire(
-    slots: int, batching: str = "auto", model: str = "demo", path: str = "builtin"
+    slots: int,
+    batching: str = "auto",
+    model: str = "demo",
+    path: str = "builtin",
+    cpus: list[int] | None = None,
 ) -> Iterator[ServerProcess]:
-    with gateway_server(slots, batching=batching, model=model, path=path) as server:
+    if cpus is None:
+        with gateway_server(slots, batching=batching, model=model, path=path) as server:
+            yield server
+        return
+    options = {"path": path, "device": "cpu", "batching": batching}
+    with _serving(model, "onnxruntime-genai", slots, options, cpus) as server:
         yield server
+
+
+@contextlib.contextmanager
+def inferwire_llama(
+    gguf: Path,
+    slots: int,
+    slot_tokens: int,
+    threads: int,
+    repeat_penalty: float,
+    model: str,
+    cpus: list[int],
+) -> Iterator[ServerProcess]:
+    """The GGUF on inferwire's llama-cpp backend, sized and sampling as llama-server."""
+    options = {
+        "path": str(gguf),
+        "slot_tokens": slot_tokens,
+        "threads": threads,
+        "repetition_penalty": repeat_penalty,
+    }
+    with _serving(model, "llama-cpp", slots, options, cpus) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _serving(
+    model: str, backend: str, slots: int, options: dict[str, Any], cpus: list[int]
+) -> Iterator[ServerProcess]:
+    entry = {
+        "name": model, "backend": backend, "load_on_startup": True,
+        "max_concurrency": slots, "max_queue": 4 * slots, "options": options,
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory() as scratch:
+        config = Path(scratch) / "inferwire.yaml"
+        config.write_text(json.dumps({"models": [entry]}))
+        program = [*pinned(cpus), str(INFERWIRE)]
+        server = start_serving_server("--config", str(config), program=program)
+        try:
+            yield server
+        finally:
+            stop_server_process(server, graceful=True)
 
 
 def exact_prompt(tokenizer: Any, texts: list[str], length: int) -> str:
@@ -151,6 +230,7 @@ def ghz_stream(
     calls: int,
     on_start: Any = None,
     model: str = "demo",
+    cpus: list[int] | None = None,
 ) -> GhzRun:
     """ghz, `calls` InferStream calls at `concurrency`, one connection; any failure raises.
     `on_start(pid)` is called once ghz runs (to sample its CPU)."""
@@ -169,6 +249,8 @@ def ghz_stream(
         "--timeout=0",
         target,
     ]  # fmt: skip
+    if cpus is not None:
+        command = [*pinned(cpus), *command]
     start_ns = time.time_ns()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if on_start is not None:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -28,6 +29,7 @@ Q4_1 = os.path.abspath(os.path.join(GGUF, "SmolLM2-135M-Instruct.Q4_1.gguf"))
 # Its dequantized twin: where reading a prefix from the cache gives the very tokens that
 # computing it does (on Q4_1 a near-tie flips in about half the turns: docs/llama_cpp.md).
 F32 = os.path.abspath(os.path.join(GGUF, "SmolLM2-135M-Instruct.F32.gguf"))
+DEMO_GGUF = str(Path(__file__).resolve().parents[2] / "bench" / "models" / "demo-q8_0.gguf")
 FIGURES = "real model: the llama-cpp backend on SmolLM2's GGUF"
 SLOT_TOKENS = 1024
 QUESTIONS = [
@@ -63,6 +65,10 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
          "max_concurrency": 8, "options": options},
         {"name": "smollm2-f32-llama", "backend": "llama-cpp", "load_on_startup": True,
          "max_concurrency": 4, "options": f32},
+        # The bundled model's GGUF with its repetition penalty: llama.cpp's sampler chain.
+        {"name": "demo-llama", "backend": "llama-cpp", "load_on_startup": True,
+         "max_concurrency": 2, "options": {"path": DEMO_GGUF, "slot_tokens": 256,
+                                           "repetition_penalty": 1.2}},
         # The same file without reuse: what a prompt gives computed from its first token.
         {"name": "smollm2-f32-llama-fresh", "backend": "llama-cpp", "load_on_startup": True,
          "max_concurrency": 1, "options": {**f32, "prompt_cache": False}},
@@ -233,3 +239,27 @@ async def test_a_cancelled_stream_leaves_the_model_serving(llama_stub):
     assert answer
     status = await _status(llama_stub)
     assert status.state == pb.MODEL_STATE_READY
+
+
+async def _complete(stub: Any, prompt: str, **params: Any) -> pb.InferResponse:
+    return await stub.Infer(
+        pb.InferRequest(
+            model="demo-llama", prompt=prompt, parameters=pb.GenerationParameters(**params)
+        )
+    )
+
+
+async def test_the_sampler_chain_honours_penalty_length_and_seed(llama_stub):
+    # A repetition penalty, ignore_eos and min_tokens take llama.cpp's sampler chain (the
+    # end-of-generation mask, the penalty), not the greedy argmax.
+    full = await _complete(llama_stub, "ROMEO:", max_tokens=60, temperature=0, ignore_eos=True)
+    assert full.usage.completion_tokens == 60 and full.finish_reason == pb.FINISH_REASON_LENGTH
+    again = await _complete(llama_stub, "ROMEO:", max_tokens=60, temperature=0, ignore_eos=True)
+    assert again.text == full.text
+    least = await _complete(llama_stub, "ROMEO:", max_tokens=60, temperature=0, min_tokens=40)
+    assert least.usage.completion_tokens >= 40
+    seeded = [
+        (await _complete(llama_stub, "ROMEO:", max_tokens=24, temperature=1, seed=seed)).text
+        for seed in (7, 7, 8)
+    ]
+    assert seeded[0] == seeded[1] != seeded[2], seeded

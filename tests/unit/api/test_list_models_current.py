@@ -14,7 +14,7 @@ from inferwire.config import load_settings
 from inferwire.core.errors import BackendUnavailableError
 from inferwire.core.manager import ModelSpec
 from inferwire.core.memory import Footprint
-from inferwire.core.types import BackendHealth
+from inferwire.core.types import BackendHealth, PromptCacheStats
 from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
@@ -119,3 +119,18 @@ async def test_a_model_status_is_the_same_object_until_the_model_changes(served)
     assert server.manager.model_status("a") is loaded
     await stub.Infer(pb.InferRequest(model="a", prompt="hi"))  # use moves last_used
     assert server.manager.model_status("a").last_used != loaded.last_used
+
+
+async def test_a_prompt_caches_figures_show_in_the_next_call(served):
+    # A backend's prompt cache moves with every request, not with the model's version.
+    _, backends, stub = served
+    await stub.LoadModel(pb.LoadModelRequest(model="a"))
+    backends["a"].prompt_cache = lambda: PromptCacheStats(2, 100, 2 * MIB, 200, 50)  # type: ignore[method-assign]
+    await stub.Infer(pb.InferRequest(model="a", prompt="hi"))
+    detail = (await listed(stub))["a"].detail
+    assert detail.endswith("prompt cache: 2 conversations (2.0 MiB), 25% of prompt tokens reused")
+    backends["a"].prompt_cache = lambda: PromptCacheStats(1, 10, MIB, 400, 300)  # type: ignore[method-assign]
+    await stub.Infer(pb.InferRequest(model="a", prompt="hi"))
+    assert (await listed(stub))["a"].detail.endswith(
+        "prompt cache: 1 conversation (1.0 MiB), 75% of prompt tokens reused"
+    )

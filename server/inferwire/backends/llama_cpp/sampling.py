@@ -67,7 +67,7 @@ class SamplerChain:
         if sampling.repetition_penalty != 1.0:
             self._add(
                 llama.llama_sampler_init_penalties(
-                    sampling.penalty_window, sampling.repetition_penalty, 0.0, 0.0
+                    vocab_size, sampling.penalty_window, sampling.repetition_penalty, 0.0, 0.0
                 )
             )
         if sampling.greedy:

@@ -143,8 +143,17 @@ class Scheduler:
     def send(self, command: Command, job: SharedThreadRequest) -> None:
         assert isinstance(job, _Job)
         with self._wakeup:
-            self._inbox.append((command, job))
-            self._wakeup.notify()
+            if self.failure is None:
+                self._inbox.append((command, job))
+                self._wakeup.notify()
+                return
+        # The thread is gone: nothing will run this request; its consumer hears so now.
+        job.channel.loop.call_soon_threadsafe(self._refuse, job)
+
+    def _refuse(self, job: _Job) -> None:
+        job.channel.put(RuntimeError(f"the llama.cpp scheduler stopped: {self.failure!r}"))
+        if not job.released.done():
+            job.released.set_result(None)
 
     # ---- the scheduler thread -------------------------------------------
 
@@ -166,9 +175,13 @@ class Scheduler:
                 self._handover.flush(force=not self._runnable())
         except BaseException as exc:  # a bug here must not leave consumers waiting
             log.exception("llama.cpp scheduler stopped")
-            self.failure = exc
-            for job in [*self._waiting, *(s.job for s in self._slots if s.job is not None)]:
-                self._emit(job, RuntimeError(f"the llama.cpp scheduler stopped: {exc}"))
+            with self._wakeup:
+                self.failure = exc
+                inbox, self._inbox = self._inbox, []
+            stopped = RuntimeError(f"the llama.cpp scheduler stopped: {exc!r}")
+            jobs = {*self._waiting, *(s.job for s in self._slots if s.job is not None)}
+            for job in jobs | {job for _, job in inbox}:
+                self._emit(job, stopped)
                 self._release(job)
             self._handover.flush(force=True)
 
@@ -206,11 +219,21 @@ class Scheduler:
 
     def _seat(self, job: _Job) -> None:
         """Put `job` on the free slot whose cache shares the longest prefix with its prompt."""
-        prompt = job.prepared.prompt_ids
+        prepared, model = job.prepared, self._model
+        # Made first: a request refused here leaves no slot or counter changed.
+        picker = TokenPicker(
+            prepared.sampling,
+            prepared.min_tokens,
+            prepared.max_tokens,
+            model.eog_tokens,
+            model.vocab_size,
+        )
+        prompt = prepared.prompt_ids
+        picker.accept_prompt(prompt)
         free = [slot for slot in self._slots if slot.job is None]
         slot = max(free, key=lambda s: (_shared_prefix(s.tokens, prompt), -s.last_used))
-        # At least the prompt's last token is computed: its logits give the first token.
         shared = _shared_prefix(slot.tokens, prompt) if self._reuse_prompts else 0
+        # At least the prompt's last token is computed: its logits give the first token.
         reused = min(shared, len(prompt) - 1)
         llama.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         del slot.tokens[reused:]
@@ -218,16 +241,7 @@ class Scheduler:
         self._reused_tokens_total += reused
         self._uses += 1
         slot.job, slot.last_used = job, self._uses
-        job.slot, job.pending = slot, prompt[reused:]
-        prepared, model = job.prepared, self._model
-        job.picker = TokenPicker(
-            prepared.sampling,
-            prepared.min_tokens,
-            prepared.max_tokens,
-            model.eog_tokens,
-            model.vocab_size,
-        )
-        job.picker.accept_prompt(prompt)
+        job.slot, job.pending, job.picker = slot, prompt[reused:], picker
 
     def _step(self) -> None:
         batch, budget = self._batch, self.shape.batch_tokens

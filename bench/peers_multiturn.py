@@ -1,0 +1,112 @@
+"""The `peers` scenario's multi-turn chat: what a chat or agent user feels, the time to
+first token of each new turn of a growing conversation.
+
+CONVERSATIONS conversations at once, TURNS turns each, driven through the OpenAI chat API
+the same way against every server: each turn appends a user message (a corpus passage
+of about USER_WORDS words) to the whole history, streams a greedy reply of REPLY_TOKENS
+tokens (`ignore_eos`), and appends the reply as the assistant's message. So turn k's
+prompt holds every earlier turn: a server that computes the whole prompt again pays for
+the history at every turn, one that keeps the conversation's KV (llama-server's
+`cache_prompt`, inferwire's llama-cpp slots) pays for the new messages only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from bench.common import percentile
+
+CONVERSATIONS = 4
+TURNS = 6
+USER_WORDS = 40
+REPLY_TOKENS = 64
+LATER_TURNS_FROM = 3  # turns 3..TURNS are "later" (1-based): at least two turns of history
+
+
+def user_messages(texts: list[str]) -> list[list[str]]:
+    """Each conversation's user messages: consecutive corpus passages, distinct per turn."""
+    words = " ".join(texts).split()
+    passages = [
+        " ".join(words[i : i + USER_WORDS]) for i in range(0, len(words) - USER_WORDS, USER_WORDS)
+    ]
+    needed = CONVERSATIONS * TURNS
+    if len(passages) < needed:
+        raise RuntimeError(f"the corpus sample gives {len(passages)} passages, not {needed}")
+    return [passages[c * TURNS : (c + 1) * TURNS] for c in range(CONVERSATIONS)]
+
+
+async def _turn(
+    client: httpx.AsyncClient, url: str, model: str, messages: list[dict[str, str]]
+) -> tuple[float, str, int]:
+    """One streamed reply: its time to first token (s), its text, its prompt's tokens."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": REPLY_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started, first, pieces, prompt_tokens = time.perf_counter(), 0.0, [], 0
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if usage := chunk.get("usage"):
+                prompt_tokens = int(usage["prompt_tokens"])
+            for choice in chunk.get("choices") or ():
+                if text := (choice.get("delta") or {}).get("content"):
+                    first = first or time.perf_counter()
+                    pieces.append(text)
+    if not first:
+        raise RuntimeError(f"{url}: a turn streamed no text")
+    return first - started, "".join(pieces), prompt_tokens
+
+
+async def _conversation(
+    client: httpx.AsyncClient, url: str, model: str, questions: list[str]
+) -> list[dict[str, Any]]:
+    messages: list[dict[str, str]] = []
+    turns = []
+    for question in questions:
+        messages.append({"role": "user", "content": question})
+        ttft, reply, prompt_tokens = await _turn(client, url, model, messages)
+        messages.append({"role": "assistant", "content": reply})
+        turns.append({"ttft_ms": ttft * 1e3, "prompt_tokens": prompt_tokens})
+    return turns
+
+
+async def _all(url: str, model: str, conversations: list[list[str]]) -> list[list[dict[str, Any]]]:
+    timeout = httpx.Timeout(600, connect=10)
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        return list(
+            await asyncio.gather(*(_conversation(client, url, model, q) for q in conversations))
+        )
+
+
+def measure(url: str, model: str, conversations: list[list[str]]) -> dict[str, Any]:
+    """Every turn's TTFT and prompt length; p50 per turn and over the later turns."""
+    started = time.perf_counter()
+    runs = asyncio.run(_all(url, model, conversations))
+    by_turn = [[conv[t]["ttft_ms"] for conv in runs] for t in range(TURNS)]
+    later = [ms for turn in by_turn[LATER_TURNS_FROM - 1 :] for ms in turn]
+    return {
+        "wall_s": time.perf_counter() - started,
+        "ttft_p50_ms_by_turn": [percentile(turn, 0.5) for turn in by_turn],
+        "prompt_tokens_by_turn": [
+            max(conv[t]["prompt_tokens"] for conv in runs) for t in range(TURNS)
+        ],
+        "later_turns_ttft_p50_ms": percentile(later, 0.5),
+        "later_turns_ttft_p99_ms": percentile(later, 0.99),
+        "growth_last_over_second": (
+            percentile(by_turn[-1], 0.5) / percentile(by_turn[1], 0.5) if by_turn[1] else 0.0
+        ),
+    }
