@@ -200,6 +200,7 @@ class OrtGenAIBackend(Backend):
         context_length = model.context_length
         max_output = min(self.options.max_output_tokens or context_length, context_length)
         limits = ModelLimits(context_length, max_output, max_seed=_MAX_SEED)
+        chat = model.chat_template is not None
         capabilities = Capabilities(
             streaming=True,
             max_concurrency=self.max_concurrency,
@@ -207,9 +208,11 @@ class OrtGenAIBackend(Backend):
             modalities=("text",),
             context_length=limits.context_length,
             max_output_tokens=limits.max_output_tokens,
-            chat=model.chat_template is not None,
+            chat=chat,
             logprobs=True,
             constrained_output=True,
+            tools=chat,
+            tools_constrained=chat,  # llguidance decodes calls under their grammar
         )
         return self.loaded_facts(limits, capabilities)
 
