@@ -10,7 +10,11 @@ grammar, so its calls are parsed and validated, and an invalid one comes back as
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -300,3 +304,14 @@ def test_bad_tool_input_is_a_400_naming_the_field(
     with pytest.raises(openai.BadRequestError) as raised:
         client.chat.completions.create(**body)
     assert raised.value.body["param"] == param  # type: ignore[index]
+
+
+def test_the_agent_loop_of_docs_tools_runs_as_written(served: ServerProcess) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tools.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", doc, re.S)
+    patched = code.replace("localhost:8000", f"127.0.0.1:{served.http_port}")
+    result = subprocess.run(
+        [sys.executable, "-c", patched], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("tool_calls get_weather "), result.stdout
