@@ -315,3 +315,52 @@ def test_the_agent_loop_of_docs_tools_runs_as_written(served: ServerProcess) -> 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("tool_calls get_weather "), result.stdout
+
+
+def test_a_langgraph_agent_calls_the_tool_and_answers_with_its_result(
+    served: ServerProcess,
+) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    looked_up: list[str] = []
+
+    class City(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid")  # bounded, as the demo model needs
+        city: str = pydantic.Field(max_length=10)
+
+    @tool(args_schema=City)
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        looked_up.append(city)
+        return f"clear skies in {city}"
+
+    model = ChatOpenAI(
+        base_url=served.http_url + "/v1", api_key="x", model="demo", max_tokens=160, seed=4
+    )  # type: ignore[call-arg]
+    calling = model.bind_tools([get_weather], tool_choice="required", parallel_tool_calls=False)
+
+    def agent(state: MessagesState) -> dict[str, list[Any]]:
+        # Call until a tool has answered, then answer in text (the demo model would call
+        # for ever under `required`; a real model decides by itself under `auto`).
+        answered = isinstance(state["messages"][-1], ToolMessage)
+        reply = (model.bind(max_tokens=12) if answered else calling).invoke(state["messages"])
+        return {"messages": [reply]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([get_weather]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    graph.add_edge("agent", END)
+    result = graph.compile().invoke({"messages": [HumanMessage("Weather in Verona?")]})
+
+    kinds = [type(message).__name__ for message in result["messages"]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"], kinds
+    call = result["messages"][1].tool_calls[0]
+    assert call["name"] == "get_weather" and looked_up == [call["args"]["city"]]
+    final = result["messages"][-1]
+    assert isinstance(final, AIMessage) and final.content and not final.tool_calls

@@ -138,10 +138,39 @@ def call_schema(tool: Tool) -> dict[str, Any]:
     """A call of `tool` as one JSON object: its name first, so a stream can say it first."""
     return {
         "type": "object",
-        "properties": {"name": {"const": tool.name}, "arguments": parameters_schema(tool)},
+        "properties": {"name": {"const": tool.name}, "arguments": closed(parameters_schema(tool))},
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }
+
+
+_SUBSCHEMAS = ("items", "additionalItems", "contains", "not", "if", "then", "else")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+
+
+def closed(schema: Any) -> Any:
+    """`schema` with objects that list properties but leave `additionalProperties` unset
+    closed to those (as xgrammar's strict mode, vLLM's default, reads them): what it allows
+    is a subset of what the caller's schema allows, so every call still validates, and a
+    model cannot write keys of its own until max_tokens (SDKs such as LangChain's drop
+    `additionalProperties: false` from the schemas they send). Not inside `allOf`, whose
+    branches each see only some of the properties."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if "properties" in out and not {"additionalProperties", "patternProperties"} & out.keys():
+        out["additionalProperties"] = False
+    for key in _SUBSCHEMAS:
+        if key in out:
+            out[key] = closed(out[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(item) for item in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(value) for name, value in out[key].items()}
+    return out
 
 
 def tool_grammar(request: InferenceRequest) -> OutputConstraint | None:
