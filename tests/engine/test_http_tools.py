@@ -24,6 +24,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from tests.support.process import ServerProcess, serving_with_config
+from tests.support.waiting import wait_until
 
 WEATHER = {
     "type": "object",
@@ -364,3 +365,32 @@ def test_a_langgraph_agent_calls_the_tool_and_answers_with_its_result(
     assert call["name"] == "get_weather" and looked_up == [call["args"]["city"]]
     final = result["messages"][-1]
     assert isinstance(final, AIMessage) and final.content and not final.tool_calls
+
+
+async def test_the_access_line_and_the_metrics_count_the_calls(
+    served: ServerProcess, client: openai.OpenAI
+) -> None:
+    import httpx
+
+    series = 'inferwire_tool_calls_total{model="two-calls"} '
+
+    def counted() -> float:
+        text = httpx.get(served.http_url + "/metrics", timeout=10).text
+        return sum(float(s.split()[-1]) for s in text.splitlines() if s.startswith(series))
+
+    before = counted()
+    answer = client.chat.completions.create(
+        model="two-calls", messages=USER, tools=TOOLS, extra_headers={"x-request-id": "two-1"}
+    )
+    assert len(answer.choices[0].message.tool_calls or ()) == 2
+
+    def access_lines() -> list[str]:
+        return [entry for entry in served.log_lines if '"two-1"' in entry]
+
+    async def logged() -> bool:
+        return bool(access_lines())
+
+    await wait_until(logged)
+    entry = json.loads(access_lines()[0])
+    assert entry["tool_calls"] == 2 and entry["outcome"] == "STOP"
+    assert counted() == before + 2
