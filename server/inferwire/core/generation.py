@@ -29,6 +29,7 @@ from inferwire.core.types import (
     ModelLimits,
     TextDelta,
     TokenLogprob,
+    Tool,
     Usage,
 )
 
@@ -55,7 +56,7 @@ def generation_request(
     if tools and facts.capabilities.tools_constrained:
         params = dataclasses.replace(params, constraint=tool_grammar(request))
     if request.messages:
-        prompt = model.backend.render_chat(messages_with_tools(request))
+        prompt = _render(model, request, tools)
     else:
         prompt = render_prompt(request.prompt, request.context, facts.context_separator)
     return GenerationRequest(
@@ -68,6 +69,18 @@ def generation_request(
         is_chat=bool(request.messages),
         tools=tools,
     )
+
+
+def _render(model: ManagedModel, request: InferenceRequest, tools: tuple[Tool, ...]) -> str:
+    """The chat prompt: through the template's own tools where it has them (only once a
+    conversation has tools in it), else with the documented default (core/tools.py)."""
+    backend = model.backend
+    with_tools = bool(request.tools) or any(
+        m.tool_calls or m.role == "tool" for m in request.messages
+    )
+    if with_tools and (prompt := backend.render_chat_with_tools(request.messages, tools)):
+        return prompt
+    return backend.render_chat(messages_with_tools(request))
 
 
 def _max_tokens(params: GenerationParams, default: int) -> int:

@@ -202,19 +202,7 @@ def tool_grammar(request: InferenceRequest) -> OutputConstraint | None:
 
 def tools_section(tools: Sequence[Tool], choice: ToolChoiceMode | str) -> str:
     """The system-prompt section that offers the tools in Hermes' syntax."""
-    listed = "\n".join(
-        json.dumps(
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": parameters_schema(tool),
-                },
-            }
-        )
-        for tool in tools
-    )
+    listed = "\n".join(json.dumps(function) for function in hf_tools(tools))
     must = (
         "You must call a tool."
         if choice is not ToolChoiceMode.AUTO
@@ -226,6 +214,45 @@ def tools_section(tools: Sequence[Tool], choice: ToolChoiceMode | str) -> str:
         f"a JSON object with the name and arguments in {CALL_OPEN}{CALL_CLOSE} tags:\n"
         f'{CALL_OPEN}{{"name": <function-name>, "arguments": <args-json-object>}}{CALL_CLOSE}'
     )
+
+
+def hf_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    """Tools as Hugging Face's chat templates take them (OpenAI's function objects)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": parameters_schema(tool),
+            },
+        }
+        for tool in tools
+    ]
+
+
+def hf_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as Hugging Face's chat templates take them: calls with their arguments as
+    objects, tool results with the id of the call they answer."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        entry: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.tool_calls:
+            entry["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": json.loads(call.arguments or "{}"),
+                    },
+                }
+                for call in message.tool_calls
+            ]
+        if message.tool_call_id:
+            entry["tool_call_id"] = message.tool_call_id
+        out.append(entry)
+    return out
 
 
 def format_call(name: str, arguments: str) -> str:
