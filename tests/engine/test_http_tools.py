@@ -394,3 +394,21 @@ async def test_the_access_line_and_the_metrics_count_the_calls(
     entry = json.loads(access_lines()[0])
     assert entry["tool_calls"] == 2 and entry["outcome"] == "STOP"
     assert counted() == before + 2
+
+
+def test_the_sdks_stream_helper_accumulates_the_call(client: openai.OpenAI) -> None:
+    with client.chat.completions.stream(
+        model="demo",
+        messages=USER,
+        tools=[openai.pydantic_function_tool(Weather)],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=160,
+        seed=8,
+    ) as stream:
+        done = [e for e in stream if e.type == "tool_calls.function.arguments.done"]
+        final = stream.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert isinstance(call.function.parsed_arguments, Weather)
+    assert [e.arguments for e in done] == [call.function.arguments]
+    assert final.choices[0].finish_reason == "tool_calls"
