@@ -12,6 +12,7 @@ from tests.support.polyglot import (
     CLIENTS,
     assert_chat_logprobs_output,
     assert_example_output,
+    assert_tool_call_output,
     require_tool,
     run_checked,
 )
@@ -46,6 +47,7 @@ def test_go_example_infers_streams_checks_health_reads_bad_request_and_chats(
 
     assert_example_output(result.stdout)
     assert_chat_logprobs_output(result.stdout, chat_reference)
+    assert_tool_call_output(result.stdout)
     deltas = sum(line.startswith("DELTA ") for line in result.stdout.splitlines())
     assert f"deltas={deltas}" in result.stdout, result.stdout
     adapter = run_checked(

@@ -146,10 +146,46 @@ output_constraint = st.one_of(
     ),
     st.builds(pb.OutputConstraint, lark_grammar=mostly(st.just('start: "x"+'), text_value)),
 )
-chat_role = mostly(st.sampled_from(["system", "user", "assistant"]), text_value)
+chat_role = mostly(st.sampled_from(["system", "user", "assistant", "tool"]), text_value)
+_tool_name = mostly(st.sampled_from(["get_weather", "note", ""]), text_value)
+_tool_call = st.builds(
+    pb.ToolCall,
+    id=mostly(st.sampled_from(["call_1", "call_2"]), text_value),
+    name=_tool_name,
+    arguments_json=mostly(st.sampled_from(['{"city": "Oslo"}', "{}"]), text_value),
+)
 chat_messages = st.lists(
-    st.builds(pb.ChatMessage, role=chat_role, content=mostly(plausible_text, text_value)),
+    st.builds(
+        pb.ChatMessage,
+        role=chat_role,
+        content=mostly(plausible_text, text_value),
+        tool_calls=st.one_of(st.just([]), st.lists(_tool_call, max_size=2)),
+        tool_call_id=st.one_of(st.just(""), st.sampled_from(["call_1", "call_9"]), text_value),
+    ),
     max_size=4,
+)
+# Tools: names that may repeat or be empty, schemas that may be no schema or one the
+# engine cannot compile (look-around), and choices that may name no tool.
+_parameters = mostly(
+    st.sampled_from(
+        [
+            "",
+            '{"type": "object", "properties": {"city": {"type": "string", "maxLength": 4}}}',
+            '{"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)"}}}',
+            '{"type": 5}',
+            "[1]",
+        ]
+    ),
+    text_value,
+)
+tools = st.lists(
+    st.builds(pb.Tool, name=_tool_name, description=short_text, parameters_json_schema=_parameters),
+    max_size=3,
+)
+tool_choice = st.one_of(
+    st.none(),
+    st.builds(pb.ToolChoice, mode=_extremes(0, 1, 2, 3, 7)),
+    st.builds(pb.ToolChoice, function_name=_tool_name),
 )
 
 
@@ -163,6 +199,9 @@ def _inference_request(message_type: type) -> st.SearchStrategy:
         request_id=mostly(st.just(""), text_value),
         # Mostly none, so the prompt is used; else both (refused) or messages alone.
         messages=st.one_of(st.just([]), st.just([]), chat_messages),
+        tools=st.one_of(st.just([]), st.just([]), tools),
+        tool_choice=tool_choice,
+        parallel_tool_calls=st.one_of(st.none(), st.booleans()),
     )
 
 

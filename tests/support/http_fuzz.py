@@ -148,13 +148,51 @@ COMPLETION_FIELDS = {
     "suffix": st.none(),
     "best_of": st.just(1),
 }
+_tool_name = st.sampled_from(["get_weather", "note", "", "a b"])
+_function = {
+    "name": _tool_name,
+    "description": plausible_text,
+    "parameters": st.one_of(
+        st.sampled_from(
+            [
+                {"type": "object", "properties": {"city": {"type": "string", "maxLength": 4}}},
+                {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)"}}},
+                {"type": 5},
+                [1],
+            ]
+        ),
+        json_value,
+    ),
+}
+_tool_call = st.fixed_dictionaries(
+    {
+        "id": st.sampled_from(["call_1", "call_2"]),
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {"name": _tool_name, "arguments": st.sampled_from(['{"city": "Oslo"}', "{", "7"])}
+        ),
+    }
+)
 CHAT_FIELDS = {
     **GENERATION_FIELDS,
     "max_completion_tokens": st.integers(1, 8),
     "logprobs": st.booleans(),
     "top_logprobs": st.integers(0, 5),
-    "tools": st.just([]),
-    "tool_choice": st.just("none"),
+    # Tools whose names may repeat or be missing, whose schemas may be no schema or one
+    # the engine cannot compile; choices that may name no tool.
+    "tools": st.lists(
+        st.fixed_dictionaries(
+            {"type": st.just("function"), "function": st.fixed_dictionaries({}, optional=_function)}
+        ),
+        max_size=3,
+    ),
+    "tool_choice": st.one_of(
+        st.sampled_from(["none", "auto", "required"]),
+        st.fixed_dictionaries(
+            {"type": st.just("function"), "function": st.fixed_dictionaries({"name": _tool_name})}
+        ),
+    ),
+    "parallel_tool_calls": st.booleans(),
 }
 # Fields whose wild values are mostly `wild_text`.
 TEXT_FIELDS = {"model", "prompt", "user", "stop", "guided_json", "guided_regex", "suffix"}
@@ -165,10 +203,15 @@ EXCLUSIVE = (
     {"max_tokens", "max_completion_tokens"},
 )
 
-_role = st.sampled_from(["user", "system", "assistant", "developer"])
+_role = st.sampled_from(["user", "system", "assistant", "developer", "tool"])
 _part = st.fixed_dictionaries({"type": st.just("text"), "text": plausible_text})
 _message = {"role": _role, "content": st.one_of(plausible_text, st.lists(_part, min_size=1))}
-_wild_message = {**_message, "name": plausible_text, "tool_calls": st.just([])}
+_wild_message = {
+    **_message,
+    "name": plausible_text,
+    "tool_calls": st.lists(_tool_call, max_size=2),
+    "tool_call_id": st.sampled_from(["call_1", "call_9"]),
+}
 
 
 @st.composite

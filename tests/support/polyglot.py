@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import jsonschema
 import pytest
 
 from inferwire.v1 import inference_pb2 as pb
@@ -80,6 +81,26 @@ def assert_example_output(stdout: str, model: str = "demo") -> None:
     assert any(
         line.startswith("ERROR code=INVALID_ARGUMENT field=parameters.top_p ") for line in lines
     ), stdout
+
+
+# The example's get_weather tool (clients/go/cmd/example/main.go).
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 10}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+
+
+def assert_tool_call_output(stdout: str) -> None:
+    """One TOOL_CALL line whose arguments validate against the tool's schema, and the
+    TOOL_CALLS finish reason."""
+    calls = [line.split(" ", 3) for line in stdout.splitlines() if line.startswith("TOOL_CALL ")]
+    assert len(calls) == 1, stdout
+    _, call_id, name, arguments = calls[0]
+    assert call_id.startswith("id=call_") and name == "name=get_weather", stdout
+    jsonschema.validate(json.loads(arguments.removeprefix("arguments=")), WEATHER_SCHEMA)
+    assert "TOOL_END finish_reason=FINISH_REASON_TOOL_CALLS" in stdout.splitlines(), stdout
 
 
 @dataclass

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +138,19 @@ def start_serving_server(
         stop_server_process(server)
         raise
     return server
+
+
+@contextmanager
+def serving_with_config(directory: Path, config: str) -> Iterator[ServerProcess]:
+    """A serving `inferwire serve` with `config` (YAML or JSON) written in `directory`,
+    stopped at the end."""
+    path = directory / "inferwire.yaml"
+    path.write_text(config)
+    server = start_serving_server("--config", str(path))
+    try:
+        yield server
+    finally:
+        stop_server_process(server)
 
 
 def stop_server_process(server: ServerProcess, graceful: bool = False) -> None:

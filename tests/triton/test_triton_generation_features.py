@@ -116,6 +116,15 @@ async def test_capabilities_say_what_each_model_really_supports(stub):
         "vllm": (False, True, True),
         "trtllm": (False, False, False),
     }
+    # Tools where there is a chat template; never constrained: neither convention's guided
+    # decoding takes llguidance's grammar, so calls are parsed and checked (docs/tools.md).
+    tools = {name: (m.tools, m.tools_constrained) for name, m in models.items() if name in features}
+    assert tools == {
+        "vllm_chat": (True, False),
+        "trtllm_chat": (True, False),
+        "vllm": (False, False),
+        "trtllm": (False, False),
+    }
 
 
 # ---- Tokenize ---------------------------------------------------------------------

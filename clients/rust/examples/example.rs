@@ -142,10 +142,12 @@ async fn run(address: &str, model: &str) -> Result<(), Error> {
                 ChatMessage {
                     role: "system".to_owned(),
                     content: CHAT_SYSTEM.to_owned(),
+                    ..Default::default()
                 },
                 ChatMessage {
                     role: "user".to_owned(),
                     content: CHAT_USER.to_owned(),
+                    ..Default::default()
                 },
             ],
             parameters: Some(GenerationParameters {

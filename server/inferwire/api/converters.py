@@ -15,6 +15,12 @@ FINISH_REASON = {
     types.FinishReason.STOP: pb.FINISH_REASON_STOP,
     types.FinishReason.STOP_SEQUENCE: pb.FINISH_REASON_STOP_SEQUENCE,
     types.FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+    types.FinishReason.TOOL_CALLS: pb.FINISH_REASON_TOOL_CALLS,
+}
+_TOOL_CHOICE_MODE = {
+    pb.TOOL_CHOICE_MODE_NONE: types.ToolChoiceMode.NONE,
+    pb.TOOL_CHOICE_MODE_AUTO: types.ToolChoiceMode.AUTO,
+    pb.TOOL_CHOICE_MODE_REQUIRED: types.ToolChoiceMode.REQUIRED,
 }
 _MODEL_STATE = {
     types.ModelState.UNLOADED: pb.MODEL_STATE_UNLOADED,
@@ -58,7 +64,40 @@ def request_from_proto(
         tenant=tenant,
         priority=priority_from_proto(message.priority),
         priority_hint=priority_hint,
+        tools=tuple(
+            types.Tool(t.name, t.description, t.parameters_json_schema, t.strict)
+            for t in message.tools
+        ),
+        tool_choice=tool_choice_from_proto(message.tool_choice),
+        parallel_tool_calls=(
+            message.parallel_tool_calls if message.HasField("parallel_tool_calls") else True
+        ),
     )
+
+
+def tool_choice_from_proto(choice: pb.ToolChoice) -> types.ToolChoice | None:
+    """The request's tool choice; None (unset, or mode UNSPECIFIED): auto."""
+    kind = choice.WhichOneof("choice")
+    if kind == "function_name":
+        return types.ToolChoice(types.ToolChoiceMode.REQUIRED, choice.function_name)
+    if kind is None or choice.mode == pb.TOOL_CHOICE_MODE_UNSPECIFIED:
+        return None
+    if choice.mode not in _TOOL_CHOICE_MODE:
+        raise InvalidArgumentError(
+            [FieldViolation("tool_choice.mode", f"unknown mode {choice.mode}")]
+        )
+    return types.ToolChoice(_TOOL_CHOICE_MODE[choice.mode])
+
+
+def tool_calls_to_proto(calls: Iterable[types.ToolCall]) -> list[pb.ToolCall]:
+    return [pb.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments) for c in calls]
+
+
+def tool_call_deltas_to_proto(deltas: Iterable[types.ToolCallDelta]) -> list[pb.ToolCallDelta]:
+    return [
+        pb.ToolCallDelta(index=d.index, id=d.id, name=d.name, arguments_fragment=d.arguments)
+        for d in deltas
+    ]
 
 
 def priority_from_proto(value: int) -> types.Priority | None:
@@ -71,7 +110,15 @@ def priority_from_proto(value: int) -> types.Priority | None:
 
 
 def messages_from_proto(messages: Iterable[pb.ChatMessage]) -> tuple[types.ChatMessage, ...]:
-    return tuple(types.ChatMessage(m.role, m.content) for m in messages)
+    return tuple(
+        types.ChatMessage(
+            m.role,
+            m.content,
+            tuple(types.ToolCall(c.id, c.name, c.arguments_json) for c in m.tool_calls),
+            m.tool_call_id,
+        )
+        for m in messages
+    )
 
 
 def constraint_from_proto(constraint: pb.OutputConstraint) -> types.OutputConstraint | None:
@@ -134,6 +181,8 @@ def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
                 chat=caps.chat,
                 logprobs=caps.logprobs,
                 constrained_output=caps.constrained_output,
+                tools=caps.tools,
+                tools_constrained=caps.tools_constrained,
             )
         )
     return message

@@ -20,6 +20,8 @@ from inferwire.api.converters import (
     model_status_to_proto,
     request_from_proto,
     timing_to_proto,
+    tool_call_deltas_to_proto,
+    tool_calls_to_proto,
     usage_to_proto,
 )
 from inferwire.api.peer_gone import write_or_await_cancellation
@@ -76,6 +78,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             usage=usage_to_proto(result.usage),
             timing=timing_to_proto(result.timing),
             logprobs=logprobs_to_proto(result.logprobs),
+            tool_calls=tool_calls_to_proto(result.tool_calls),
         )
 
     async def InferStream(
@@ -92,6 +95,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                 )
                 if chunk.logprobs:
                     message.logprobs.extend(logprobs_to_proto(chunk.logprobs))
+                if chunk.tool_calls:
+                    message.tool_calls.extend(tool_call_deltas_to_proto(chunk.tool_calls))
                 if chunk.finish_reason is not None:
                     message.finish_reason = FINISH_REASON[chunk.finish_reason]
                 if chunk.usage is not None:

@@ -34,7 +34,7 @@ from inferwire.core.errors import (
 from inferwire.core.memory import Footprint
 from inferwire.core.models import ManagedModel
 from inferwire.core.specs import ModelSpec
-from inferwire.core.types import BackendHealth, ChatMessage, ModelFacts, ModelState
+from inferwire.core.types import BackendHealth, ChatMessage, ModelFacts, ModelState, Tool
 from inferwire.core.validation import require_model_name
 
 
@@ -86,6 +86,11 @@ class AdapterBackend(Backend):
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         return self.base.render_chat(messages)
+
+    def render_chat_with_tools(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Tool]
+    ) -> str | None:
+        return self.base.render_chat_with_tools(messages, tools)
 
     async def tokenize(self, text: str) -> list[int]:
         return await self.base.tokenize(text)

@@ -38,6 +38,7 @@ from inferwire.core.types import (
     ModelLimits,
     PromptCacheStats,
     TextDelta,
+    Tool,
 )
 
 GenerationEvents = AsyncGenerator[TextDelta | GenerationEnd, None]
@@ -210,6 +211,14 @@ class Backend(abc.ABC):
             f"model {self.model_name!r} has no chat template; backend {self.name!r} "
             "does not render chat messages"
         )
+
+    def render_chat_with_tools(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Tool]
+    ) -> str | None:
+        """The prompt of a conversation with tools where the model's chat template takes
+        them (Hugging Face's `tools`, calls in Hermes' `<tool_call>` syntax); None where it
+        does not, and the core renders them in its documented default (core/tools.py)."""
+        return None
 
     async def tokenize(self, text: str) -> list[int]:
         """The token ids the model sees for `text` (the Tokenize RPC).

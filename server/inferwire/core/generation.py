@@ -9,6 +9,7 @@ a match, which cancels the rest of the generation), and joins a unary result.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 
 from inferwire.core.backend import GenerationEvents
@@ -16,6 +17,7 @@ from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.models import ManagedModel
 from inferwire.core.record import RequestRecord
 from inferwire.core.stop_sequences import HeldLogprobs, StopSequenceMatcher
+from inferwire.core.tools import messages_with_tools, offered, tool_grammar
 from inferwire.core.types import (
     Capabilities,
     FinishReason,
@@ -27,6 +29,7 @@ from inferwire.core.types import (
     ModelLimits,
     TextDelta,
     TokenLogprob,
+    Tool,
     Usage,
 )
 
@@ -45,10 +48,15 @@ def generation_request(
     params = request.params
     violations = list(_limit_violations(model.name, params, facts.limits))
     violations += _capability_violations(model.name, params, facts.capabilities)
+    tools = offered(request)
+    if tools and not facts.capabilities.tools:
+        violations.append(FieldViolation("tools", f"model {model.name!r} does not take tools"))
     if violations:
         raise InvalidArgumentError(violations)
+    if tools and facts.capabilities.tools_constrained:
+        params = dataclasses.replace(params, constraint=tool_grammar(request))
     if request.messages:
-        prompt = model.backend.render_chat(request.messages)
+        prompt = _render(model, request, tools)
     else:
         prompt = render_prompt(request.prompt, request.context, facts.context_separator)
     return GenerationRequest(
@@ -59,7 +67,20 @@ def generation_request(
         deadline=request.deadline,
         has_context=bool(request.context),
         is_chat=bool(request.messages),
+        tools=tools,
     )
+
+
+def _render(model: ManagedModel, request: InferenceRequest, tools: tuple[Tool, ...]) -> str:
+    """The chat prompt: through the template's own tools where it has them (only once a
+    conversation has tools in it), else with the documented default (core/tools.py)."""
+    backend = model.backend
+    with_tools = bool(request.tools) or any(
+        m.tool_calls or m.role == "tool" for m in request.messages
+    )
+    if with_tools and (prompt := backend.render_chat_with_tools(request.messages, tools)):
+        return prompt
+    return backend.render_chat(messages_with_tools(request))
 
 
 def _max_tokens(params: GenerationParams, default: int) -> int:

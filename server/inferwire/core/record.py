@@ -68,6 +68,7 @@ class RequestRecord:
     tenant_label: str = ""  # its metrics label: the name only for a configured tenant
     priority: str = ""  # the class it queued in: interactive, standard or batch
     throttled: str = ""  # the tenant quota that refused it (core/quotas.py), if one did
+    tool_calls: int = 0  # calls in its answer (core/tool_calls.py)
 
     # ---- what a backend reports (GenerationProgress) ---------------------
 

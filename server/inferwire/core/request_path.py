@@ -25,6 +25,7 @@ from inferwire.core.models import ManagedModel, find_model
 from inferwire.core.quotas import TokenCharge
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.tenants import Tenants, admitted
+from inferwire.core.tool_calls import ToolCallParser
 from inferwire.core.tracing import GENERATE, Tracer
 from inferwire.core.types import (
     ChatMessage,
@@ -34,6 +35,7 @@ from inferwire.core.types import (
     StreamChunk,
     TextDelta,
     Tokenization,
+    ToolCall,
 )
 from inferwire.core.validation import RequestLimits, validate_inference_request, validate_text_input
 
@@ -74,16 +76,23 @@ class RequestPath:
             record.counted(end.usage.prompt_tokens, end.usage.completion_tokens)
             if record.text is not None:
                 record.text.append(text)
+            reason, calls = end.finish_reason, tuple[ToolCall, ...]()
+            if (parser := _parser(job)) is not None:
+                head, _ = parser.feed(text)
+                tail, _ = parser.finish()
+                text, calls, reason = head + tail, parser.calls, parser.finish_reason(reason)
+                record.tool_calls = len(calls)
             record.end(Outcome.finished(end.finish_reason))
             return InferenceResult(
                 request_id=record.request_id,
                 model=request.model,
                 backend=model.spec.backend,
                 text=text,
-                finish_reason=end.finish_reason,
+                finish_reason=reason,
                 usage=record.usage(),
                 timing=record.timing(),
                 logprobs=logprobs,
+                tool_calls=calls,
             )
 
     def infer_stream(
@@ -99,6 +108,7 @@ class RequestPath:
         async with self._admitted(request, record) as (model, job, charge):
             events = self._events(model, job, record, unary=False)
             kept = record.text
+            parser = _parser(job)
             async with contextlib.aclosing(events):
                 async for event in events:
                     if isinstance(event, TextDelta):
@@ -107,15 +117,29 @@ class RequestPath:
                             charge.up_to(event.completion_tokens)  # as they are produced
                         if kept is not None:
                             kept.append(event.text)
-                        yield StreamChunk(
-                            event.text, logprobs=event.logprobs, tokens=event.completion_tokens
-                        )
+                        if parser is None:
+                            yield StreamChunk(
+                                event.text, logprobs=event.logprobs, tokens=event.completion_tokens
+                            )
+                            continue
+                        text, calls = parser.feed(event.text)
+                        if text or calls:
+                            yield StreamChunk(
+                                text, tokens=event.completion_tokens, tool_calls=tuple(calls)
+                            )
                     else:
+                        reason = event.finish_reason
                         record.counted(event.usage.prompt_tokens, event.usage.completion_tokens)
+                        if parser is not None:
+                            text, calls = parser.finish()
+                            if text or calls:
+                                yield StreamChunk(text, tool_calls=tuple(calls))
+                            reason = parser.finish_reason(reason)
+                            record.tool_calls = len(parser.calls)
                         record.end(Outcome.finished(event.finish_reason))
                         yield StreamChunk(
                             "",
-                            finish_reason=event.finish_reason,
+                            finish_reason=reason,
                             usage=record.usage(),
                             timing=record.timing(),
                         )
@@ -219,3 +243,11 @@ class RequestPath:
                     self._lifecycle.residency.memory_may_have_freed()
             self._metrics.request_finished(record)
             self._tracer.request_finished(record)
+
+
+def _parser(job: GenerationRequest) -> ToolCallParser | None:
+    """The parser of the calls a job may make; None for a job without tools."""
+    if not job.tools:
+        return None
+    constraint = job.params.constraint
+    return ToolCallParser(job.tools, constrained=constraint is not None)

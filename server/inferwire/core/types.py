@@ -22,6 +22,7 @@ class FinishReason(enum.Enum):
     STOP = "STOP"  # end-of-sequence token
     STOP_SEQUENCE = "STOP_SEQUENCE"  # a request stop string matched
     LENGTH = "LENGTH"  # max_tokens or the context window reached
+    TOOL_CALLS = "TOOL_CALLS"  # the output is tool calls (core/tools.py)
 
 
 class Priority(enum.IntEnum):
@@ -36,8 +37,53 @@ class Priority(enum.IntEnum):
         return self.name.lower()
 
 
-CHAT_ROLES = ("system", "user", "assistant")
+CHAT_ROLES = ("system", "user", "assistant", "tool")
 MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model made: `arguments` is JSON text (valid under the tool's schema when
+    the backend constrains calls)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A streamed piece of a call: the first of a call carries `id` and `name` (and no
+    arguments), later ones only argument text; `index` counts the answer's calls."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call; `parameters` is its JSON Schema as JSON text."""
+
+    name: str
+    description: str = ""
+    parameters: str = ""  # empty: no parameters (an object with none)
+    strict: bool = False
+
+
+class ToolChoiceMode(enum.Enum):
+    NONE = "none"  # never call: the tools are not offered
+    AUTO = "auto"  # text, or calls from the moment the model opens one
+    REQUIRED = "required"  # calls only
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """`mode`, or one named function (`function` set: calls to it only)."""
+
+    mode: ToolChoiceMode = ToolChoiceMode.AUTO
+    function: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +92,8 @@ class ChatMessage:
 
     role: str  # one of CHAT_ROLES
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str = ""  # a `tool` message: the call it answers
 
 
 class ConstraintKind(enum.Enum):
@@ -62,11 +110,15 @@ class OutputConstraint:
 
     kind: ConstraintKind
     text: str
+    # Made from tools (core/tools.py): the field to name, and each tool's schema with its
+    # field, so that a grammar the engine cannot compile is blamed on the tool at fault.
+    origin: str = ""
+    parts: tuple[tuple[str, str], ...] = ()
 
     @property
     def field(self) -> str:
         """The request field to name when the constraint is refused."""
-        return f"parameters.constraint.{self.kind.value}"
+        return self.origin or f"parameters.constraint.{self.kind.value}"
 
 
 @dataclass(frozen=True)
@@ -104,6 +156,9 @@ class InferenceRequest:
     # A priority the inference gateway asked for on the caller's behalf (its objective): taken up to
     # the tenant's own, never above it (core/tenants.py).
     priority_hint: Priority | None = None
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice | None = None  # None: auto with tools
+    parallel_tool_calls: bool = True  # False: at most one call
 
 
 @dataclass(frozen=True)
@@ -124,6 +179,9 @@ class GenerationRequest:
     # It holds a reserved slot (core/reserve.py): a backend that batches starts it without
     # waiting for the running batch to finish.
     reserved: bool = False
+    # The tools the model may call: the core reads their calls out of the output
+    # (core/tool_calls.py), under `params.constraint` where the backend constrains them.
+    tools: tuple[Tool, ...] = ()
 
     @property
     def min_tokens(self) -> int:
@@ -212,6 +270,7 @@ class StreamChunk:
     timing: Timing | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
     tokens: int | None = None  # generated so far, when the backend reports a running count
+    tool_calls: tuple[ToolCallDelta, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,6 +283,7 @@ class InferenceResult:
     usage: Usage
     timing: Timing
     logprobs: tuple[TokenLogprob, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,6 +307,8 @@ class Capabilities:
     chat: bool = False  # takes chat messages (has a chat template)
     logprobs: bool = False  # returns log-probabilities
     constrained_output: bool = False  # takes an output constraint
+    tools: bool = False  # takes tools (calls parsed from its output)
+    tools_constrained: bool = False  # its calls are constrained: valid by construction
 
 
 @dataclass(frozen=True)

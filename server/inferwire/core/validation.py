@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.tools import tool_violations
 from inferwire.core.types import CHAT_ROLES, MAX_TOP_LOGPROBS, ChatMessage, InferenceRequest
 
 MAX_STOP_SEQUENCES = 16
@@ -193,6 +194,9 @@ def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[Fi
         )
     elif params.top_logprobs and not params.logprobs:
         yield FieldViolation("parameters.top_logprobs", "needs parameters.logprobs set to true")
+    yield from tool_violations(request)
+    if request.tools and params.logprobs:
+        yield FieldViolation("parameters.logprobs", "is not returned with tools")
     if (constraint := params.constraint) is not None:
         if not constraint.text:
             yield FieldViolation(constraint.field, "must be non-empty")

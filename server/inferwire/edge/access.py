@@ -67,6 +67,7 @@ def write_access_line(
             "outcome": record.outcome.value,
             "prompt_tokens": record.prompt_tokens,
             "completion_tokens": record.completion_tokens,
+            "tool_calls": record.tool_calls,
             "cancelled": record.outcome.cancelled,
             "tokens_after_cancel": record.tokens_after_cancel,
             "queue_ms": round(record.queue_s * 1e3, 3),

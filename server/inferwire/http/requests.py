@@ -2,7 +2,7 @@
 
 Field for field as OpenAI's API and vLLM's server take them; what inferwire does not do
 is refused with the field named (`n` > 1, `best_of`, `echo`, `suffix`, `logit_bias`,
-penalties, image or audio parts, tools), never ignored; a field this server does not know
+penalties, image or audio parts), never ignored; a field this server does not know
 at all is ignored and logged once per name, as vLLM does, so that SDK upgrades that add
 fields do not break callers. The core's field violations are renamed to the request's
 own fields (`parameters.max_tokens` -> `max_tokens`), so an error's `param` is a field
@@ -29,6 +29,15 @@ from inferwire.core.types import (
     InferenceRequest,
     OutputConstraint,
     Priority,
+)
+from inferwire.http.tools import (
+    MessageToolCall,
+    ToolChoiceBody,
+    ToolDefinition,
+    calls_of,
+    own_field,
+    tool_choice_of,
+    tools_of,
 )
 
 log = logging.getLogger(__name__)
@@ -69,7 +78,8 @@ class Message(_Body):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[Any] | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: str | None = None
 
 
 class _Generation(_Body):
@@ -113,8 +123,9 @@ class ChatBody(_Generation):
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tools: list[Any] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoiceBody | None = None
+    parallel_tool_calls: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,8 @@ class ParsedRequest:
 
     def field_of(self, core_field: str) -> str:
         """The body's field that the core's field `core_field` came from."""
+        if (own := own_field(core_field)) is not None:
+            return own
         for core, own in self.sources.items():
             if core_field == core or core_field.startswith(core + "["):
                 return own + core_field[len(core) :]
@@ -158,8 +171,14 @@ def parse(
     if refused:
         raise InvalidArgumentError(refused)
     params = _params(parsed, sources)
+    tools: dict[str, Any] = {}
     if isinstance(parsed, ChatBody):
         prompt, messages = "", _messages(parsed.messages)
+        tools = {
+            "tools": tools_of(parsed.tools),
+            "tool_choice": tool_choice_of(parsed.tool_choice),
+            "parallel_tool_calls": parsed.parallel_tool_calls is not False,
+        }
     else:
         prompt, messages = _prompt(parsed.prompt), ()
     inference = InferenceRequest(
@@ -171,6 +190,7 @@ def parse(
         tenant=tenant,
         priority=_priority(parsed.priority),
         priority_hint=priority_hint,
+        **tools,
     )
     options = parsed.stream_options
     include_usage = bool(parsed.stream and options is not None and options.include_usage)
@@ -242,17 +262,7 @@ def _refusals(parsed: ChatBody | CompletionBody) -> Iterable[FieldViolation]:
         if parsed.suffix:
             yield FieldViolation("suffix", "is not supported")
     else:
-        if parsed.tools:
-            yield FieldViolation("tools", "tool calling is not supported")
-        if parsed.tool_choice not in (None, "none"):
-            yield FieldViolation("tool_choice", "tool calling is not supported; only 'none'")
         for index, message in enumerate(parsed.messages):
-            if message.tool_calls:
-                yield FieldViolation(
-                    f"messages[{index}].tool_calls", "tool calls are not supported"
-                )
-            if message.role == "tool":
-                yield FieldViolation(f"messages[{index}].role", "tool messages are not supported")
             if isinstance(message.content, list):
                 for part_index, part in enumerate(message.content):
                     if part.type != "text" or part.text is None:
@@ -346,7 +356,14 @@ def _messages(messages: list[Message]) -> tuple[ChatMessage, ...]:
         content = message.content
         if isinstance(content, list):  # text parts, as vLLM joins them
             content = "\n".join(part.text or "" for part in content)
-        converted.append(ChatMessage(_ROLE_ALIASES.get(message.role, message.role), content or ""))
+        converted.append(
+            ChatMessage(
+                _ROLE_ALIASES.get(message.role, message.role),
+                content or "",
+                calls_of(message.tool_calls),
+                message.tool_call_id or "",
+            )
+        )
     return tuple(converted)
 
 

@@ -17,11 +17,13 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from inferwire.core.types import FinishReason, InferenceResult, StreamChunk, TokenLogprob, Usage
+from inferwire.http.tools import calls_json, deltas_json
 
 FINISH_REASON = {
     FinishReason.STOP: "stop",
     FinishReason.STOP_SEQUENCE: "stop",
     FinishReason.LENGTH: "length",
+    FinishReason.TOOL_CALLS: "tool_calls",
 }
 DONE = b"data: [DONE]\n\n"
 
@@ -85,6 +87,9 @@ def unary_json(chat: bool, result: InferenceResult, logprobs: bool) -> dict[str,
     entries = result.logprobs if logprobs else None
     if chat:
         choice["message"] = {"role": "assistant", "content": result.text}
+        if result.tool_calls:  # OpenAI's `content: null` beside calls, unless text came first
+            choice["message"]["content"] = result.text or None
+            choice["message"]["tool_calls"] = calls_json(result.tool_calls)
         choice["logprobs"] = chat_logprobs(entries) if entries is not None else None
     else:
         choice["text"] = result.text
@@ -136,6 +141,8 @@ class EventStream:
         return self._event(f'"delta":{role},"logprobs":null,"finish_reason":null')
 
     def delta(self, chunk: StreamChunk) -> bytes:
+        if chunk.tool_calls:
+            return self._calls_event(chunk)
         if chunk.logprobs and self._logprobs:
             return self._event(self._choice_with_logprobs(chunk))
         self._offset += len(chunk.text)
@@ -143,7 +150,7 @@ class EventStream:
 
     def end(self, chunk: StreamChunk) -> bytes:
         """The last chunk's text (if any), its finish reason and, if asked, the usage."""
-        events = self.delta(chunk) if chunk.text or chunk.logprobs else b""
+        events = self.delta(chunk) if chunk.text or chunk.logprobs or chunk.tool_calls else b""
         assert chunk.finish_reason is not None
         reason = json.dumps(FINISH_REASON[chunk.finish_reason])
         empty = '"delta":{}' if self._chat else '"text":""'
@@ -156,6 +163,13 @@ class EventStream:
     def error(self, body: dict[str, Any]) -> bytes:
         """An error after the first event: one last event, as vLLM sends it."""
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode() + DONE
+
+    def _calls_event(self, chunk: StreamChunk) -> bytes:
+        """Text before a call (if any) in its own event, then the call deltas."""
+        events = (self._prefix + _text(chunk.text) + self._suffix).encode() if chunk.text else b""
+        calls = json.dumps(deltas_json(chunk.tool_calls), ensure_ascii=False)
+        delta = f'"delta":{{"tool_calls":{calls}}},"logprobs":null,"finish_reason":null'
+        return events + self._event(delta)
 
     def _choice_with_logprobs(self, chunk: StreamChunk) -> str:
         if self._chat:

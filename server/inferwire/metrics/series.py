@@ -54,6 +54,7 @@ class ServerMetrics:
         )
         self.prompt_tokens = per_model("inferwire_prompt_tokens_total", "Prompt tokens.")
         self.generated_tokens = per_model("inferwire_generated_tokens_total", "Tokens generated.")
+        self.tool_calls = per_model("inferwire_tool_calls_total", "Tool calls in answers.")
         self.first_token = histogram(
             "inferwire_time_to_first_token_seconds",
             "Time from a request's arrival (queue included) to its first token.",
@@ -133,6 +134,7 @@ class ServerMetrics:
         per_model: tuple[MetricWrapperBase, ...] = (
             self.prompt_tokens,
             self.generated_tokens,
+            self.tool_calls,
             self.first_token,
             self.per_token,
             self.queue_depth,
@@ -174,6 +176,8 @@ class ServerMetrics:
         child(self.requests, model, record.outcome.value).inc()
         child(self.prompt_tokens, model).inc(record.prompt_tokens)
         child(self.generated_tokens, model).inc(record.completion_tokens)
+        if record.tool_calls:
+            child(self.tool_calls, model).inc(record.tool_calls)
         if (first_token_s := record.time_to_first_token_s) is not None:
             child(self.first_token, model).observe(first_token_s)
         if (per_token_s := record.time_per_output_token_s) is not None:

@@ -49,8 +49,8 @@ function fieldsOf(err) {
 const calls = {
   LoadModel: () => unary(client.loadModel.bind(client), { model: HUGE }),
   UnloadModel: () => unary(client.unloadModel.bind(client), { model: HUGE }),
-  Infer: () => unary(client.infer.bind(client), { model: HUGE, prompt: "hi", context: [], messages: [], priority: 0 }),
-  InferStream: () => stream({ model: HUGE, prompt: "hi", context: [], messages: [], priority: 0 }),
+  Infer: () => unary(client.infer.bind(client), { model: HUGE, prompt: "hi", context: [], messages: [], priority: 0, tools: [] }),
+  InferStream: () => stream({ model: HUGE, prompt: "hi", context: [], messages: [], priority: 0, tools: [] }),
   Tokenize: () => unary(client.tokenize.bind(client), { model: HUGE, prompt: "hi", messages: [] }),
   Health: () => unary(client.health.bind(client), { model: HUGE }),
   "grpc.health.v1.Health/Check": () => unary(health.check.bind(health), { service: "model/" + HUGE }),

@@ -112,6 +112,42 @@ func run(address, model string, sec security, lb string) error {
 	if err := chatWithLogprobs(ctx, client, model); err != nil {
 		return fmt.Errorf("chat Infer: %w", err)
 	}
+	if err := callTool(ctx, client, model); err != nil {
+		return fmt.Errorf("tool Infer: %w", err)
+	}
+	return nil
+}
+
+// weatherSchema is the get_weather tool's parameters, as JSON Schema.
+const weatherSchema = `{"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"], "additionalProperties": false}`
+
+// callTool offers one tool and requires a call: where the model's capabilities
+// say tools_constrained, the arguments are valid under the schema by construction.
+func callTool(ctx context.Context, client inferwirev1.InferenceServiceClient, model string) error {
+	resp, err := client.Infer(ctx, &inferwirev1.InferRequest{
+		Model:    model,
+		Messages: []*inferwirev1.ChatMessage{{Role: "user", Content: "What is the weather in Verona?"}},
+		Tools: []*inferwirev1.Tool{{
+			Name:                 "get_weather",
+			Description:          "The weather in a city",
+			ParametersJsonSchema: weatherSchema,
+		}},
+		ToolChoice: &inferwirev1.ToolChoice{
+			Choice: &inferwirev1.ToolChoice_Mode{Mode: inferwirev1.ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED},
+		},
+		ParallelToolCalls: proto.Bool(false),
+		Parameters: &inferwirev1.GenerationParameters{
+			MaxTokens:   proto.Int32(96),
+			Temperature: proto.Float32(0),
+		},
+	})
+	if err != nil {
+		return err
+	}
+	for _, call := range resp.GetToolCalls() {
+		fmt.Printf("TOOL_CALL id=%s name=%s arguments=%s\n", call.GetId(), call.GetName(), call.GetArgumentsJson())
+	}
+	fmt.Printf("TOOL_END finish_reason=%s\n", resp.GetFinishReason())
 	return nil
 }
 

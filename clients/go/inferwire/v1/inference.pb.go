@@ -43,6 +43,8 @@ const (
 	FinishReason_FINISH_REASON_STOP_SEQUENCE FinishReason = 2
 	// max_tokens was reached, or the model's context window was full.
 	FinishReason_FINISH_REASON_LENGTH FinishReason = 3
+	// The answer is tool calls (InferResponse.tool_calls), complete.
+	FinishReason_FINISH_REASON_TOOL_CALLS FinishReason = 4
 )
 
 // Enum value maps for FinishReason.
@@ -52,12 +54,14 @@ var (
 		1: "FINISH_REASON_STOP",
 		2: "FINISH_REASON_STOP_SEQUENCE",
 		3: "FINISH_REASON_LENGTH",
+		4: "FINISH_REASON_TOOL_CALLS",
 	}
 	FinishReason_value = map[string]int32{
 		"FINISH_REASON_UNSPECIFIED":   0,
 		"FINISH_REASON_STOP":          1,
 		"FINISH_REASON_STOP_SEQUENCE": 2,
 		"FINISH_REASON_LENGTH":        3,
+		"FINISH_REASON_TOOL_CALLS":    4,
 	}
 )
 
@@ -153,6 +157,63 @@ func (ModelState) EnumDescriptor() ([]byte, []int) {
 	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{1}
 }
 
+// ToolChoiceMode is what the model may do with the tools.
+type ToolChoiceMode int32
+
+const (
+	// AUTO when tools are given.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	// Never call: the tools are not offered.
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE ToolChoiceMode = 1
+	// Text, or calls from the moment the model opens one.
+	ToolChoiceMode_TOOL_CHOICE_MODE_AUTO ToolChoiceMode = 2
+	// Calls only.
+	ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED ToolChoiceMode = 3
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_NONE",
+		2: "TOOL_CHOICE_MODE_AUTO",
+		3: "TOOL_CHOICE_MODE_REQUIRED",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_NONE":        1,
+		"TOOL_CHOICE_MODE_AUTO":        2,
+		"TOOL_CHOICE_MODE_REQUIRED":    3,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_inferwire_v1_inference_proto_enumTypes[2].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_inferwire_v1_inference_proto_enumTypes[2]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{2}
+}
+
 // Priority is the admission class of a request. A waiting INTERACTIVE
 // request is admitted before any waiting STANDARD one, STANDARD before BATCH;
 // within one class, tenants share a model's slots by weight.
@@ -196,11 +257,11 @@ func (x Priority) String() string {
 }
 
 func (Priority) Descriptor() protoreflect.EnumDescriptor {
-	return file_inferwire_v1_inference_proto_enumTypes[2].Descriptor()
+	return file_inferwire_v1_inference_proto_enumTypes[3].Descriptor()
 }
 
 func (Priority) Type() protoreflect.EnumType {
-	return &file_inferwire_v1_inference_proto_enumTypes[2]
+	return &file_inferwire_v1_inference_proto_enumTypes[3]
 }
 
 func (x Priority) Number() protoreflect.EnumNumber {
@@ -209,7 +270,7 @@ func (x Priority) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Priority.Descriptor instead.
 func (Priority) EnumDescriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{2}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{3}
 }
 
 // GenerationParameters control decoding. Every field is optional: unset means
@@ -483,10 +544,14 @@ func (*OutputConstraint_LarkGrammar) isOutputConstraint_Kind() {}
 // the messages into the prompt the model sees.
 type ChatMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "system", "user" or "assistant".
+	// "system", "user", "assistant" or "tool" (a tool's result).
 	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
 	// The turn's text.
-	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// An assistant's calls, as an earlier answer returned them.
+	ToolCalls []*ToolCall `protobuf:"bytes,3,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// A "tool" message: the id of the call it answers.
+	ToolCallId    string `protobuf:"bytes,4,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -535,6 +600,321 @@ func (x *ChatMessage) GetContent() string {
 	return ""
 }
 
+func (x *ChatMessage) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *ChatMessage) GetToolCallId() string {
+	if x != nil {
+		return x.ToolCallId
+	}
+	return ""
+}
+
+// Tool is a function the model may call.
+type Tool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 64 characters: letters, digits, '_' and '-'. Unique in a request.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What it does, for the model.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// Its parameters as a JSON Schema of an object, in JSON; empty: none.
+	ParametersJsonSchema string `protobuf:"bytes,3,opt,name=parameters_json_schema,json=parametersJsonSchema,proto3" json:"parameters_json_schema,omitempty"`
+	// OpenAI's strict flag. Calls are constrained whatever it says, where the
+	// model's capabilities say tools_constrained.
+	Strict        bool `protobuf:"varint,4,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tool) Reset() {
+	*x = Tool{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tool) ProtoMessage() {}
+
+func (x *Tool) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tool.ProtoReflect.Descriptor instead.
+func (*Tool) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Tool) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tool) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Tool) GetParametersJsonSchema() string {
+	if x != nil {
+		return x.ParametersJsonSchema
+	}
+	return ""
+}
+
+func (x *Tool) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
+// ToolChoice is a mode, or the one function the model must call.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset: AUTO.
+	//
+	// Types that are valid to be assigned to Choice:
+	//
+	//	*ToolChoice_Mode
+	//	*ToolChoice_FunctionName
+	Choice        isToolChoice_Choice `protobuf_oneof:"choice"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ToolChoice) GetChoice() isToolChoice_Choice {
+	if x != nil {
+		return x.Choice
+	}
+	return nil
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		if x, ok := x.Choice.(*ToolChoice_Mode); ok {
+			return x.Mode
+		}
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetFunctionName() string {
+	if x != nil {
+		if x, ok := x.Choice.(*ToolChoice_FunctionName); ok {
+			return x.FunctionName
+		}
+	}
+	return ""
+}
+
+type isToolChoice_Choice interface {
+	isToolChoice_Choice()
+}
+
+type ToolChoice_Mode struct {
+	// A mode.
+	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=inferwire.v1.ToolChoiceMode,oneof"`
+}
+
+type ToolChoice_FunctionName struct {
+	// Calls of this tool only.
+	FunctionName string `protobuf:"bytes,2,opt,name=function_name,json=functionName,proto3,oneof"`
+}
+
+func (*ToolChoice_Mode) isToolChoice_Choice() {}
+
+func (*ToolChoice_FunctionName) isToolChoice_Choice() {}
+
+// ToolCall is one call the model made.
+type ToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "call_" and 24 hex digits.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The tool's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments as JSON text; valid under the tool's schema where the
+	// model's capabilities say tools_constrained.
+	ArgumentsJson string `protobuf:"bytes,3,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolCall) Reset() {
+	*x = ToolCall{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCall) ProtoMessage() {}
+
+func (x *ToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
+func (*ToolCall) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ToolCall) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCall) GetArgumentsJson() string {
+	if x != nil {
+		return x.ArgumentsJson
+	}
+	return ""
+}
+
+// ToolCallDelta is a streamed piece of a call. A call's first delta carries
+// its id and name; later ones its index and argument text, which concatenated
+// are ToolCall.arguments_json.
+type ToolCallDelta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which call of the answer, from 0.
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Set on a call's first delta only.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Set on a call's first delta only.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The next piece of the arguments' JSON text.
+	ArgumentsFragment string `protobuf:"bytes,4,opt,name=arguments_fragment,json=argumentsFragment,proto3" json:"arguments_fragment,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ToolCallDelta) Reset() {
+	*x = ToolCallDelta{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolCallDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolCallDelta) ProtoMessage() {}
+
+func (x *ToolCallDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolCallDelta.ProtoReflect.Descriptor instead.
+func (*ToolCallDelta) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ToolCallDelta) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ToolCallDelta) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolCallDelta) GetArgumentsFragment() string {
+	if x != nil {
+		return x.ArgumentsFragment
+	}
+	return ""
+}
+
 // TopLogprob is one of the most likely alternatives for a generated token.
 type TopLogprob struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -550,7 +930,7 @@ type TopLogprob struct {
 
 func (x *TopLogprob) Reset() {
 	*x = TopLogprob{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[3]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +942,7 @@ func (x *TopLogprob) String() string {
 func (*TopLogprob) ProtoMessage() {}
 
 func (x *TopLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[3]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +955,7 @@ func (x *TopLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopLogprob.ProtoReflect.Descriptor instead.
 func (*TopLogprob) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{3}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TopLogprob) GetToken() string {
@@ -617,7 +997,7 @@ type TokenLogprob struct {
 
 func (x *TokenLogprob) Reset() {
 	*x = TokenLogprob{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[4]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -629,7 +1009,7 @@ func (x *TokenLogprob) String() string {
 func (*TokenLogprob) ProtoMessage() {}
 
 func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[4]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -642,7 +1022,7 @@ func (x *TokenLogprob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenLogprob.ProtoReflect.Descriptor instead.
 func (*TokenLogprob) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{4}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TokenLogprob) GetToken() string {
@@ -695,14 +1075,20 @@ type InferRequest struct {
 	Messages []*ChatMessage `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
 	// The priority this request asks for. It may lower the caller's tenant
 	// priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
-	Priority      Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=inferwire.v1.Priority" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Priority Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=inferwire.v1.Priority" json:"priority,omitempty"`
+	// Tools the model may call; their calls come back in tool_calls.
+	Tools []*Tool `protobuf:"bytes,8,rep,name=tools,proto3" json:"tools,omitempty"`
+	// What the model may do with them; unset: AUTO.
+	ToolChoice *ToolChoice `protobuf:"bytes,9,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// Whether an answer may hold several calls; unset: true.
+	ParallelToolCalls *bool `protobuf:"varint,10,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *InferRequest) Reset() {
 	*x = InferRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[5]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +1100,7 @@ func (x *InferRequest) String() string {
 func (*InferRequest) ProtoMessage() {}
 
 func (x *InferRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[5]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +1113,7 @@ func (x *InferRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferRequest.ProtoReflect.Descriptor instead.
 func (*InferRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{5}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InferRequest) GetModel() string {
@@ -779,6 +1165,27 @@ func (x *InferRequest) GetPriority() Priority {
 	return Priority_PRIORITY_UNSPECIFIED
 }
 
+func (x *InferRequest) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *InferRequest) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *InferRequest) GetParallelToolCalls() bool {
+	if x != nil && x.ParallelToolCalls != nil {
+		return *x.ParallelToolCalls
+	}
+	return false
+}
+
 // Usage counts the tokens a request consumed.
 type Usage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -792,7 +1199,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[6]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1211,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[6]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1224,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{6}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Usage) GetPromptTokens() uint32 {
@@ -852,7 +1259,7 @@ type Timing struct {
 
 func (x *Timing) Reset() {
 	*x = Timing{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[7]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1271,7 @@ func (x *Timing) String() string {
 func (*Timing) ProtoMessage() {}
 
 func (x *Timing) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[7]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1284,7 @@ func (x *Timing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timing.ProtoReflect.Descriptor instead.
 func (*Timing) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{7}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Timing) GetQueueMs() float64 {
@@ -926,14 +1333,16 @@ type InferResponse struct {
 	// Latency breakdown.
 	Timing *Timing `protobuf:"bytes,7,opt,name=timing,proto3" json:"timing,omitempty"`
 	// With parameters.logprobs: one entry per generated token, in order.
-	Logprobs      []*TokenLogprob `protobuf:"bytes,8,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	Logprobs []*TokenLogprob `protobuf:"bytes,8,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// The model's calls of the request's tools; the text is what came before.
+	ToolCalls     []*ToolCall `protobuf:"bytes,9,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InferResponse) Reset() {
 	*x = InferResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[8]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1354,7 @@ func (x *InferResponse) String() string {
 func (*InferResponse) ProtoMessage() {}
 
 func (x *InferResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[8]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1367,7 @@ func (x *InferResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferResponse.ProtoReflect.Descriptor instead.
 func (*InferResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{8}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *InferResponse) GetRequestId() string {
@@ -1017,6 +1426,13 @@ func (x *InferResponse) GetLogprobs() []*TokenLogprob {
 	return nil
 }
 
+func (x *InferResponse) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
 // InferStreamRequest asks for one completion, streamed as text deltas. Its
 // fields mean the same as InferRequest's.
 type InferStreamRequest struct {
@@ -1037,14 +1453,20 @@ type InferStreamRequest struct {
 	Messages []*ChatMessage `protobuf:"bytes,6,rep,name=messages,proto3" json:"messages,omitempty"`
 	// The priority this request asks for. It may lower the caller's tenant
 	// priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
-	Priority      Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=inferwire.v1.Priority" json:"priority,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Priority Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=inferwire.v1.Priority" json:"priority,omitempty"`
+	// Tools the model may call; their calls come back in tool_calls.
+	Tools []*Tool `protobuf:"bytes,8,rep,name=tools,proto3" json:"tools,omitempty"`
+	// What the model may do with them; unset: AUTO.
+	ToolChoice *ToolChoice `protobuf:"bytes,9,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// Whether an answer may hold several calls; unset: true.
+	ParallelToolCalls *bool `protobuf:"varint,10,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *InferStreamRequest) Reset() {
 	*x = InferStreamRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[9]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1478,7 @@ func (x *InferStreamRequest) String() string {
 func (*InferStreamRequest) ProtoMessage() {}
 
 func (x *InferStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[9]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1491,7 @@ func (x *InferStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferStreamRequest.ProtoReflect.Descriptor instead.
 func (*InferStreamRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{9}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *InferStreamRequest) GetModel() string {
@@ -1121,6 +1543,27 @@ func (x *InferStreamRequest) GetPriority() Priority {
 	return Priority_PRIORITY_UNSPECIFIED
 }
 
+func (x *InferStreamRequest) GetTools() []*Tool {
+	if x != nil {
+		return x.Tools
+	}
+	return nil
+}
+
+func (x *InferStreamRequest) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *InferStreamRequest) GetParallelToolCalls() bool {
+	if x != nil && x.ParallelToolCalls != nil {
+		return *x.ParallelToolCalls
+	}
+	return false
+}
+
 // InferStreamResponse is one piece of a streamed generation.
 type InferStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1139,14 +1582,16 @@ type InferStreamResponse struct {
 	Timing *Timing `protobuf:"bytes,6,opt,name=timing,proto3" json:"timing,omitempty"`
 	// With parameters.logprobs: the tokens whose text this message carries, in
 	// order. Concatenated over the stream they equal InferResponse.logprobs.
-	Logprobs      []*TokenLogprob `protobuf:"bytes,7,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	Logprobs []*TokenLogprob `protobuf:"bytes,7,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// Pieces of the model's calls, in order.
+	ToolCalls     []*ToolCallDelta `protobuf:"bytes,8,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InferStreamResponse) Reset() {
 	*x = InferStreamResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[10]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1603,7 @@ func (x *InferStreamResponse) String() string {
 func (*InferStreamResponse) ProtoMessage() {}
 
 func (x *InferStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[10]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1616,7 @@ func (x *InferStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferStreamResponse.ProtoReflect.Descriptor instead.
 func (*InferStreamResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{10}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InferStreamResponse) GetRequestId() string {
@@ -1223,6 +1668,13 @@ func (x *InferStreamResponse) GetLogprobs() []*TokenLogprob {
 	return nil
 }
 
+func (x *InferStreamResponse) GetToolCalls() []*ToolCallDelta {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
 // ModelCapabilities describe what a model and its backend can do.
 type ModelCapabilities struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1245,13 +1697,18 @@ type ModelCapabilities struct {
 	Logprobs bool `protobuf:"varint,8,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
 	// Whether the model takes an output constraint (parameters.constraint).
 	ConstrainedOutput bool `protobuf:"varint,9,opt,name=constrained_output,json=constrainedOutput,proto3" json:"constrained_output,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Whether the model takes tools (its calls are parsed from its output).
+	Tools bool `protobuf:"varint,10,opt,name=tools,proto3" json:"tools,omitempty"`
+	// Whether its calls are decoded under their schemas: valid by construction.
+	// Otherwise a call is validated and an invalid one answered as text.
+	ToolsConstrained bool `protobuf:"varint,11,opt,name=tools_constrained,json=toolsConstrained,proto3" json:"tools_constrained,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ModelCapabilities) Reset() {
 	*x = ModelCapabilities{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[11]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1720,7 @@ func (x *ModelCapabilities) String() string {
 func (*ModelCapabilities) ProtoMessage() {}
 
 func (x *ModelCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[11]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1733,7 @@ func (x *ModelCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCapabilities.ProtoReflect.Descriptor instead.
 func (*ModelCapabilities) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{11}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ModelCapabilities) GetStreaming() bool {
@@ -1342,6 +1799,20 @@ func (x *ModelCapabilities) GetConstrainedOutput() bool {
 	return false
 }
 
+func (x *ModelCapabilities) GetTools() bool {
+	if x != nil {
+		return x.Tools
+	}
+	return false
+}
+
+func (x *ModelCapabilities) GetToolsConstrained() bool {
+	if x != nil {
+		return x.ToolsConstrained
+	}
+	return false
+}
+
 // ModelStatus is a configured model and its state.
 type ModelStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1373,7 +1844,7 @@ type ModelStatus struct {
 
 func (x *ModelStatus) Reset() {
 	*x = ModelStatus{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[12]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1856,7 @@ func (x *ModelStatus) String() string {
 func (*ModelStatus) ProtoMessage() {}
 
 func (x *ModelStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[12]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1869,7 @@ func (x *ModelStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatus.ProtoReflect.Descriptor instead.
 func (*ModelStatus) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{12}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ModelStatus) GetName() string {
@@ -1486,7 +1957,7 @@ type LoadModelRequest struct {
 
 func (x *LoadModelRequest) Reset() {
 	*x = LoadModelRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1969,7 @@ func (x *LoadModelRequest) String() string {
 func (*LoadModelRequest) ProtoMessage() {}
 
 func (x *LoadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1982,7 @@ func (x *LoadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelRequest.ProtoReflect.Descriptor instead.
 func (*LoadModelRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{13}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LoadModelRequest) GetModel() string {
@@ -1543,7 +2014,7 @@ type AdapterSource struct {
 
 func (x *AdapterSource) Reset() {
 	*x = AdapterSource{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +2026,7 @@ func (x *AdapterSource) String() string {
 func (*AdapterSource) ProtoMessage() {}
 
 func (x *AdapterSource) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +2039,7 @@ func (x *AdapterSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterSource.ProtoReflect.Descriptor instead.
 func (*AdapterSource) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{14}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AdapterSource) GetBaseModel() string {
@@ -1598,7 +2069,7 @@ type LoadModelResponse struct {
 
 func (x *LoadModelResponse) Reset() {
 	*x = LoadModelResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +2081,7 @@ func (x *LoadModelResponse) String() string {
 func (*LoadModelResponse) ProtoMessage() {}
 
 func (x *LoadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +2094,7 @@ func (x *LoadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelResponse.ProtoReflect.Descriptor instead.
 func (*LoadModelResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{15}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LoadModelResponse) GetModel() *ModelStatus {
@@ -1651,7 +2122,7 @@ type UnloadModelRequest struct {
 
 func (x *UnloadModelRequest) Reset() {
 	*x = UnloadModelRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +2134,7 @@ func (x *UnloadModelRequest) String() string {
 func (*UnloadModelRequest) ProtoMessage() {}
 
 func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +2147,7 @@ func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelRequest.ProtoReflect.Descriptor instead.
 func (*UnloadModelRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{16}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UnloadModelRequest) GetModel() string {
@@ -1697,7 +2168,7 @@ type UnloadModelResponse struct {
 
 func (x *UnloadModelResponse) Reset() {
 	*x = UnloadModelResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +2180,7 @@ func (x *UnloadModelResponse) String() string {
 func (*UnloadModelResponse) ProtoMessage() {}
 
 func (x *UnloadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +2193,7 @@ func (x *UnloadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelResponse.ProtoReflect.Descriptor instead.
 func (*UnloadModelResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{17}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UnloadModelResponse) GetModel() *ModelStatus {
@@ -1741,7 +2212,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +2224,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +2237,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{18}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{22}
 }
 
 // ListModelsResponse holds every configured model.
@@ -1780,7 +2251,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +2263,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +2276,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{19}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelStatus {
@@ -1826,7 +2297,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2309,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2322,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{20}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HealthRequest) GetModel() string {
@@ -1889,7 +2360,7 @@ type ModelHealth struct {
 
 func (x *ModelHealth) Reset() {
 	*x = ModelHealth{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2372,7 @@ func (x *ModelHealth) String() string {
 func (*ModelHealth) ProtoMessage() {}
 
 func (x *ModelHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2385,7 @@ func (x *ModelHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelHealth.ProtoReflect.Descriptor instead.
 func (*ModelHealth) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{21}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelHealth) GetName() string {
@@ -1995,7 +2466,7 @@ type BackendHealth struct {
 
 func (x *BackendHealth) Reset() {
 	*x = BackendHealth{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2007,7 +2478,7 @@ func (x *BackendHealth) String() string {
 func (*BackendHealth) ProtoMessage() {}
 
 func (x *BackendHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2020,7 +2491,7 @@ func (x *BackendHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendHealth.ProtoReflect.Descriptor instead.
 func (*BackendHealth) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{22}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BackendHealth) GetName() string {
@@ -2060,7 +2531,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2543,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2556,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{23}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HealthResponse) GetServing() bool {
@@ -2125,7 +2596,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2608,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2621,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{24}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -2189,7 +2660,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2672,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2685,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{25}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TokenizeResponse) GetTokenIds() []uint32 {
@@ -2275,10 +2746,33 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"jsonSchema\x12\x16\n" +
 	"\x05regex\x18\x02 \x01(\tH\x00R\x05regex\x12#\n" +
 	"\flark_grammar\x18\x03 \x01(\tH\x00R\vlarkGrammarB\x06\n" +
-	"\x04kind\";\n" +
+	"\x04kind\"\x94\x01\n" +
 	"\vChatMessage\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
-	"\acontent\x18\x02 \x01(\tR\acontent\"W\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x125\n" +
+	"\n" +
+	"tool_calls\x18\x03 \x03(\v2\x16.inferwire.v1.ToolCallR\ttoolCalls\x12 \n" +
+	"\ftool_call_id\x18\x04 \x01(\tR\n" +
+	"toolCallId\"\x8a\x01\n" +
+	"\x04Tool\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x124\n" +
+	"\x16parameters_json_schema\x18\x03 \x01(\tR\x14parametersJsonSchema\x12\x16\n" +
+	"\x06strict\x18\x04 \x01(\bR\x06strict\"q\n" +
+	"\n" +
+	"ToolChoice\x122\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1c.inferwire.v1.ToolChoiceModeH\x00R\x04mode\x12%\n" +
+	"\rfunction_name\x18\x02 \x01(\tH\x00R\ffunctionNameB\b\n" +
+	"\x06choice\"U\n" +
+	"\bToolCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
+	"\x0earguments_json\x18\x03 \x01(\tR\rargumentsJson\"x\n" +
+	"\rToolCallDelta\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12-\n" +
+	"\x12arguments_fragment\x18\x04 \x01(\tR\x11argumentsFragment\"W\n" +
 	"\n" +
 	"TopLogprob\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x19\n" +
@@ -2288,7 +2782,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x19\n" +
 	"\btoken_id\x18\x02 \x01(\rR\atokenId\x12\x18\n" +
 	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12*\n" +
-	"\x03top\x18\x04 \x03(\v2\x18.inferwire.v1.TopLogprobR\x03top\"\xa4\x02\n" +
+	"\x03top\x18\x04 \x03(\v2\x18.inferwire.v1.TopLogprobR\x03top\"\xd6\x03\n" +
 	"\fInferRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\x18\n" +
@@ -2299,7 +2793,13 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x125\n" +
 	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\x122\n" +
-	"\bpriority\x18\a \x01(\x0e2\x16.inferwire.v1.PriorityR\bpriority\"Y\n" +
+	"\bpriority\x18\a \x01(\x0e2\x16.inferwire.v1.PriorityR\bpriority\x12(\n" +
+	"\x05tools\x18\b \x03(\v2\x12.inferwire.v1.ToolR\x05tools\x129\n" +
+	"\vtool_choice\x18\t \x01(\v2\x18.inferwire.v1.ToolChoiceR\n" +
+	"toolChoice\x123\n" +
+	"\x13parallel_tool_calls\x18\n" +
+	" \x01(\bH\x00R\x11parallelToolCalls\x88\x01\x01B\x16\n" +
+	"\x14_parallel_tool_calls\"Y\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\rR\fpromptTokens\x12+\n" +
 	"\x11completion_tokens\x18\x02 \x01(\rR\x10completionTokens\"\x8b\x01\n" +
@@ -2307,7 +2807,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\bqueue_ms\x18\x01 \x01(\x01R\aqueueMs\x122\n" +
 	"\x16time_to_first_token_ms\x18\x02 \x01(\x01R\x12timeToFirstTokenMs\x12\x19\n" +
 	"\btotal_ms\x18\x03 \x01(\x01R\atotalMs\x12\x17\n" +
-	"\aload_ms\x18\x04 \x01(\x01R\x06loadMs\"\xc4\x02\n" +
+	"\aload_ms\x18\x04 \x01(\x01R\x06loadMs\"\xfb\x02\n" +
 	"\rInferResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -2317,7 +2817,9 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\rfinish_reason\x18\x05 \x01(\x0e2\x1a.inferwire.v1.FinishReasonR\ffinishReason\x12)\n" +
 	"\x05usage\x18\x06 \x01(\v2\x13.inferwire.v1.UsageR\x05usage\x12,\n" +
 	"\x06timing\x18\a \x01(\v2\x14.inferwire.v1.TimingR\x06timing\x126\n" +
-	"\blogprobs\x18\b \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\"\xaa\x02\n" +
+	"\blogprobs\x18\b \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\x125\n" +
+	"\n" +
+	"tool_calls\x18\t \x03(\v2\x16.inferwire.v1.ToolCallR\ttoolCalls\"\xdc\x03\n" +
 	"\x12InferStreamRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\x18\n" +
@@ -2328,7 +2830,13 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x125\n" +
 	"\bmessages\x18\x06 \x03(\v2\x19.inferwire.v1.ChatMessageR\bmessages\x122\n" +
-	"\bpriority\x18\a \x01(\x0e2\x16.inferwire.v1.PriorityR\bpriority\"\xb0\x02\n" +
+	"\bpriority\x18\a \x01(\x0e2\x16.inferwire.v1.PriorityR\bpriority\x12(\n" +
+	"\x05tools\x18\b \x03(\v2\x12.inferwire.v1.ToolR\x05tools\x129\n" +
+	"\vtool_choice\x18\t \x01(\v2\x18.inferwire.v1.ToolChoiceR\n" +
+	"toolChoice\x123\n" +
+	"\x13parallel_tool_calls\x18\n" +
+	" \x01(\bH\x00R\x11parallelToolCalls\x88\x01\x01B\x16\n" +
+	"\x14_parallel_tool_calls\"\xec\x02\n" +
 	"\x13InferStreamResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -2337,7 +2845,9 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\rfinish_reason\x18\x04 \x01(\x0e2\x1a.inferwire.v1.FinishReasonR\ffinishReason\x12)\n" +
 	"\x05usage\x18\x05 \x01(\v2\x13.inferwire.v1.UsageR\x05usage\x12,\n" +
 	"\x06timing\x18\x06 \x01(\v2\x14.inferwire.v1.TimingR\x06timing\x126\n" +
-	"\blogprobs\x18\a \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\"\xcd\x02\n" +
+	"\blogprobs\x18\a \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\x12:\n" +
+	"\n" +
+	"tool_calls\x18\b \x03(\v2\x1b.inferwire.v1.ToolCallDeltaR\ttoolCalls\"\x90\x03\n" +
 	"\x11ModelCapabilities\x12\x1c\n" +
 	"\tstreaming\x18\x01 \x01(\bR\tstreaming\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\rR\x0emaxConcurrency\x12\x1f\n" +
@@ -2350,7 +2860,10 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x11max_output_tokens\x18\x06 \x01(\rR\x0fmaxOutputTokens\x12\x12\n" +
 	"\x04chat\x18\a \x01(\bR\x04chat\x12\x1a\n" +
 	"\blogprobs\x18\b \x01(\bR\blogprobs\x12-\n" +
-	"\x12constrained_output\x18\t \x01(\bR\x11constrainedOutput\"\xfc\x02\n" +
+	"\x12constrained_output\x18\t \x01(\bR\x11constrainedOutput\x12\x14\n" +
+	"\x05tools\x18\n" +
+	" \x01(\bR\x05tools\x12+\n" +
+	"\x11tools_constrained\x18\v \x01(\bR\x10toolsConstrained\"\xfc\x02\n" +
 	"\vModelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12.\n" +
@@ -2408,12 +2921,13 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x10TokenizeResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\x12'\n" +
-	"\x0frendered_prompt\x18\x03 \x01(\tR\x0erenderedPrompt*\x80\x01\n" +
+	"\x0frendered_prompt\x18\x03 \x01(\tR\x0erenderedPrompt*\x9e\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x1f\n" +
 	"\x1bFINISH_REASON_STOP_SEQUENCE\x10\x02\x12\x18\n" +
-	"\x14FINISH_REASON_LENGTH\x10\x03*\xa6\x01\n" +
+	"\x14FINISH_REASON_LENGTH\x10\x03\x12\x1c\n" +
+	"\x18FINISH_REASON_TOOL_CALLS\x10\x04*\xa6\x01\n" +
 	"\n" +
 	"ModelState\x12\x1b\n" +
 	"\x17MODEL_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -2421,7 +2935,12 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x13MODEL_STATE_LOADING\x10\x02\x12\x15\n" +
 	"\x11MODEL_STATE_READY\x10\x03\x12\x19\n" +
 	"\x15MODEL_STATE_UNLOADING\x10\x04\x12\x16\n" +
-	"\x12MODEL_STATE_FAILED\x10\x05*i\n" +
+	"\x12MODEL_STATE_FAILED\x10\x05*\x87\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x01\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_AUTO\x10\x02\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03*i\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14PRIORITY_INTERACTIVE\x10\x01\x12\x15\n" +
@@ -2450,87 +2969,100 @@ func file_inferwire_v1_inference_proto_rawDescGZIP() []byte {
 	return file_inferwire_v1_inference_proto_rawDescData
 }
 
-var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_inferwire_v1_inference_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: inferwire.v1.FinishReason
 	(ModelState)(0),               // 1: inferwire.v1.ModelState
-	(Priority)(0),                 // 2: inferwire.v1.Priority
-	(*GenerationParameters)(nil),  // 3: inferwire.v1.GenerationParameters
-	(*OutputConstraint)(nil),      // 4: inferwire.v1.OutputConstraint
-	(*ChatMessage)(nil),           // 5: inferwire.v1.ChatMessage
-	(*TopLogprob)(nil),            // 6: inferwire.v1.TopLogprob
-	(*TokenLogprob)(nil),          // 7: inferwire.v1.TokenLogprob
-	(*InferRequest)(nil),          // 8: inferwire.v1.InferRequest
-	(*Usage)(nil),                 // 9: inferwire.v1.Usage
-	(*Timing)(nil),                // 10: inferwire.v1.Timing
-	(*InferResponse)(nil),         // 11: inferwire.v1.InferResponse
-	(*InferStreamRequest)(nil),    // 12: inferwire.v1.InferStreamRequest
-	(*InferStreamResponse)(nil),   // 13: inferwire.v1.InferStreamResponse
-	(*ModelCapabilities)(nil),     // 14: inferwire.v1.ModelCapabilities
-	(*ModelStatus)(nil),           // 15: inferwire.v1.ModelStatus
-	(*LoadModelRequest)(nil),      // 16: inferwire.v1.LoadModelRequest
-	(*AdapterSource)(nil),         // 17: inferwire.v1.AdapterSource
-	(*LoadModelResponse)(nil),     // 18: inferwire.v1.LoadModelResponse
-	(*UnloadModelRequest)(nil),    // 19: inferwire.v1.UnloadModelRequest
-	(*UnloadModelResponse)(nil),   // 20: inferwire.v1.UnloadModelResponse
-	(*ListModelsRequest)(nil),     // 21: inferwire.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 22: inferwire.v1.ListModelsResponse
-	(*HealthRequest)(nil),         // 23: inferwire.v1.HealthRequest
-	(*ModelHealth)(nil),           // 24: inferwire.v1.ModelHealth
-	(*BackendHealth)(nil),         // 25: inferwire.v1.BackendHealth
-	(*HealthResponse)(nil),        // 26: inferwire.v1.HealthResponse
-	(*TokenizeRequest)(nil),       // 27: inferwire.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 28: inferwire.v1.TokenizeResponse
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(ToolChoiceMode)(0),           // 2: inferwire.v1.ToolChoiceMode
+	(Priority)(0),                 // 3: inferwire.v1.Priority
+	(*GenerationParameters)(nil),  // 4: inferwire.v1.GenerationParameters
+	(*OutputConstraint)(nil),      // 5: inferwire.v1.OutputConstraint
+	(*ChatMessage)(nil),           // 6: inferwire.v1.ChatMessage
+	(*Tool)(nil),                  // 7: inferwire.v1.Tool
+	(*ToolChoice)(nil),            // 8: inferwire.v1.ToolChoice
+	(*ToolCall)(nil),              // 9: inferwire.v1.ToolCall
+	(*ToolCallDelta)(nil),         // 10: inferwire.v1.ToolCallDelta
+	(*TopLogprob)(nil),            // 11: inferwire.v1.TopLogprob
+	(*TokenLogprob)(nil),          // 12: inferwire.v1.TokenLogprob
+	(*InferRequest)(nil),          // 13: inferwire.v1.InferRequest
+	(*Usage)(nil),                 // 14: inferwire.v1.Usage
+	(*Timing)(nil),                // 15: inferwire.v1.Timing
+	(*InferResponse)(nil),         // 16: inferwire.v1.InferResponse
+	(*InferStreamRequest)(nil),    // 17: inferwire.v1.InferStreamRequest
+	(*InferStreamResponse)(nil),   // 18: inferwire.v1.InferStreamResponse
+	(*ModelCapabilities)(nil),     // 19: inferwire.v1.ModelCapabilities
+	(*ModelStatus)(nil),           // 20: inferwire.v1.ModelStatus
+	(*LoadModelRequest)(nil),      // 21: inferwire.v1.LoadModelRequest
+	(*AdapterSource)(nil),         // 22: inferwire.v1.AdapterSource
+	(*LoadModelResponse)(nil),     // 23: inferwire.v1.LoadModelResponse
+	(*UnloadModelRequest)(nil),    // 24: inferwire.v1.UnloadModelRequest
+	(*UnloadModelResponse)(nil),   // 25: inferwire.v1.UnloadModelResponse
+	(*ListModelsRequest)(nil),     // 26: inferwire.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 27: inferwire.v1.ListModelsResponse
+	(*HealthRequest)(nil),         // 28: inferwire.v1.HealthRequest
+	(*ModelHealth)(nil),           // 29: inferwire.v1.ModelHealth
+	(*BackendHealth)(nil),         // 30: inferwire.v1.BackendHealth
+	(*HealthResponse)(nil),        // 31: inferwire.v1.HealthResponse
+	(*TokenizeRequest)(nil),       // 32: inferwire.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 33: inferwire.v1.TokenizeResponse
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
 }
 var file_inferwire_v1_inference_proto_depIdxs = []int32{
-	4,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
-	6,  // 1: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
-	3,  // 2: inferwire.v1.InferRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	5,  // 3: inferwire.v1.InferRequest.messages:type_name -> inferwire.v1.ChatMessage
-	2,  // 4: inferwire.v1.InferRequest.priority:type_name -> inferwire.v1.Priority
-	0,  // 5: inferwire.v1.InferResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	9,  // 6: inferwire.v1.InferResponse.usage:type_name -> inferwire.v1.Usage
-	10, // 7: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
-	7,  // 8: inferwire.v1.InferResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
-	3,  // 9: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	5,  // 10: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
-	2,  // 11: inferwire.v1.InferStreamRequest.priority:type_name -> inferwire.v1.Priority
-	0,  // 12: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	9,  // 13: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
-	10, // 14: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
-	7,  // 15: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
-	1,  // 16: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
-	14, // 17: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
-	29, // 18: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
-	17, // 19: inferwire.v1.LoadModelRequest.adapter:type_name -> inferwire.v1.AdapterSource
-	15, // 20: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	15, // 21: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	15, // 22: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
-	1,  // 23: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
-	24, // 24: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
-	25, // 25: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
-	5,  // 26: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
-	16, // 27: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
-	19, // 28: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
-	8,  // 29: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
-	12, // 30: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
-	23, // 31: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
-	21, // 32: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
-	27, // 33: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
-	18, // 34: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
-	20, // 35: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
-	11, // 36: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
-	13, // 37: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
-	26, // 38: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
-	22, // 39: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
-	28, // 40: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	5,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
+	9,  // 1: inferwire.v1.ChatMessage.tool_calls:type_name -> inferwire.v1.ToolCall
+	2,  // 2: inferwire.v1.ToolChoice.mode:type_name -> inferwire.v1.ToolChoiceMode
+	11, // 3: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
+	4,  // 4: inferwire.v1.InferRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	6,  // 5: inferwire.v1.InferRequest.messages:type_name -> inferwire.v1.ChatMessage
+	3,  // 6: inferwire.v1.InferRequest.priority:type_name -> inferwire.v1.Priority
+	7,  // 7: inferwire.v1.InferRequest.tools:type_name -> inferwire.v1.Tool
+	8,  // 8: inferwire.v1.InferRequest.tool_choice:type_name -> inferwire.v1.ToolChoice
+	0,  // 9: inferwire.v1.InferResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	14, // 10: inferwire.v1.InferResponse.usage:type_name -> inferwire.v1.Usage
+	15, // 11: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
+	12, // 12: inferwire.v1.InferResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	9,  // 13: inferwire.v1.InferResponse.tool_calls:type_name -> inferwire.v1.ToolCall
+	4,  // 14: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	6,  // 15: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
+	3,  // 16: inferwire.v1.InferStreamRequest.priority:type_name -> inferwire.v1.Priority
+	7,  // 17: inferwire.v1.InferStreamRequest.tools:type_name -> inferwire.v1.Tool
+	8,  // 18: inferwire.v1.InferStreamRequest.tool_choice:type_name -> inferwire.v1.ToolChoice
+	0,  // 19: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	14, // 20: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
+	15, // 21: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
+	12, // 22: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	10, // 23: inferwire.v1.InferStreamResponse.tool_calls:type_name -> inferwire.v1.ToolCallDelta
+	1,  // 24: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
+	19, // 25: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
+	34, // 26: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
+	22, // 27: inferwire.v1.LoadModelRequest.adapter:type_name -> inferwire.v1.AdapterSource
+	20, // 28: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	20, // 29: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	20, // 30: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
+	1,  // 31: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
+	29, // 32: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
+	30, // 33: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
+	6,  // 34: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
+	21, // 35: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
+	24, // 36: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
+	13, // 37: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
+	17, // 38: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
+	28, // 39: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
+	26, // 40: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
+	32, // 41: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
+	23, // 42: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
+	25, // 43: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
+	16, // 44: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
+	18, // 45: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
+	31, // 46: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
+	27, // 47: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
+	33, // 48: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
+	42, // [42:49] is the sub-list for method output_type
+	35, // [35:42] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_inferwire_v1_inference_proto_init() }
@@ -2544,13 +3076,19 @@ func file_inferwire_v1_inference_proto_init() {
 		(*OutputConstraint_Regex)(nil),
 		(*OutputConstraint_LarkGrammar)(nil),
 	}
+	file_inferwire_v1_inference_proto_msgTypes[4].OneofWrappers = []any{
+		(*ToolChoice_Mode)(nil),
+		(*ToolChoice_FunctionName)(nil),
+	}
+	file_inferwire_v1_inference_proto_msgTypes[9].OneofWrappers = []any{}
+	file_inferwire_v1_inference_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inferwire_v1_inference_proto_rawDesc), len(file_inferwire_v1_inference_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   26,
+			NumEnums:      4,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -60,6 +60,7 @@ from inferwire.core.backend import (
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
 from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
+from inferwire.core.tools import CALL_OPEN, hf_messages, hf_tools
 from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
@@ -68,6 +69,7 @@ from inferwire.core.types import (
     GenerationRequest,
     ModelFacts,
     ModelLimits,
+    Tool,
 )
 
 log = logging.getLogger(__name__)
@@ -200,6 +202,7 @@ class OrtGenAIBackend(Backend):
         context_length = model.context_length
         max_output = min(self.options.max_output_tokens or context_length, context_length)
         limits = ModelLimits(context_length, max_output, max_seed=_MAX_SEED)
+        chat = model.chat_template is not None
         capabilities = Capabilities(
             streaming=True,
             max_concurrency=self.max_concurrency,
@@ -207,9 +210,11 @@ class OrtGenAIBackend(Backend):
             modalities=("text",),
             context_length=limits.context_length,
             max_output_tokens=limits.max_output_tokens,
-            chat=model.chat_template is not None,
+            chat=chat,
             logprobs=True,
             constrained_output=True,
+            tools=chat,
+            tools_constrained=chat,  # llguidance decodes calls under their grammar
         )
         return self.loaded_facts(limits, capabilities)
 
@@ -241,8 +246,28 @@ class OrtGenAIBackend(Backend):
             )
         # JSON carries any role and content text through to the template unchanged.
         encoded = json.dumps([{"role": m.role, "content": m.content} for m in messages])
+        return self._apply_template(encoded, None)
+
+    def render_chat_with_tools(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Tool]
+    ) -> str | None:
+        template = self._state.model.chat_template
+        # A template that renders `tools` and writes calls in Hermes' tags (Hermes, Qwen):
+        # the calls it asks for are the ones the grammar and the parser know.
+        if template is None or "tools" not in template or CALL_OPEN not in template:
+            return None
+        return self._apply_template(json.dumps(hf_messages(messages)), json.dumps(hf_tools(tools)))
+
+    def _apply_template(self, messages: str, tools: str | None) -> str:
+        model = self._state.model
         try:
-            return str(model.tokenizer.apply_chat_template(encoded, add_generation_prompt=True))
+            if tools is None:
+                rendered = model.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            else:
+                rendered = model.tokenizer.apply_chat_template(
+                    messages, tools=tools, add_generation_prompt=True
+                )
+            return str(rendered)
         except RuntimeError as exc:
             raise InvalidArgumentError(
                 [

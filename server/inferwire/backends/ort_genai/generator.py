@@ -326,4 +326,21 @@ def _make_generator(model: og.Model, request: PreparedRequest, options: dict[str
         if not reason.startswith(_GRAMMAR_ERROR):
             raise
         reason = reason.removeprefix(_GRAMMAR_ERROR).strip()
-        raise InvalidArgumentError([FieldViolation(constraint.field, reason)]) from None
+        field = _part_at_fault(model, constraint, options) or constraint.field
+        raise InvalidArgumentError([FieldViolation(field, reason)]) from None
+
+
+def _part_at_fault(model: og.Model, constraint: OutputConstraint, options: dict[str, Any]) -> str:
+    """The field of the first part (a tool's schema) llguidance cannot compile alone; ""
+    if none (or the constraint has no parts)."""
+    for field, schema in constraint.parts:
+        generator_params = og.GeneratorParams(model)
+        generator_params.set_search_options(**options)
+        generator_params.set_guidance(ConstraintKind.JSON_SCHEMA.value, schema)
+        try:
+            og.Generator(model, generator_params)
+        except RuntimeError as exc:
+            if str(exc).startswith(_GRAMMAR_ERROR):
+                return field
+            raise
+    return ""

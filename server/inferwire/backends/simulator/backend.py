@@ -16,6 +16,7 @@ absolute schedule, and nothing is generated after the stream is closed.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Sequence
 
@@ -78,6 +79,10 @@ class SimulatorOptions(BackendOptions):
     load_ms: float = Field(default=0.0, ge=0)
     """How long loading takes (to exercise readiness probes and on-demand loading)."""
 
+    script: tuple[str, ...] | None = None
+    """The tokens of every completion, in order, instead of words: a model's raw output
+    scripted (a tool call's syntax, say). It ends by itself after the last (STOP)."""
+
 
 class SimulatorBackend(Backend):
     """A model that is a schedule: deterministic words, on time, at no engine cost."""
@@ -105,6 +110,7 @@ class SimulatorBackend(Backend):
             context_length=context_length,
             max_output_tokens=max_output,
             chat=True,
+            tools=True,  # parsed from the text and checked: the simulator takes no grammar
         )
         return self.loaded_facts(ModelLimits(context_length, max_output), capabilities)
 
@@ -145,9 +151,12 @@ class SimulatorBackend(Backend):
         # The context window bounds generation too; reaching it ends with LENGTH.
         room = min(request.max_tokens, self.options.context_length - prompt)
         minimum = min(request.min_tokens, room)  # min_tokens; all of it with ignore_eos
-        length, ends_by_itself = natural_length(self.options.output_tokens, room, minimum)
+        script = self.options.script
+        natural = len(script) if script is not None else self.options.output_tokens
+        length, ends_by_itself = natural_length(natural, room, minimum)
         seed = request_seed(request.params.seed, request.prompt)
-        words = Words(seed)
+        # A script runs out only past its end, when min_tokens asks for more: spaces then.
+        words = Words(seed) if script is None else itertools.chain(script, itertools.repeat(" "))
         schedule = Schedule(self._pace(), start, seed)
         # With stop strings one token per delta: the core reads the count of the delta
         # a stop string matched in as the completion's.
@@ -162,12 +171,12 @@ class SimulatorBackend(Backend):
                     await asyncio.sleep(wait)
                 if made == 0:
                     progress.first_token()
-                text = words.next()
+                text = next(words)
                 made += 1
                 if coalesce:  # and every further token due by now, in the same delta
                     now = loop.time()
                     while made < length and (due := schedule.due(made)) <= now:
-                        text += words.next()
+                        text += next(words)
                         made += 1
                 elif made < length:
                     due = schedule.due(made)

@@ -52,6 +52,12 @@ class Words:
     def next(self) -> str:
         return " " + self._choice(VOCABULARY)
 
+    def __iter__(self) -> Words:
+        return self
+
+    def __next__(self) -> str:
+        return self.next()
+
 
 @dataclass(frozen=True)
 class TokenPace:

@@ -264,6 +264,9 @@ class TritonBackend(Backend):
             chat=self._text.has_chat_template,
             logprobs=layout.returns_logprobs,
             constrained_output=layout.takes_constraints,
+            # Calls are parsed from the text and checked against their schemas: neither
+            # vLLM's nor TensorRT-LLM's guided decoding takes llguidance's `%json` grammar.
+            tools=self._text.has_chat_template,
         )
         return self.loaded_facts(limits, capabilities)
 

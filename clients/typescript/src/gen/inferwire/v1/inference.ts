@@ -49,6 +49,8 @@ export enum FinishReason {
   FINISH_REASON_STOP_SEQUENCE = 2,
   /** FINISH_REASON_LENGTH - max_tokens was reached, or the model's context window was full. */
   FINISH_REASON_LENGTH = 3,
+  /** FINISH_REASON_TOOL_CALLS - The answer is tool calls (InferResponse.tool_calls), complete. */
+  FINISH_REASON_TOOL_CALLS = 4,
   UNRECOGNIZED = -1,
 }
 
@@ -66,6 +68,9 @@ export function finishReasonFromJSON(object: any): FinishReason {
     case 3:
     case "FINISH_REASON_LENGTH":
       return FinishReason.FINISH_REASON_LENGTH;
+    case 4:
+    case "FINISH_REASON_TOOL_CALLS":
+      return FinishReason.FINISH_REASON_TOOL_CALLS;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -83,6 +88,8 @@ export function finishReasonToJSON(object: FinishReason): string {
       return "FINISH_REASON_STOP_SEQUENCE";
     case FinishReason.FINISH_REASON_LENGTH:
       return "FINISH_REASON_LENGTH";
+    case FinishReason.FINISH_REASON_TOOL_CALLS:
+      return "FINISH_REASON_TOOL_CALLS";
     case FinishReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -148,6 +155,56 @@ export function modelStateToJSON(object: ModelState): string {
     case ModelState.MODEL_STATE_FAILED:
       return "MODEL_STATE_FAILED";
     case ModelState.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/** ToolChoiceMode is what the model may do with the tools. */
+export enum ToolChoiceMode {
+  /** TOOL_CHOICE_MODE_UNSPECIFIED - AUTO when tools are given. */
+  TOOL_CHOICE_MODE_UNSPECIFIED = 0,
+  /** TOOL_CHOICE_MODE_NONE - Never call: the tools are not offered. */
+  TOOL_CHOICE_MODE_NONE = 1,
+  /** TOOL_CHOICE_MODE_AUTO - Text, or calls from the moment the model opens one. */
+  TOOL_CHOICE_MODE_AUTO = 2,
+  /** TOOL_CHOICE_MODE_REQUIRED - Calls only. */
+  TOOL_CHOICE_MODE_REQUIRED = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function toolChoiceModeFromJSON(object: any): ToolChoiceMode {
+  switch (object) {
+    case 0:
+    case "TOOL_CHOICE_MODE_UNSPECIFIED":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_UNSPECIFIED;
+    case 1:
+    case "TOOL_CHOICE_MODE_NONE":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_NONE;
+    case 2:
+    case "TOOL_CHOICE_MODE_AUTO":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_AUTO;
+    case 3:
+    case "TOOL_CHOICE_MODE_REQUIRED":
+      return ToolChoiceMode.TOOL_CHOICE_MODE_REQUIRED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return ToolChoiceMode.UNRECOGNIZED;
+  }
+}
+
+export function toolChoiceModeToJSON(object: ToolChoiceMode): string {
+  switch (object) {
+    case ToolChoiceMode.TOOL_CHOICE_MODE_UNSPECIFIED:
+      return "TOOL_CHOICE_MODE_UNSPECIFIED";
+    case ToolChoiceMode.TOOL_CHOICE_MODE_NONE:
+      return "TOOL_CHOICE_MODE_NONE";
+    case ToolChoiceMode.TOOL_CHOICE_MODE_AUTO:
+      return "TOOL_CHOICE_MODE_AUTO";
+    case ToolChoiceMode.TOOL_CHOICE_MODE_REQUIRED:
+      return "TOOL_CHOICE_MODE_REQUIRED";
+    case ToolChoiceMode.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
   }
@@ -319,10 +376,68 @@ export interface OutputConstraint {
  * the messages into the prompt the model sees.
  */
 export interface ChatMessage {
-  /** "system", "user" or "assistant". */
+  /** "system", "user", "assistant" or "tool" (a tool's result). */
   role: string;
   /** The turn's text. */
   content: string;
+  /** An assistant's calls, as an earlier answer returned them. */
+  toolCalls: ToolCall[];
+  /** A "tool" message: the id of the call it answers. */
+  toolCallId: string;
+}
+
+/** Tool is a function the model may call. */
+export interface Tool {
+  /** 1 to 64 characters: letters, digits, '_' and '-'. Unique in a request. */
+  name: string;
+  /** What it does, for the model. */
+  description: string;
+  /** Its parameters as a JSON Schema of an object, in JSON; empty: none. */
+  parametersJsonSchema: string;
+  /**
+   * OpenAI's strict flag. Calls are constrained whatever it says, where the
+   * model's capabilities say tools_constrained.
+   */
+  strict: boolean;
+}
+
+/** ToolChoice is a mode, or the one function the model must call. */
+export interface ToolChoice {
+  /** A mode. */
+  mode?:
+    | ToolChoiceMode
+    | undefined;
+  /** Calls of this tool only. */
+  functionName?: string | undefined;
+}
+
+/** ToolCall is one call the model made. */
+export interface ToolCall {
+  /** "call_" and 24 hex digits. */
+  id: string;
+  /** The tool's name. */
+  name: string;
+  /**
+   * The arguments as JSON text; valid under the tool's schema where the
+   * model's capabilities say tools_constrained.
+   */
+  argumentsJson: string;
+}
+
+/**
+ * ToolCallDelta is a streamed piece of a call. A call's first delta carries
+ * its id and name; later ones its index and argument text, which concatenated
+ * are ToolCall.arguments_json.
+ */
+export interface ToolCallDelta {
+  /** Which call of the answer, from 0. */
+  index: number;
+  /** Set on a call's first delta only. */
+  id: string;
+  /** Set on a call's first delta only. */
+  name: string;
+  /** The next piece of the arguments' JSON text. */
+  argumentsFragment: string;
 }
 
 /** TopLogprob is one of the most likely alternatives for a generated token. */
@@ -382,6 +497,14 @@ export interface InferRequest {
    * priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
    */
   priority: Priority;
+  /** Tools the model may call; their calls come back in tool_calls. */
+  tools: Tool[];
+  /** What the model may do with them; unset: AUTO. */
+  toolChoice:
+    | ToolChoice
+    | undefined;
+  /** Whether an answer may hold several calls; unset: true. */
+  parallelToolCalls?: boolean | undefined;
 }
 
 /** Usage counts the tokens a request consumed. */
@@ -429,6 +552,8 @@ export interface InferResponse {
     | undefined;
   /** With parameters.logprobs: one entry per generated token, in order. */
   logprobs: TokenLogprob[];
+  /** The model's calls of the request's tools; the text is what came before. */
+  toolCalls: ToolCall[];
 }
 
 /**
@@ -461,6 +586,14 @@ export interface InferStreamRequest {
    * priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
    */
   priority: Priority;
+  /** Tools the model may call; their calls come back in tool_calls. */
+  tools: Tool[];
+  /** What the model may do with them; unset: AUTO. */
+  toolChoice:
+    | ToolChoice
+    | undefined;
+  /** Whether an answer may hold several calls; unset: true. */
+  parallelToolCalls?: boolean | undefined;
 }
 
 /** InferStreamResponse is one piece of a streamed generation. */
@@ -489,6 +622,8 @@ export interface InferStreamResponse {
    * order. Concatenated over the stream they equal InferResponse.logprobs.
    */
   logprobs: TokenLogprob[];
+  /** Pieces of the model's calls, in order. */
+  toolCalls: ToolCallDelta[];
 }
 
 /** ModelCapabilities describe what a model and its backend can do. */
@@ -514,6 +649,13 @@ export interface ModelCapabilities {
   logprobs: boolean;
   /** Whether the model takes an output constraint (parameters.constraint). */
   constrainedOutput: boolean;
+  /** Whether the model takes tools (its calls are parsed from its output). */
+  tools: boolean;
+  /**
+   * Whether its calls are decoded under their schemas: valid by construction.
+   * Otherwise a call is validated and an invalid one answered as text.
+   */
+  toolsConstrained: boolean;
 }
 
 /** ModelStatus is a configured model and its state. */
@@ -1060,7 +1202,7 @@ export const OutputConstraint: MessageFns<OutputConstraint> = {
 };
 
 function createBaseChatMessage(): ChatMessage {
-  return { role: "", content: "" };
+  return { role: "", content: "", toolCalls: [], toolCallId: "" };
 }
 
 export const ChatMessage: MessageFns<ChatMessage> = {
@@ -1070,6 +1212,12 @@ export const ChatMessage: MessageFns<ChatMessage> = {
     }
     if (message.content !== "") {
       writer.uint32(18).string(message.content);
+    }
+    for (const v of message.toolCalls) {
+      ToolCall.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.toolCallId !== "") {
+      writer.uint32(34).string(message.toolCallId);
     }
     return writer;
   },
@@ -1103,6 +1251,22 @@ export const ChatMessage: MessageFns<ChatMessage> = {
             message.content = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.toolCalls.push(ToolCall.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.toolCallId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1119,6 +1283,16 @@ export const ChatMessage: MessageFns<ChatMessage> = {
     return {
       role: isSet(object.role) ? globalThis.String(object.role) : "",
       content: isSet(object.content) ? globalThis.String(object.content) : "",
+      toolCalls: globalThis.Array.isArray(object?.toolCalls)
+        ? object.toolCalls.map((e: any) => ToolCall.fromJSON(e))
+        : globalThis.Array.isArray(object?.tool_calls)
+        ? object.tool_calls.map((e: any) => ToolCall.fromJSON(e))
+        : [],
+      toolCallId: isSet(object.toolCallId)
+        ? globalThis.String(object.toolCallId)
+        : isSet(object.tool_call_id)
+        ? globalThis.String(object.tool_call_id)
+        : "",
     };
   },
 
@@ -1130,6 +1304,12 @@ export const ChatMessage: MessageFns<ChatMessage> = {
     if (message.content !== "") {
       obj.content = message.content;
     }
+    if (message.toolCalls?.length) {
+      obj.toolCalls = message.toolCalls.map((e) => ToolCall.toJSON(e));
+    }
+    if (message.toolCallId !== "") {
+      obj.toolCallId = message.toolCallId;
+    }
     return obj;
   },
 
@@ -1140,6 +1320,444 @@ export const ChatMessage: MessageFns<ChatMessage> = {
     const message = createBaseChatMessage();
     message.role = object.role ?? "";
     message.content = object.content ?? "";
+    message.toolCalls = object.toolCalls?.map((e) => ToolCall.fromPartial(e)) || [];
+    message.toolCallId = object.toolCallId ?? "";
+    return message;
+  },
+};
+
+function createBaseTool(): Tool {
+  return { name: "", description: "", parametersJsonSchema: "", strict: false };
+}
+
+export const Tool: MessageFns<Tool> = {
+  encode(message: Tool, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.description !== "") {
+      writer.uint32(18).string(message.description);
+    }
+    if (message.parametersJsonSchema !== "") {
+      writer.uint32(26).string(message.parametersJsonSchema);
+    }
+    if (message.strict !== false) {
+      writer.uint32(32).bool(message.strict);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Tool {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTool();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.description = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.parametersJsonSchema = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.strict = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Tool {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      description: isSet(object.description) ? globalThis.String(object.description) : "",
+      parametersJsonSchema: isSet(object.parametersJsonSchema)
+        ? globalThis.String(object.parametersJsonSchema)
+        : isSet(object.parameters_json_schema)
+        ? globalThis.String(object.parameters_json_schema)
+        : "",
+      strict: isSet(object.strict) ? globalThis.Boolean(object.strict) : false,
+    };
+  },
+
+  toJSON(message: Tool): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.description !== "") {
+      obj.description = message.description;
+    }
+    if (message.parametersJsonSchema !== "") {
+      obj.parametersJsonSchema = message.parametersJsonSchema;
+    }
+    if (message.strict !== false) {
+      obj.strict = message.strict;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Tool>, I>>(base?: I): Tool {
+    return Tool.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Tool>, I>>(object: I): Tool {
+    const message = createBaseTool();
+    message.name = object.name ?? "";
+    message.description = object.description ?? "";
+    message.parametersJsonSchema = object.parametersJsonSchema ?? "";
+    message.strict = object.strict ?? false;
+    return message;
+  },
+};
+
+function createBaseToolChoice(): ToolChoice {
+  return { mode: undefined, functionName: undefined };
+}
+
+export const ToolChoice: MessageFns<ToolChoice> = {
+  encode(message: ToolChoice, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mode !== undefined) {
+      writer.uint32(8).int32(message.mode);
+    }
+    if (message.functionName !== undefined) {
+      writer.uint32(18).string(message.functionName);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolChoice {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolChoice();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.mode = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.functionName = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolChoice {
+    return {
+      mode: isSet(object.mode) ? toolChoiceModeFromJSON(object.mode) : undefined,
+      functionName: isSet(object.functionName)
+        ? globalThis.String(object.functionName)
+        : isSet(object.function_name)
+        ? globalThis.String(object.function_name)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ToolChoice): unknown {
+    const obj: any = {};
+    if (message.mode !== undefined) {
+      obj.mode = toolChoiceModeToJSON(message.mode);
+    }
+    if (message.functionName !== undefined) {
+      obj.functionName = message.functionName;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolChoice>, I>>(base?: I): ToolChoice {
+    return ToolChoice.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolChoice>, I>>(object: I): ToolChoice {
+    const message = createBaseToolChoice();
+    message.mode = object.mode ?? undefined;
+    message.functionName = object.functionName ?? undefined;
+    return message;
+  },
+};
+
+function createBaseToolCall(): ToolCall {
+  return { id: "", name: "", argumentsJson: "" };
+}
+
+export const ToolCall: MessageFns<ToolCall> = {
+  encode(message: ToolCall, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.argumentsJson !== "") {
+      writer.uint32(26).string(message.argumentsJson);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolCall {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolCall();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.argumentsJson = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolCall {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      argumentsJson: isSet(object.argumentsJson)
+        ? globalThis.String(object.argumentsJson)
+        : isSet(object.arguments_json)
+        ? globalThis.String(object.arguments_json)
+        : "",
+    };
+  },
+
+  toJSON(message: ToolCall): unknown {
+    const obj: any = {};
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.argumentsJson !== "") {
+      obj.argumentsJson = message.argumentsJson;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolCall>, I>>(base?: I): ToolCall {
+    return ToolCall.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolCall>, I>>(object: I): ToolCall {
+    const message = createBaseToolCall();
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.argumentsJson = object.argumentsJson ?? "";
+    return message;
+  },
+};
+
+function createBaseToolCallDelta(): ToolCallDelta {
+  return { index: 0, id: "", name: "", argumentsFragment: "" };
+}
+
+export const ToolCallDelta: MessageFns<ToolCallDelta> = {
+  encode(message: ToolCallDelta, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).uint32(message.index);
+    }
+    if (message.id !== "") {
+      writer.uint32(18).string(message.id);
+    }
+    if (message.name !== "") {
+      writer.uint32(26).string(message.name);
+    }
+    if (message.argumentsFragment !== "") {
+      writer.uint32(34).string(message.argumentsFragment);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ToolCallDelta {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseToolCallDelta();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.argumentsFragment = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ToolCallDelta {
+    return {
+      index: isSet(object.index) ? globalThis.Number(object.index) : 0,
+      id: isSet(object.id) ? globalThis.String(object.id) : "",
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      argumentsFragment: isSet(object.argumentsFragment)
+        ? globalThis.String(object.argumentsFragment)
+        : isSet(object.arguments_fragment)
+        ? globalThis.String(object.arguments_fragment)
+        : "",
+    };
+  },
+
+  toJSON(message: ToolCallDelta): unknown {
+    const obj: any = {};
+    if (message.index !== 0) {
+      obj.index = Math.round(message.index);
+    }
+    if (message.id !== "") {
+      obj.id = message.id;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.argumentsFragment !== "") {
+      obj.argumentsFragment = message.argumentsFragment;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ToolCallDelta>, I>>(base?: I): ToolCallDelta {
+    return ToolCallDelta.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ToolCallDelta>, I>>(object: I): ToolCallDelta {
+    const message = createBaseToolCallDelta();
+    message.index = object.index ?? 0;
+    message.id = object.id ?? "";
+    message.name = object.name ?? "";
+    message.argumentsFragment = object.argumentsFragment ?? "";
     return message;
   },
 };
@@ -1371,7 +1989,18 @@ export const TokenLogprob: MessageFns<TokenLogprob> = {
 };
 
 function createBaseInferRequest(): InferRequest {
-  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "", messages: [], priority: 0 };
+  return {
+    model: "",
+    prompt: "",
+    context: [],
+    parameters: undefined,
+    requestId: "",
+    messages: [],
+    priority: 0,
+    tools: [],
+    toolChoice: undefined,
+    parallelToolCalls: undefined,
+  };
 }
 
 export const InferRequest: MessageFns<InferRequest> = {
@@ -1396,6 +2025,15 @@ export const InferRequest: MessageFns<InferRequest> = {
     }
     if (message.priority !== 0) {
       writer.uint32(56).int32(message.priority);
+    }
+    for (const v of message.tools) {
+      Tool.encode(v!, writer.uint32(66).fork()).join();
+    }
+    if (message.toolChoice !== undefined) {
+      ToolChoice.encode(message.toolChoice, writer.uint32(74).fork()).join();
+    }
+    if (message.parallelToolCalls !== undefined) {
+      writer.uint32(80).bool(message.parallelToolCalls);
     }
     return writer;
   },
@@ -1469,6 +2107,30 @@ export const InferRequest: MessageFns<InferRequest> = {
             message.priority = reader.int32() as any;
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.tools.push(Tool.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.toolChoice = ToolChoice.decode(reader, reader.uint32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.parallelToolCalls = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1496,6 +2158,17 @@ export const InferRequest: MessageFns<InferRequest> = {
         ? object.messages.map((e: any) => ChatMessage.fromJSON(e))
         : [],
       priority: isSet(object.priority) ? priorityFromJSON(object.priority) : 0,
+      tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => Tool.fromJSON(e)) : [],
+      toolChoice: isSet(object.toolChoice)
+        ? ToolChoice.fromJSON(object.toolChoice)
+        : isSet(object.tool_choice)
+        ? ToolChoice.fromJSON(object.tool_choice)
+        : undefined,
+      parallelToolCalls: isSet(object.parallelToolCalls)
+        ? globalThis.Boolean(object.parallelToolCalls)
+        : isSet(object.parallel_tool_calls)
+        ? globalThis.Boolean(object.parallel_tool_calls)
+        : undefined,
     };
   },
 
@@ -1522,6 +2195,15 @@ export const InferRequest: MessageFns<InferRequest> = {
     if (message.priority !== 0) {
       obj.priority = priorityToJSON(message.priority);
     }
+    if (message.tools?.length) {
+      obj.tools = message.tools.map((e) => Tool.toJSON(e));
+    }
+    if (message.toolChoice !== undefined) {
+      obj.toolChoice = ToolChoice.toJSON(message.toolChoice);
+    }
+    if (message.parallelToolCalls !== undefined) {
+      obj.parallelToolCalls = message.parallelToolCalls;
+    }
     return obj;
   },
 
@@ -1539,6 +2221,11 @@ export const InferRequest: MessageFns<InferRequest> = {
     message.requestId = object.requestId ?? "";
     message.messages = object.messages?.map((e) => ChatMessage.fromPartial(e)) || [];
     message.priority = object.priority ?? 0;
+    message.tools = object.tools?.map((e) => Tool.fromPartial(e)) || [];
+    message.toolChoice = (object.toolChoice !== undefined && object.toolChoice !== null)
+      ? ToolChoice.fromPartial(object.toolChoice)
+      : undefined;
+    message.parallelToolCalls = object.parallelToolCalls ?? undefined;
     return message;
   },
 };
@@ -1779,6 +2466,7 @@ function createBaseInferResponse(): InferResponse {
     usage: undefined,
     timing: undefined,
     logprobs: [],
+    toolCalls: [],
   };
 }
 
@@ -1807,6 +2495,9 @@ export const InferResponse: MessageFns<InferResponse> = {
     }
     for (const v of message.logprobs) {
       TokenLogprob.encode(v!, writer.uint32(66).fork()).join();
+    }
+    for (const v of message.toolCalls) {
+      ToolCall.encode(v!, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -1888,6 +2579,14 @@ export const InferResponse: MessageFns<InferResponse> = {
             message.logprobs.push(TokenLogprob.decode(reader, reader.uint32()));
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.toolCalls.push(ToolCall.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1920,6 +2619,11 @@ export const InferResponse: MessageFns<InferResponse> = {
       logprobs: globalThis.Array.isArray(object?.logprobs)
         ? object.logprobs.map((e: any) => TokenLogprob.fromJSON(e))
         : [],
+      toolCalls: globalThis.Array.isArray(object?.toolCalls)
+        ? object.toolCalls.map((e: any) => ToolCall.fromJSON(e))
+        : globalThis.Array.isArray(object?.tool_calls)
+        ? object.tool_calls.map((e: any) => ToolCall.fromJSON(e))
+        : [],
     };
   },
 
@@ -1949,6 +2653,9 @@ export const InferResponse: MessageFns<InferResponse> = {
     if (message.logprobs?.length) {
       obj.logprobs = message.logprobs.map((e) => TokenLogprob.toJSON(e));
     }
+    if (message.toolCalls?.length) {
+      obj.toolCalls = message.toolCalls.map((e) => ToolCall.toJSON(e));
+    }
     return obj;
   },
 
@@ -1967,12 +2674,24 @@ export const InferResponse: MessageFns<InferResponse> = {
       ? Timing.fromPartial(object.timing)
       : undefined;
     message.logprobs = object.logprobs?.map((e) => TokenLogprob.fromPartial(e)) || [];
+    message.toolCalls = object.toolCalls?.map((e) => ToolCall.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseInferStreamRequest(): InferStreamRequest {
-  return { model: "", prompt: "", context: [], parameters: undefined, requestId: "", messages: [], priority: 0 };
+  return {
+    model: "",
+    prompt: "",
+    context: [],
+    parameters: undefined,
+    requestId: "",
+    messages: [],
+    priority: 0,
+    tools: [],
+    toolChoice: undefined,
+    parallelToolCalls: undefined,
+  };
 }
 
 export const InferStreamRequest: MessageFns<InferStreamRequest> = {
@@ -1997,6 +2716,15 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
     }
     if (message.priority !== 0) {
       writer.uint32(56).int32(message.priority);
+    }
+    for (const v of message.tools) {
+      Tool.encode(v!, writer.uint32(66).fork()).join();
+    }
+    if (message.toolChoice !== undefined) {
+      ToolChoice.encode(message.toolChoice, writer.uint32(74).fork()).join();
+    }
+    if (message.parallelToolCalls !== undefined) {
+      writer.uint32(80).bool(message.parallelToolCalls);
     }
     return writer;
   },
@@ -2070,6 +2798,30 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
             message.priority = reader.int32() as any;
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.tools.push(Tool.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.toolChoice = ToolChoice.decode(reader, reader.uint32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.parallelToolCalls = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2097,6 +2849,17 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
         ? object.messages.map((e: any) => ChatMessage.fromJSON(e))
         : [],
       priority: isSet(object.priority) ? priorityFromJSON(object.priority) : 0,
+      tools: globalThis.Array.isArray(object?.tools) ? object.tools.map((e: any) => Tool.fromJSON(e)) : [],
+      toolChoice: isSet(object.toolChoice)
+        ? ToolChoice.fromJSON(object.toolChoice)
+        : isSet(object.tool_choice)
+        ? ToolChoice.fromJSON(object.tool_choice)
+        : undefined,
+      parallelToolCalls: isSet(object.parallelToolCalls)
+        ? globalThis.Boolean(object.parallelToolCalls)
+        : isSet(object.parallel_tool_calls)
+        ? globalThis.Boolean(object.parallel_tool_calls)
+        : undefined,
     };
   },
 
@@ -2123,6 +2886,15 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
     if (message.priority !== 0) {
       obj.priority = priorityToJSON(message.priority);
     }
+    if (message.tools?.length) {
+      obj.tools = message.tools.map((e) => Tool.toJSON(e));
+    }
+    if (message.toolChoice !== undefined) {
+      obj.toolChoice = ToolChoice.toJSON(message.toolChoice);
+    }
+    if (message.parallelToolCalls !== undefined) {
+      obj.parallelToolCalls = message.parallelToolCalls;
+    }
     return obj;
   },
 
@@ -2140,12 +2912,26 @@ export const InferStreamRequest: MessageFns<InferStreamRequest> = {
     message.requestId = object.requestId ?? "";
     message.messages = object.messages?.map((e) => ChatMessage.fromPartial(e)) || [];
     message.priority = object.priority ?? 0;
+    message.tools = object.tools?.map((e) => Tool.fromPartial(e)) || [];
+    message.toolChoice = (object.toolChoice !== undefined && object.toolChoice !== null)
+      ? ToolChoice.fromPartial(object.toolChoice)
+      : undefined;
+    message.parallelToolCalls = object.parallelToolCalls ?? undefined;
     return message;
   },
 };
 
 function createBaseInferStreamResponse(): InferStreamResponse {
-  return { requestId: "", model: "", text: "", finishReason: 0, usage: undefined, timing: undefined, logprobs: [] };
+  return {
+    requestId: "",
+    model: "",
+    text: "",
+    finishReason: 0,
+    usage: undefined,
+    timing: undefined,
+    logprobs: [],
+    toolCalls: [],
+  };
 }
 
 export const InferStreamResponse: MessageFns<InferStreamResponse> = {
@@ -2170,6 +2956,9 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
     }
     for (const v of message.logprobs) {
       TokenLogprob.encode(v!, writer.uint32(58).fork()).join();
+    }
+    for (const v of message.toolCalls) {
+      ToolCallDelta.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -2243,6 +3032,14 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
             message.logprobs.push(TokenLogprob.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.toolCalls.push(ToolCallDelta.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2274,6 +3071,11 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
       logprobs: globalThis.Array.isArray(object?.logprobs)
         ? object.logprobs.map((e: any) => TokenLogprob.fromJSON(e))
         : [],
+      toolCalls: globalThis.Array.isArray(object?.toolCalls)
+        ? object.toolCalls.map((e: any) => ToolCallDelta.fromJSON(e))
+        : globalThis.Array.isArray(object?.tool_calls)
+        ? object.tool_calls.map((e: any) => ToolCallDelta.fromJSON(e))
+        : [],
     };
   },
 
@@ -2300,6 +3102,9 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
     if (message.logprobs?.length) {
       obj.logprobs = message.logprobs.map((e) => TokenLogprob.toJSON(e));
     }
+    if (message.toolCalls?.length) {
+      obj.toolCalls = message.toolCalls.map((e) => ToolCallDelta.toJSON(e));
+    }
     return obj;
   },
 
@@ -2317,6 +3122,7 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
       ? Timing.fromPartial(object.timing)
       : undefined;
     message.logprobs = object.logprobs?.map((e) => TokenLogprob.fromPartial(e)) || [];
+    message.toolCalls = object.toolCalls?.map((e) => ToolCallDelta.fromPartial(e)) || [];
     return message;
   },
 };
@@ -2332,6 +3138,8 @@ function createBaseModelCapabilities(): ModelCapabilities {
     chat: false,
     logprobs: false,
     constrainedOutput: false,
+    tools: false,
+    toolsConstrained: false,
   };
 }
 
@@ -2363,6 +3171,12 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     }
     if (message.constrainedOutput !== false) {
       writer.uint32(72).bool(message.constrainedOutput);
+    }
+    if (message.tools !== false) {
+      writer.uint32(80).bool(message.tools);
+    }
+    if (message.toolsConstrained !== false) {
+      writer.uint32(88).bool(message.toolsConstrained);
     }
     return writer;
   },
@@ -2452,6 +3266,22 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
             message.constrainedOutput = reader.bool();
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.tools = reader.bool();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.toolsConstrained = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2497,6 +3327,12 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
         : isSet(object.constrained_output)
         ? globalThis.Boolean(object.constrained_output)
         : false,
+      tools: isSet(object.tools) ? globalThis.Boolean(object.tools) : false,
+      toolsConstrained: isSet(object.toolsConstrained)
+        ? globalThis.Boolean(object.toolsConstrained)
+        : isSet(object.tools_constrained)
+        ? globalThis.Boolean(object.tools_constrained)
+        : false,
     };
   },
 
@@ -2529,6 +3365,12 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     if (message.constrainedOutput !== false) {
       obj.constrainedOutput = message.constrainedOutput;
     }
+    if (message.tools !== false) {
+      obj.tools = message.tools;
+    }
+    if (message.toolsConstrained !== false) {
+      obj.toolsConstrained = message.toolsConstrained;
+    }
     return obj;
   },
 
@@ -2546,6 +3388,8 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     message.chat = object.chat ?? false;
     message.logprobs = object.logprobs ?? false;
     message.constrainedOutput = object.constrainedOutput ?? false;
+    message.tools = object.tools ?? false;
+    message.toolsConstrained = object.toolsConstrained ?? false;
     return message;
   },
 };

@@ -1,0 +1,287 @@
+"""Tool calling: the rules a request's tools must satisfy, the grammar its calls are
+decoded under, and the prompt the model sees them in.
+
+The call syntax is Hermes' (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`),
+the documented default for chat templates that know no tools: a system-prompt section
+lists the tools and the syntax (as llama.cpp falls back to a generic format). Where the
+backend constrains its output (llguidance), the calls are a Lark grammar whose arguments
+are each tool's JSON Schema (`%json`), so a call that starts is always a valid call:
+`required` and a named tool allow calls only, `auto` allows free text up to the moment
+the model opens a call and nothing but calls after it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jsonschema
+
+from inferwire.core.errors import FieldViolation
+from inferwire.core.types import (
+    ChatMessage,
+    ConstraintKind,
+    InferenceRequest,
+    OutputConstraint,
+    Tool,
+    ToolChoice,
+    ToolChoiceMode,
+)
+
+CALL_OPEN = "<tool_call>"
+CALL_CLOSE = "</tool_call>"
+MAX_TOOLS = 128
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
+_EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+
+
+def choice_of(request: InferenceRequest) -> ToolChoiceMode | str:
+    """What the request lets the model do: a mode, or the one function it must call."""
+    choice = request.tool_choice or ToolChoice()
+    if not request.tools:
+        return ToolChoiceMode.NONE
+    return choice.function or choice.mode
+
+
+def parameters_schema(tool: Tool) -> dict[str, Any]:
+    """The tool's parameter schema (an object with no properties when it has none)."""
+    if not tool.parameters:
+        return dict(_EMPTY_PARAMETERS)
+    schema = json.loads(tool.parameters)
+    assert isinstance(schema, dict)  # validated by tool_violations
+    return schema
+
+
+def tool_violations(request: InferenceRequest) -> Iterator[FieldViolation]:
+    """Every tool, the tool choice and the messages' calls, named by their fields."""
+    names: set[str] = set()
+    if len(request.tools) > MAX_TOOLS:
+        yield FieldViolation("tools", f"has {len(request.tools)} entries; at most {MAX_TOOLS}")
+    for index, tool in enumerate(request.tools):
+        if not _NAME.fullmatch(tool.name):
+            yield FieldViolation(
+                f"tools[{index}].name",
+                "must be 1 to 64 characters: letters, digits, '_' and '-'",
+            )
+        elif tool.name in names:
+            yield FieldViolation(f"tools[{index}].name", f"{tool.name!r} is given twice")
+        names.add(tool.name)
+        if (problem := _schema_problem(tool.parameters)) is not None:
+            yield FieldViolation(f"tools[{index}].parameters_json_schema", problem)
+    choice = request.tool_choice
+    if choice is not None and choice.function and choice.function not in names:
+        yield FieldViolation("tool_choice.function_name", f"names no tool: {choice.function!r}")
+    elif choice is not None and not request.tools and choice.mode is ToolChoiceMode.REQUIRED:
+        yield FieldViolation("tool_choice", "requires tools")
+    if request.tools and request.params.constraint is not None:
+        yield FieldViolation(request.params.constraint.field, "cannot be combined with tools")
+    yield from _message_violations(request.messages)
+
+
+def _schema_problem(text: str) -> str | None:
+    if not text:
+        return None
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        return f"is not JSON: {exc}"
+    if not isinstance(schema, dict):
+        return "must be a JSON Schema object"
+    if schema.get("type", "object") != "object":
+        return "must describe an object (`type: object`): arguments are named"
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return f"is not a valid JSON Schema: {exc.message}"
+    return None
+
+
+def _message_violations(messages: Sequence[ChatMessage]) -> Iterator[FieldViolation]:
+    ids: set[str] = set()
+    for index, message in enumerate(messages):
+        for call_index, call in enumerate(message.tool_calls):
+            where = f"messages[{index}].tool_calls[{call_index}]"
+            if message.role != "assistant":
+                yield FieldViolation(f"messages[{index}].tool_calls", "only assistants call")
+                break
+            if not call.id:
+                yield FieldViolation(f"{where}.id", "must be non-empty")
+            if not _NAME.fullmatch(call.name):
+                yield FieldViolation(f"{where}.name", "must be a function name")
+            try:
+                json.loads(call.arguments or "{}")
+            except ValueError:
+                yield FieldViolation(f"{where}.arguments_json", "must be JSON text")
+            ids.add(call.id)
+        if message.role == "tool" and message.tool_call_id not in ids:
+            yield FieldViolation(
+                f"messages[{index}].tool_call_id",
+                "matches no call of an earlier assistant message",
+            )
+        elif message.role != "tool" and message.tool_call_id:
+            yield FieldViolation(f"messages[{index}].tool_call_id", "only tool messages have one")
+
+
+def offered(request: InferenceRequest) -> tuple[Tool, ...]:
+    """The tools the model may call: the named one, all, or none (`tool_choice: none`)."""
+    choice = choice_of(request)
+    if choice is ToolChoiceMode.NONE:
+        return ()
+    if isinstance(choice, str):
+        return tuple(tool for tool in request.tools if tool.name == choice)
+    return request.tools
+
+
+def call_schema(tool: Tool) -> dict[str, Any]:
+    """A call of `tool` as one JSON object: its name first, so a stream can say it first."""
+    return {
+        "type": "object",
+        "properties": {"name": {"const": tool.name}, "arguments": closed(parameters_schema(tool))},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+_SUBSCHEMAS = ("items", "additionalItems", "contains", "not", "if", "then", "else")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+
+
+def closed(schema: Any) -> Any:
+    """`schema` with objects that list properties but leave `additionalProperties` unset
+    closed to those (as xgrammar's strict mode, vLLM's default, reads them): what it allows
+    is a subset of what the caller's schema allows, so every call still validates, and a
+    model cannot write keys of its own until max_tokens (SDKs such as LangChain's drop
+    `additionalProperties: false` from the schemas they send). Not inside `allOf`, whose
+    branches each see only some of the properties."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if "properties" in out and not {"additionalProperties", "patternProperties"} & out.keys():
+        out["additionalProperties"] = False
+    for key in _SUBSCHEMAS:
+        if key in out:
+            out[key] = closed(out[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(item) for item in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(value) for name, value in out[key].items()}
+    return out
+
+
+def tool_grammar(request: InferenceRequest) -> OutputConstraint | None:
+    """The Lark grammar (llguidance's dialect) the answer must match, None without tools."""
+    tools, choice = offered(request), choice_of(request)
+    if not tools:
+        return None
+    rules = []
+    for index, tool in enumerate(tools):
+        schema = {"x-guidance": {"whitespace_flexible": False}, **call_schema(tool)}
+        rules.append(f'call_{index}: "{CALL_OPEN}" %json {json.dumps(schema)} "{CALL_CLOSE}"')
+    alternatives = " | ".join(f"call_{index}" for index in range(len(tools)))
+    calls = "call+" if request.parallel_tool_calls else "call"
+    if choice is ToolChoiceMode.AUTO:
+        # Free text that never spells the opening tag, then calls only: llguidance ends
+        # the text lexeme where the tag starts (the lazy trigger of llama.cpp's grammars).
+        calls = "call*" if request.parallel_tool_calls else "call?"
+        start = f"start: TEXT {calls}\nTEXT: /(.|\\n)*/ & ~/(.|\\n)*{CALL_OPEN}(.|\\n)*/"
+    else:
+        start = f"start: {calls}"
+    grammar = "\n".join([start, f"call: {alternatives}", *rules]) + "\n"
+    names = {tool.name: index for index, tool in enumerate(request.tools)}
+    parts = tuple(
+        (f"tools[{names[tool.name]}].parameters_json_schema", json.dumps(parameters_schema(tool)))
+        for tool in tools
+    )
+    return OutputConstraint(ConstraintKind.LARK_GRAMMAR, grammar, origin="tools", parts=parts)
+
+
+def tools_section(tools: Sequence[Tool], choice: ToolChoiceMode | str) -> str:
+    """The system-prompt section that offers the tools in Hermes' syntax."""
+    listed = "\n".join(json.dumps(function) for function in hf_tools(tools))
+    must = (
+        "You must call a tool."
+        if choice is not ToolChoiceMode.AUTO
+        else "Call a tool when it helps; otherwise answer in text."
+    )
+    return (
+        "# Tools\n\nYou may call one or more functions. The functions are listed in "
+        f"<tools></tools>:\n<tools>\n{listed}\n</tools>\n\n{must} For each call, answer "
+        f"a JSON object with the name and arguments in {CALL_OPEN}{CALL_CLOSE} tags:\n"
+        f'{CALL_OPEN}{{"name": <function-name>, "arguments": <args-json-object>}}{CALL_CLOSE}'
+    )
+
+
+def hf_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    """Tools as Hugging Face's chat templates take them (OpenAI's function objects)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": parameters_schema(tool),
+            },
+        }
+        for tool in tools
+    ]
+
+
+def hf_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as Hugging Face's chat templates take them: calls with their arguments as
+    objects, tool results with the id of the call they answer."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        entry: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.tool_calls:
+            entry["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": json.loads(call.arguments or "{}"),
+                    },
+                }
+                for call in message.tool_calls
+            ]
+        if message.tool_call_id:
+            entry["tool_call_id"] = message.tool_call_id
+        out.append(entry)
+    return out
+
+
+def format_call(name: str, arguments: str) -> str:
+    """One call in the syntax the model writes it in (for earlier assistant turns)."""
+    args = json.loads(arguments or "{}")
+    text = json.dumps({"name": name, "arguments": args}, separators=(",", ":"))
+    return CALL_OPEN + text + CALL_CLOSE
+
+
+def messages_with_tools(request: InferenceRequest) -> tuple[ChatMessage, ...]:
+    """The conversation as a template that knows no tools takes it: the tools section in
+    the system message, earlier calls as the assistant's text, tool results as user turns
+    in `<tool_response>` tags (as Hermes' and Qwen's templates render them)."""
+    messages = [_plain(message) for message in request.messages]
+    tools = offered(request)
+    if tools:
+        section = tools_section(tools, choice_of(request))
+        if messages and messages[0].role == "system":
+            messages[0] = ChatMessage("system", messages[0].content + "\n\n" + section)
+        else:
+            messages.insert(0, ChatMessage("system", section))
+    return tuple(messages)
+
+
+def _plain(message: ChatMessage) -> ChatMessage:
+    if message.role == "tool":
+        return ChatMessage("user", f"<tool_response>\n{message.content}\n</tool_response>")
+    if message.tool_calls:
+        calls = "\n".join(format_call(call.name, call.arguments) for call in message.tool_calls)
+        content = f"{message.content}\n{calls}" if message.content else calls
+        return ChatMessage(message.role, content)
+    return message

@@ -1,0 +1,134 @@
+"""Random JSON Schemas for tool parameters, and the property every call must hold.
+
+Small on purpose (a CI budget): objects of up to three fields, nested objects, arrays,
+enums, bounded integers and numbers, strings with a length bound or a pattern, required
+and optional fields. Strings and arrays are bounded because a model under a grammar may
+otherwise write one value until max_tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import openai
+
+_PATTERNS = ("[a-z]{1,4}", "[A-Z][a-z]{0,3}", "[0-9]{2}-[0-9]{2}", "(yes|no)")
+
+
+def random_schema(rng: random.Random, depth: int = 0) -> dict[str, Any]:
+    """An object schema of one to three fields."""
+    names = rng.sample(["city", "count", "when", "tags", "unit", "ok", "inner", "level"], 3)
+    properties = {name: _value(rng, depth) for name in names[: rng.randint(1, 3)]}
+    required = [name for name in properties if rng.random() < 0.7]
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _value(rng: random.Random, depth: int) -> dict[str, Any]:
+    kind = rng.choice(
+        ["string", "pattern", "integer", "number", "enum", "boolean", "array"]
+        + (["object"] if depth == 0 else [])
+    )
+    if kind == "string":
+        return {"type": "string", "maxLength": rng.randint(1, 6)}
+    if kind == "pattern":
+        return {"type": "string", "pattern": f"^{rng.choice(_PATTERNS)}$"}
+    if kind == "integer":
+        low = rng.randint(-50, 50)
+        return {"type": "integer", "minimum": low, "maximum": low + rng.randint(0, 100)}
+    if kind == "number":
+        return {
+            "type": "number",
+            "minimum": 0,
+            "maximum": rng.choice([1, 10, 100]),
+            "multipleOf": 0.5,
+        }
+    if kind == "enum":
+        return {
+            "enum": rng.sample(
+                ["red", "green", "blue", "north", "south", 3, True], rng.randint(1, 3)
+            )
+        }
+    if kind == "boolean":
+        return {"type": "boolean"}
+    if kind == "array":
+        item = rng.choice([{"type": "integer", "minimum": 0, "maximum": 9}, {"enum": ["a", "b"]}])
+        return {"type": "array", "items": item, "minItems": 0, "maxItems": 2}
+    return random_schema(rng, depth + 1)
+
+
+@dataclass
+class Counts:
+    """What a property run checked."""
+
+    schemas: int = 0
+    calls: int = 0
+    validated: int = 0
+    stream_matches: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+async def check_schema(
+    client: openai.AsyncOpenAI, model: str, schema: dict[str, Any], seed: int, counts: Counts
+) -> None:
+    """One schema, `tool_choice: required` at temperature 1: the unary answer's call
+    validates, and the stream's fragments, accumulated, are the same call."""
+    asked: Any = dict(
+        model=model,
+        messages=[{"role": "user", "content": "Call the tool."}],
+        tools=[{"type": "function", "function": {"name": "tool", "parameters": schema}}],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        temperature=1.0,
+        seed=seed,
+        max_tokens=400,
+    )
+    unary = (await client.chat.completions.create(**asked)).choices[0]
+    counts.schemas += 1
+    if unary.finish_reason != "tool_calls" or not unary.message.tool_calls:
+        counts.failures.append(f"{seed}: finish {unary.finish_reason} for {json.dumps(schema)}")
+        return
+    call = unary.message.tool_calls[0]
+    counts.calls += 1
+    try:
+        jsonschema.validate(json.loads(call.function.arguments), schema)
+    except (ValueError, jsonschema.ValidationError) as exc:
+        counts.failures.append(f"{seed}: {call.function.arguments!r} invalid: {exc}")
+        return
+    counts.validated += 1
+    streamed = ""
+    async for chunk in await client.chat.completions.create(**asked, stream=True):
+        for delta in (chunk.choices[0].delta.tool_calls or ()) if chunk.choices else ():
+            streamed += delta.function.arguments or "" if delta.function else ""
+    if streamed == call.function.arguments:
+        counts.stream_matches += 1
+    else:
+        counts.failures.append(f"{seed}: streamed {streamed!r} != {call.function.arguments!r}")
+
+
+async def run_property(
+    base_url: str, model: str, schemas: int, first_seed: int, concurrency: int = 4
+) -> Counts:
+    """`schemas` random schemas through `model`, `concurrency` at a time."""
+    counts = Counts()
+    rng = random.Random(first_seed)
+    work = [(random_schema(rng), first_seed + index) for index in range(schemas)]
+    gate = asyncio.Semaphore(concurrency)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+
+    async def one(schema: dict[str, Any], seed: int) -> None:
+        async with gate:
+            await check_schema(client, model, schema, seed, counts)
+
+    async with client:
+        await asyncio.gather(*(one(schema, seed) for schema, seed in work))
+    return counts
