@@ -84,7 +84,7 @@ class PeerModel:
     # Requests per cell at each concurrency, and rounds: a 135M model's token costs ~20x
     # the demo's, so its run is smaller to stay near the demo run's length (~10 minutes).
     requests: tuple[tuple[int, int], ...] = ((1, 24), (8, 64), (32, 128))
-    rounds: int = 2
+    rounds: int = 1
 
 
 def demo_model(gguf: Path) -> PeerModel:

@@ -26,9 +26,28 @@ from tests.support.process import ServerProcess, start_serving_server, stop_serv
 
 GGUF = os.path.join(os.path.dirname(__file__), "..", "..", ".cache", "smollm2")
 Q4_1 = os.path.abspath(os.path.join(GGUF, "SmolLM2-135M-Instruct.Q4_1.gguf"))
-# Its dequantized twin: where reading a prefix from the cache gives the very tokens that
-# computing it does (on Q4_1 a near-tie flips in about half the turns: docs/llama_cpp.md).
+# Its dequantized twin (made here by llama.cpp's own quantizer, as llama-quantize makes it
+# for scripts/smollm2_reference.py): where reading a prefix from the cache gives the very
+# tokens that computing it does (on Q4_1 a near-tie flips in about half the turns:
+# docs/llama_cpp.md).
 F32 = os.path.abspath(os.path.join(GGUF, "SmolLM2-135M-Instruct.F32.gguf"))
+
+
+def _dequantized(source: str, target: str) -> None:
+    import ctypes
+
+    import llama_cpp
+
+    if os.path.isfile(target):
+        return
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype, params.allow_requantize = llama_cpp.LLAMA_FTYPE_ALL_F32, True
+    partial = f"{target}.partial"
+    code = llama_cpp.llama_model_quantize(source.encode(), partial.encode(), ctypes.byref(params))
+    assert code == 0, f"llama_model_quantize failed ({code})"
+    os.replace(partial, target)
+
+
 DEMO_GGUF = str(Path(__file__).resolve().parents[2] / "bench" / "models" / "demo-q8_0.gguf")
 FIGURES = "real model: the llama-cpp backend on SmolLM2's GGUF"
 SLOT_TOKENS = 1024
@@ -53,11 +72,12 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
         if os.environ.get("INFERWIRE_REQUIRE_REALMODEL") == "1":
             pytest.fail(why)
         pytest.skip(why)
-    if missing := [p for p in (Q4_1, F32) if not os.path.isfile(p)]:
-        why = f"{', '.join(missing)} missing: run `make realmodel-models`"
+    if not os.path.isfile(Q4_1):
+        why = f"{Q4_1} missing: run `make realmodel-models`"
         if os.environ.get("INFERWIRE_REQUIRE_REALMODEL") == "1":
             pytest.fail(why)
         pytest.skip(why)
+    _dequantized(Q4_1, F32)
     options = {"path": Q4_1, "slot_tokens": SLOT_TOKENS}
     f32 = {"path": F32, "slot_tokens": SLOT_TOKENS}
     models = [
@@ -263,3 +283,36 @@ async def test_the_sampler_chain_honours_penalty_length_and_seed(llama_stub):
         for seed in (7, 7, 8)
     ]
     assert seeded[0] == seeded[1] != seeded[2], seeded
+
+
+def test_tools_are_taken_and_any_call_is_checked(llama_server):
+    # Not constrained here: the answer is text, or calls that parsed and validated.
+    body = {
+        "model": "smollm2-llama",
+        "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}},
+                        "required": ["city"],
+                    },
+                },
+            }
+        ],
+        "temperature": 0,
+        "max_tokens": 64,
+    }
+    reply = httpx.post(f"{llama_server.http_url}/v1/chat/completions", json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    choice = reply.json()["choices"][0]
+    calls = choice["message"].get("tool_calls") or []
+    assert choice["finish_reason"] == ("tool_calls" if calls else "stop") or (
+        choice["finish_reason"] == "length" and not calls
+    ), choice
+    for call in calls:
+        assert call["function"]["name"] == "get_weather"
+        assert isinstance(json.loads(call["function"]["arguments"])["city"], str)

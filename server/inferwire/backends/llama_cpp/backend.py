@@ -140,6 +140,9 @@ class LlamaCppBackend(Backend):
             context_length=slot,
             max_output_tokens=max_output,
             chat=template is not None,
+            # Calls parsed from the output and checked against their schemas (core/tools.py):
+            # llama.cpp's grammars are not driven from JSON schemas here, so not constrained.
+            tools=template is not None,
         )
         return self.loaded_facts(limits, capabilities)
 
