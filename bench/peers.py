@@ -204,8 +204,23 @@ def measure(options: RunOptions, model: PeerModel | None = None) -> dict[str, An
     model = model or demo_model(tools.gguf)
     rounds = options.size(model.rounds, 1)
     server_cpus, tool_cpus = split_cores()
-    threads = len(server_cpus)
+    every_cpu = os.sched_getaffinity(0)
     os.sched_setaffinity(0, tool_cpus)  # this process, its sampler and its clients
+    try:
+        return _measure(options, model, tools, rounds, server_cpus, tool_cpus)
+    finally:
+        os.sched_setaffinity(0, every_cpu)  # the next scenario splits the CPUs again
+
+
+def _measure(
+    options: RunOptions,
+    model: PeerModel,
+    tools: Any,
+    rounds: int,
+    server_cpus: list[int],
+    tool_cpus: list[int],
+) -> dict[str, Any]:
+    threads = len(server_cpus)
     data: dict[str, Any] = {"setup": tools.steps, "gguf_sha256": sha256_of(model.gguf)}
     data["cores"] = {"servers": server_cpus, "load_tool": tool_cpus}
     with contextlib.ExitStack() as stack:
