@@ -76,6 +76,8 @@ class GgufModel:
         self.eog_tokens = frozenset(
             token for token in range(self.vocab_size) if llama.llama_vocab_is_eog(self.vocab, token)
         )
+        # Read once: every ListModels and metrics scrape multiplies cached tokens by it.
+        self.kv_bytes_per_token = self._kv_bytes_per_token()
 
     def close(self) -> None:
         llama.llama_model_free(self.model)
@@ -124,7 +126,7 @@ class GgufModel:
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(token) for token in tokens).decode("utf-8", errors="replace")
 
-    def kv_bytes_per_token(self) -> int:
+    def _kv_bytes_per_token(self) -> int:
         """K and V in f16 for every layer: what one cached token costs."""
         layers = int(self._int_metadata("block_count"))
         heads = self._int_metadata("attention.head_count")

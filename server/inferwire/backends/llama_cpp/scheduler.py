@@ -119,7 +119,7 @@ class Scheduler:
         return PromptCacheStats(
             len(cached),
             tokens,
-            tokens * self._model.kv_bytes_per_token(),
+            tokens * self._model.kv_bytes_per_token,
             self._prompt_tokens_total,
             self._reused_tokens_total,
         )
