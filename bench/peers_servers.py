@@ -67,6 +67,11 @@ def pinned(cpus: list[int]) -> list[str]:
     return ["taskset", "-c", ",".join(str(c) for c in cpus)]
 
 
+# llama-server's default --cache-ram (common.h's cache_ram_mib): conversations saved from its
+# slots to host memory; inferwire's llama-cpp backend gets the same room.
+LLAMA_SERVER_CACHE_RAM_MIB = 8192
+
+
 @dataclass(frozen=True)
 class LlamaServer:
     pid: int
@@ -176,6 +181,7 @@ def inferwire_llama(
         "slot_tokens": slot_tokens,
         "threads": threads,
         "repetition_penalty": repeat_penalty,
+        "prompt_cache_ram_mib": LLAMA_SERVER_CACHE_RAM_MIB,
     }
     with _serving(model, "llama-cpp", slots, options, cpus) as server:
         yield server

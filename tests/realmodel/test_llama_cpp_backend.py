@@ -92,6 +92,12 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
         # The same file without reuse: what a prompt gives computed from its first token.
         {"name": "smollm2-f32-llama-fresh", "backend": "llama-cpp", "load_on_startup": True,
          "max_concurrency": 1, "options": {**f32, "prompt_cache": False}},
+        # Two slots for more conversations: those given up are saved to host memory, with
+        # room for all of them, or for less than one.
+        {"name": "smollm2-f32-llama-saved", "backend": "llama-cpp", "load_on_startup": True,
+         "max_concurrency": 2, "options": {**f32, "prompt_cache_ram_mib": 64}},
+        {"name": "smollm2-f32-llama-1mib", "backend": "llama-cpp", "load_on_startup": True,
+         "max_concurrency": 2, "options": {**f32, "prompt_cache_ram_mib": 1}},
     ]  # fmt: skip
     config = tmp_path_factory.mktemp("llama-cpp") / "inferwire.yaml"
     config.write_text(json.dumps({"models": models}))
@@ -174,6 +180,51 @@ def _reused_share(detail: str) -> int:
     found = re.search(r"(\d+)% of prompt tokens reused", detail)
     assert found, detail
     return int(found[1])
+
+
+def _cache_metrics(server: ServerProcess, model: str) -> dict[str, float]:
+    metrics = httpx.get(f"{server.http_url}/metrics", timeout=10).text
+    pattern = rf'^(inferwire_prompt_cache_\w+)\{{model="{model}"\}} (\S+)$'
+    return {name: float(value) for name, value in re.findall(pattern, metrics, re.M)}
+
+
+async def test_more_conversations_than_slots_come_back_from_host_memory(llama_stub, llama_server):
+    # Five conversations in turn on two slots: each takes the least recently used slot,
+    # whose conversation is saved first; the next round finds every one saved or in a slot.
+    model, slots = "smollm2-f32-llama-saved", 2
+    prompts = [[("user", q)] for q in QUESTIONS[:5]]
+    first = [await _answer(llama_stub, p, max_tokens=8, model=model) for p in prompts]
+    before = _cache_metrics(llama_server, model)
+    again = [await _answer(llama_stub, p, max_tokens=8, model=model) for p in prompts]
+    after = _cache_metrics(llama_server, model)
+    assert again == first
+    read = (
+        after["inferwire_prompt_cache_prompt_tokens_total"]
+        - (before["inferwire_prompt_cache_prompt_tokens_total"])
+    )
+    reused = (
+        after["inferwire_prompt_cache_reused_tokens_total"]
+        - (before["inferwire_prompt_cache_reused_tokens_total"])
+    )
+    # All but each prompt's last token, whose logits give the first token.
+    assert reused == read - len(prompts), (reused, read)
+    detail = (await _status(llama_stub, model)).detail
+    assert "prompt cache: 5 conversations" in detail, detail
+    figures.record(
+        FIGURES,
+        f"{len(prompts)} conversations on {slots} slots, second round: {reused:.0f} of "
+        f"{read:.0f} prompt tokens from the cache, answers identical",
+    )
+
+    # With 1 MiB, at most one given-up conversation fits (23 KiB a token): the rest are
+    # evicted oldest first and the store stays within its bound.
+    small = "smollm2-f32-llama-1mib"
+    for _ in range(2):
+        for p in prompts:
+            await _answer(llama_stub, p, max_tokens=8, model=small)
+    bounded = _cache_metrics(llama_server, small)
+    assert bounded["inferwire_prompt_cache_conversations"] < len(prompts), bounded
+    assert bounded["inferwire_prompt_cache_bytes"] <= slots * SLOT_TOKENS * 23 * 1024 + 2**20
 
 
 async def test_metrics_count_the_tokens_the_cache_saved(llama_stub, llama_server):

@@ -41,6 +41,7 @@ from inferwire.core.types import (
 )
 
 log = logging.getLogger(__name__)
+MIB = 1024 * 1024
 
 
 class LlamaCppOptions(BackendOptions):
@@ -71,6 +72,11 @@ class LlamaCppOptions(BackendOptions):
     """Whether a request reads the prefix its prompt shares with a slot's cached tokens from
     the cache instead of computing it (llama-server's cache_prompt). Greedy output can
     differ in rare near-ties between the two (docs/llama_cpp.md)."""
+
+    prompt_cache_ram_mib: int = Field(default=1024, ge=0)
+    """Host memory for conversations saved from the slots when a slot is given to another
+    one, restored when they come back (llama-server's --cache-ram, 8192 there); 0: off.
+    Counted in the model's memory footprint."""
 
     chat_template: str | None = None
     """A chat template to use instead of the GGUF's own (a tokenizer_config.json or a Jinja
@@ -111,7 +117,10 @@ class LlamaCppBackend(Backend):
         shape = self._shape()
         kv = shape.slots * shape.slot_tokens * 32 * 1024
         detail = f"GGUF file + KV cache of {shape.slots} x {shape.slot_tokens} tokens"
-        return Footprint("cpu", size + kv, detail=detail)
+        saved = self.options.prompt_cache_ram_mib * MIB if self.options.prompt_cache else 0
+        if saved:
+            detail += f" + {self.options.prompt_cache_ram_mib} MiB of saved conversations"
+        return Footprint("cpu", size + kv + saved, detail=detail)
 
     async def load(self) -> ModelFacts:
         model = await asyncio.to_thread(GgufModel, self.model_path)
@@ -120,7 +129,13 @@ class LlamaCppBackend(Backend):
             shape = self._shape()
             interval = self.options.stream_interval_ms / 1e3
             scheduler = await asyncio.to_thread(
-                Scheduler, model, shape, self.model_name, interval, self.options.prompt_cache
+                Scheduler,
+                model,
+                shape,
+                self.model_name,
+                interval,
+                self.options.prompt_cache,
+                self.options.prompt_cache_ram_mib * MIB,
             )
         except BaseException:
             model.close()

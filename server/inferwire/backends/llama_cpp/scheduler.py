@@ -7,12 +7,14 @@ so 32 streams read the weights once per step, not 32 times.
 
 Slots and their cache. The context has one KV stream per slot (`kv_unified` off). A slot
 keeps what its last request left in its stream after that request ends. A new request
-takes the free slot whose cached tokens share the longest prefix with its prompt (the
-least recently used among equals), drops the rest of that cache and reads only the part
-of its prompt past the shared prefix: the next turn of a conversation, whose prompt is
-the whole history, reads only the new messages. This is llama-server's `cache_prompt`.
-The cache costs no memory beyond the context itself, which is allocated in full at load
-(slots x slot_tokens); a slot's cache is given up whenever a request needs that slot.
+takes the free slot whose cached tokens hold more than half its prompt (the most, if
+several do), or else the least recently used free slot, drops the rest of that slot's
+cache and reads only the part of its prompt past the shared prefix: the next turn of a
+conversation, whose prompt is the whole history, reads only the new messages. This is
+llama-server's `cache_prompt` and its slot choice (`--slot-prompt-similarity 0.5`): a
+prompt that shares a token or two with a conversation does not take that conversation's
+slot. A slot about to lose most of its cache saves it to host memory first, and a prompt
+that a saved conversation continues gets it back (saved_prompts.py).
 
 Flow control (threaded/shared_thread.py): a request whose consumer has `BUFFERED_DELTAS`
 undelivered deltas sits out the steps until its consumer reads down to `RESUME_AT`; its KV
@@ -32,6 +34,7 @@ import llama_cpp as llama
 
 from inferwire.backends.llama_cpp.model import ContextShape, GgufModel
 from inferwire.backends.llama_cpp.sampling import PreparedRequest, TokenPicker
+from inferwire.backends.llama_cpp.saved_prompts import SavedPrompts, shared_prefix
 from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
 from inferwire.backends.threaded.shared_thread import (
     BUFFERED_DELTAS,
@@ -44,6 +47,14 @@ from inferwire.core.threads import name_this_thread
 from inferwire.core.types import FinishReason, PromptCacheStats, TextDelta
 
 log = logging.getLogger(__name__)
+
+# A free slot is chosen for its cache when that holds more than this share of the prompt
+# (llama-server's --slot-prompt-similarity).
+SLOT_SIMILARITY = 0.5
+# A slot's cache is saved before a request keeps less than this share of it. llama-server
+# saves below a half; short chats that share a long system prompt keep more than that of
+# each other's cache, and would lose their own part.
+SAVE_BELOW_KEPT_SHARE = 0.75
 
 
 @dataclass(eq=False)
@@ -78,6 +89,7 @@ class Scheduler:
         name: str,
         stream_interval_s: float,
         reuse_prompts: bool = True,
+        saved_prompt_bytes: int = 0,
     ) -> None:
         self._model = model
         self._reuse_prompts = reuse_prompts
@@ -96,6 +108,11 @@ class Scheduler:
         self._context = model.new_context(shape)
         self._memory = llama.llama_get_memory(self._context)
         self._batch = llama.llama_batch_init(shape.batch_tokens, 0, 1)
+        self._saved = (
+            SavedPrompts(self._context, saved_prompt_bytes)
+            if reuse_prompts and saved_prompt_bytes > 0
+            else None
+        )
         self._warm_up()
         self._thread = threading.Thread(target=self._run, name=f"llama-cpp-{name}", daemon=True)
         self._thread.start()
@@ -116,12 +133,16 @@ class Scheduler:
     def cache_stats(self) -> PromptCacheStats:
         cached = [s.tokens for s in list(self._slots) if s.job is None and s.tokens]
         tokens = sum(len(t) for t in cached)
+        size = tokens * self._model.kv_bytes_per_token
+        conversations = len(cached)
+        if (saved := self._saved) is not None:  # read unlocked: figures, not decisions
+            conversations, tokens, size = (
+                conversations + len(saved),
+                tokens + saved.tokens,
+                size + saved.bytes,
+            )
         return PromptCacheStats(
-            len(cached),
-            tokens,
-            tokens * self._model.kv_bytes_per_token,
-            self._prompt_tokens_total,
-            self._reused_tokens_total,
+            conversations, tokens, size, self._prompt_tokens_total, self._reused_tokens_total
         )
 
     def running(self) -> int:
@@ -231,8 +252,7 @@ class Scheduler:
         prompt = prepared.prompt_ids
         picker.accept_prompt(prompt)
         free = [slot for slot in self._slots if slot.job is None]
-        slot = max(free, key=lambda s: (_shared_prefix(s.tokens, prompt), -s.last_used))
-        shared = _shared_prefix(slot.tokens, prompt) if self._reuse_prompts else 0
+        slot, shared = self._slot_for(prompt, free)
         # At least the prompt's last token is computed: its logits give the first token.
         reused = min(shared, len(prompt) - 1)
         llama.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
@@ -242,6 +262,25 @@ class Scheduler:
         self._uses += 1
         slot.job, slot.last_used = job, self._uses
         job.slot, job.pending, job.picker = slot, prompt[reused:], picker
+
+    def _slot_for(self, prompt: list[int], free: list[_Slot]) -> tuple[_Slot, int]:
+        """The slot for `prompt` and how many of its first tokens that slot then holds."""
+        if not self._reuse_prompts:
+            return min(free, key=lambda s: s.last_used), 0
+        similar = [(shared_prefix(s.tokens, prompt), s) for s in free]
+        shared, slot = max(similar, key=lambda pair: (pair[0], -pair[1].last_used))
+        if shared <= SLOT_SIMILARITY * len(prompt):
+            slot = min(free, key=lambda s: s.last_used)
+            shared = shared_prefix(slot.tokens, prompt)  # a system prompt, say
+        if (saved := self._saved) is None:
+            return slot, shared
+        if shared < SAVE_BELOW_KEPT_SHARE * len(slot.tokens):
+            saved.save(slot.seq_id, slot.tokens)
+        if (entry := saved.best(prompt, better_than=shared)) is not None:
+            restored = saved.restore(entry, slot.seq_id)
+            slot.tokens = entry.tokens if restored else []
+            shared = shared_prefix(slot.tokens, prompt)
+        return slot, shared
 
     def _step(self) -> None:
         batch, budget = self._batch, self.shape.batch_tokens
@@ -331,12 +370,3 @@ class Scheduler:
         batch.seq_id[0][0], batch.logits[0], batch.n_tokens = 0, True, 1
         llama.llama_decode(self._context, batch)
         llama.llama_memory_clear(self._memory, True)
-
-
-def _shared_prefix(cached: list[int], prompt: list[int]) -> int:
-    count = 0
-    for a, b in zip(cached, prompt, strict=False):
-        if a != b:
-            break
-        count += 1
-    return count
