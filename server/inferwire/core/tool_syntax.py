@@ -18,11 +18,12 @@ import json
 import re
 from dataclasses import dataclass
 
-from inferwire.core.tools import call_schema, choice_of, offered, parameters_schema
+from inferwire.core.tools import call_schema, choice_of, closed, offered, parameters_schema
 from inferwire.core.types import (
     ConstraintKind,
     InferenceRequest,
     OutputConstraint,
+    Tool,
     ToolChoiceMode,
     ToolSyntax,
 )
@@ -113,9 +114,8 @@ def tool_grammar(
     """The Lark grammar (llguidance's dialect) the answer must match, None without tools.
 
     `required` and a named tool allow calls only; `auto` allows free text that never spells
-    the syntax's trigger, then calls only (llguidance ends the text lexeme where the
-    trigger starts: the lazy trigger of llama.cpp's grammars); `parallel_tool_calls: false`
-    allows at most one call."""
+    the syntax's trigger, or text up to the trigger and calls only from there (the lazy
+    trigger of llama.cpp's grammars); `parallel_tool_calls: false` allows one call."""
     tools, choice = offered(request), choice_of(request)
     if not tools:
         return None
@@ -126,27 +126,54 @@ def tool_grammar(
         rules.append(f"call_{index}: %json {json.dumps(schema)}")
     alternatives = " | ".join(f"call_{index}" for index in range(len(tools)))
     parallel = request.parallel_tool_calls
-    auto = choice is ToolChoiceMode.AUTO
     if syntax is ToolSyntax.HERMES:
-        block = '"<tool_call>" call "</tool_call>"'
-        calls = "block" + (("*" if parallel else "?") if auto else ("+" if parallel else ""))
-        avoid = "<tool_call>"
+        opened = 'call "</tool_call>"' + (" block*" if parallel else "")
+        trigger = avoid = "<tool_call>"
+        required = "block+" if parallel else "block"
     elif syntax is ToolSyntax.LLAMA3_JSON:
-        block = f'"{PYTHON_TAG}"? call' + (' (";" call)*' if parallel else "")
-        calls = "block?" if auto else "block"
-        avoid = r'(\{"name"|<\|python_tag\|>)'
+        opened = 'call (";" call)*' if parallel else "call"
+        trigger, avoid = r"<\|python_tag\|>", r'(\{"name"|<\|python_tag\|>)'
+        required = f'"{PYTHON_TAG}"? {opened}'
     else:
-        block = f'"{MISTRAL_CALLS}" "[" call' + (' ("," call)*' if parallel else "") + ' "]"'
-        calls = "block?" if auto else "block"
-        avoid = r"\[TOOL_CALLS\]"
-    if auto:
-        start = f"start: TEXT {calls}\nTEXT: /(.|\\n)*/ & ~/(.|\\n)*{avoid}(.|\\n)*/"
+        opened = '"[" call ("," call)* "]"' if parallel else '"[" call "]"'
+        trigger = avoid = r"\[TOOL_CALLS\]"
+        required = f'"{MISTRAL_CALLS}" {opened}'
+    if choice is ToolChoiceMode.AUTO:
+        # Free text that never spells the trigger, or text up to the first trigger (a lazy
+        # lexeme: it ends there) and calls only after it (llama.cpp's lazy grammars). A
+        # greedy text lexeme would swallow the trigger's start and could not give it back.
+        lines = [
+            "start: TEXT | opened" + (" | named" if syntax is ToolSyntax.LLAMA3_JSON else ""),
+            f"opened: prefix {opened}",
+            f"prefix[lazy]: /(.|\\n)*{trigger}/",
+            f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*{avoid}(.|\\n)*/",
+        ]
+        if syntax is ToolSyntax.LLAMA3_JSON:  # a bare call: its `{"name"` is the trigger
+            lines += _llama3_named(tools, parallel)
     else:
-        start = f"start: {calls}"
-    grammar = "\n".join([start, f"block: {block}", f"call: {alternatives}", *rules]) + "\n"
+        lines = [f"start: {required}"]
+    if syntax is ToolSyntax.HERMES:
+        lines.append('block: "<tool_call>" call "</tool_call>"')
+    lines += [f"call: {alternatives}", *rules]
+    grammar = "\n".join(lines) + "\n"
     names = {tool.name: index for index, tool in enumerate(request.tools)}
     parts = tuple(
         (f"tools[{names[tool.name]}].parameters_json_schema", json.dumps(parameters_schema(tool)))
         for tool in tools
     )
     return OutputConstraint(ConstraintKind.LARK_GRAMMAR, grammar, origin="tools", parts=parts)
+
+
+def _llama3_named(tools: tuple[Tool, ...], parallel: bool) -> list[str]:
+    """Llama 3's bare call after text: a lazy prefix up to `{"name"`, then the rest of the
+    call, written out (the same compact JSON `%json` writes), then calls."""
+    lines = [
+        "named: name_prefix rest" + (' (";" call)*' if parallel else ""),
+        'name_prefix[lazy]: /(.|\\n)*\\{"name"/',
+        "rest: " + " | ".join(f"rest_{index}" for index in range(len(tools))),
+    ]
+    for index, tool in enumerate(tools):
+        head = json.dumps(":" + json.dumps(tool.name) + ',"parameters":')
+        schema = {"x-guidance": {"whitespace_flexible": False}, **closed(parameters_schema(tool))}
+        lines.append(f'rest_{index}: {head} %json {json.dumps(schema)} "}}"')
+    return lines
