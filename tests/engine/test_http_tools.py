@@ -24,6 +24,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from tests.support.process import ServerProcess, serving_with_config
+from tests.support.side_venvs import INSTRUCTOR, run_side_program
 from tests.support.waiting import wait_until
 
 WEATHER = {
@@ -186,6 +187,17 @@ def test_parse_with_a_pydantic_tool(client: openai.OpenAI) -> None:
     )
     call = answer.choices[0].message.tool_calls[0]  # type: ignore[index]
     assert isinstance(call.function.parsed_arguments, Weather)
+
+
+def test_instructor_gets_a_validated_object_in_its_default_tools_mode(
+    served: ServerProcess,
+) -> None:
+    """instructor pins `jiter<0.15`, which this virtualenv's openai cannot take: it runs in
+    a virtualenv of its own (tests/support/side_venvs.py), built on first use."""
+    program = Path(__file__).resolve().parents[1] / "support" / "instructor_client.py"
+    report = json.loads(run_side_program(INSTRUCTOR, program, served.http_url + "/v1", "demo"))
+    assert report["mode"] == "TOOLS"
+    assert set(report["weather"]) == {"city", "days"} and 1 <= report["weather"]["days"] <= 7
 
 
 def test_langchain_bind_tools_and_structured_output(served: ServerProcess) -> None:

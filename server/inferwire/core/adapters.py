@@ -34,7 +34,14 @@ from inferwire.core.errors import (
 from inferwire.core.memory import Footprint
 from inferwire.core.models import ManagedModel
 from inferwire.core.specs import ModelSpec
-from inferwire.core.types import BackendHealth, ChatMessage, ModelFacts, ModelState, Tool
+from inferwire.core.types import (
+    BackendHealth,
+    ChatMessage,
+    ModelFacts,
+    ModelState,
+    Tool,
+    ToolSyntax,
+)
 from inferwire.core.validation import require_model_name
 
 
@@ -91,6 +98,9 @@ class AdapterBackend(Backend):
         self, messages: Sequence[ChatMessage], tools: Sequence[Tool]
     ) -> str | None:
         return self.base.render_chat_with_tools(messages, tools)
+
+    def tool_syntax(self) -> ToolSyntax:
+        return self.base.tool_syntax()
 
     async def tokenize(self, text: str) -> list[int]:
         return await self.base.tokenize(text)

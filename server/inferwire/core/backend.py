@@ -39,6 +39,7 @@ from inferwire.core.types import (
     PromptCacheStats,
     TextDelta,
     Tool,
+    ToolSyntax,
 )
 
 GenerationEvents = AsyncGenerator[TextDelta | GenerationEnd, None]
@@ -216,9 +217,14 @@ class Backend(abc.ABC):
         self, messages: Sequence[ChatMessage], tools: Sequence[Tool]
     ) -> str | None:
         """The prompt of a conversation with tools where the model's chat template takes
-        them (Hugging Face's `tools`, calls in Hermes' `<tool_call>` syntax); None where it
-        does not, and the core renders them in its documented default (core/tools.py)."""
+        them (Hugging Face's `tools`, calls in a syntax core/tool_syntax.py knows); None
+        where it does not, and the core renders them in its documented default (Hermes')."""
         return None
+
+    def tool_syntax(self) -> ToolSyntax:
+        """The syntax the model writes calls in: its template's where
+        `render_chat_with_tools` renders them, else the default (Hermes')."""
+        return ToolSyntax.HERMES
 
     async def tokenize(self, text: str) -> list[int]:
         """The token ids the model sees for `text` (the Tokenize RPC).

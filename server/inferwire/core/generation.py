@@ -17,7 +17,8 @@ from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.models import ManagedModel
 from inferwire.core.record import RequestRecord
 from inferwire.core.stop_sequences import HeldLogprobs, StopSequenceMatcher
-from inferwire.core.tools import messages_with_tools, offered, tool_grammar
+from inferwire.core.tool_syntax import tool_grammar
+from inferwire.core.tools import messages_with_tools, offered
 from inferwire.core.types import (
     Capabilities,
     FinishReason,
@@ -53,8 +54,9 @@ def generation_request(
         violations.append(FieldViolation("tools", f"model {model.name!r} does not take tools"))
     if violations:
         raise InvalidArgumentError(violations)
+    syntax = model.backend.tool_syntax()
     if tools and facts.capabilities.tools_constrained:
-        params = dataclasses.replace(params, constraint=tool_grammar(request))
+        params = dataclasses.replace(params, constraint=tool_grammar(request, syntax))
     if request.messages:
         prompt = _render(model, request, tools)
     else:
@@ -68,6 +70,7 @@ def generation_request(
         has_context=bool(request.context),
         is_chat=bool(request.messages),
         tools=tools,
+        tool_syntax=syntax,
     )
 
 

@@ -250,4 +250,4 @@ def _parser(job: GenerationRequest) -> ToolCallParser | None:
     if not job.tools:
         return None
     constraint = job.params.constraint
-    return ToolCallParser(job.tools, constrained=constraint is not None)
+    return ToolCallParser(job.tools, constrained=constraint is not None, syntax=job.tool_syntax)

@@ -1,17 +1,17 @@
 """Tool calling: the rules a request's tools must satisfy, the grammar its calls are
 decoded under, and the prompt the model sees them in.
 
-The call syntax is Hermes' (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`),
-the documented default for chat templates that know no tools: a system-prompt section
-lists the tools and the syntax (as llama.cpp falls back to a generic format). Where the
-backend constrains its output (llguidance), the calls are a Lark grammar whose arguments
-are each tool's JSON Schema (`%json`), so a call that starts is always a valid call:
-`required` and a named tool allow calls only, `auto` allows free text up to the moment
-the model opens a call and nothing but calls after it.
+For chat templates that know no tools the call syntax is Hermes'
+(`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), the documented default: a
+system-prompt section lists the tools and the syntax (as llama.cpp falls back to a
+generic format). A template that renders tools itself gets them, and the conversation's
+calls, as Hugging Face's templates take them, and its own syntax (core/tool_syntax.py:
+its detection and the grammar a constrained backend decodes calls under).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -22,12 +22,11 @@ import jsonschema
 from inferwire.core.errors import FieldViolation
 from inferwire.core.types import (
     ChatMessage,
-    ConstraintKind,
     InferenceRequest,
-    OutputConstraint,
     Tool,
     ToolChoice,
     ToolChoiceMode,
+    ToolSyntax,
 )
 
 CALL_OPEN = "<tool_call>"
@@ -134,12 +133,13 @@ def offered(request: InferenceRequest) -> tuple[Tool, ...]:
     return request.tools
 
 
-def call_schema(tool: Tool) -> dict[str, Any]:
-    """A call of `tool` as one JSON object: its name first, so a stream can say it first."""
+def call_schema(tool: Tool, key: str = "arguments") -> dict[str, Any]:
+    """A call of `tool` as one JSON object: its name first, so a stream can say it first,
+    then its arguments under `key` (`parameters` in Llama 3's syntax)."""
     return {
         "type": "object",
-        "properties": {"name": {"const": tool.name}, "arguments": closed(parameters_schema(tool))},
-        "required": ["name", "arguments"],
+        "properties": {"name": {"const": tool.name}, key: closed(parameters_schema(tool))},
+        "required": ["name", key],
         "additionalProperties": False,
     }
 
@@ -173,33 +173,6 @@ def closed(schema: Any) -> Any:
     return out
 
 
-def tool_grammar(request: InferenceRequest) -> OutputConstraint | None:
-    """The Lark grammar (llguidance's dialect) the answer must match, None without tools."""
-    tools, choice = offered(request), choice_of(request)
-    if not tools:
-        return None
-    rules = []
-    for index, tool in enumerate(tools):
-        schema = {"x-guidance": {"whitespace_flexible": False}, **call_schema(tool)}
-        rules.append(f'call_{index}: "{CALL_OPEN}" %json {json.dumps(schema)} "{CALL_CLOSE}"')
-    alternatives = " | ".join(f"call_{index}" for index in range(len(tools)))
-    calls = "call+" if request.parallel_tool_calls else "call"
-    if choice is ToolChoiceMode.AUTO:
-        # Free text that never spells the opening tag, then calls only: llguidance ends
-        # the text lexeme where the tag starts (the lazy trigger of llama.cpp's grammars).
-        calls = "call*" if request.parallel_tool_calls else "call?"
-        start = f"start: TEXT {calls}\nTEXT: /(.|\\n)*/ & ~/(.|\\n)*{CALL_OPEN}(.|\\n)*/"
-    else:
-        start = f"start: {calls}"
-    grammar = "\n".join([start, f"call: {alternatives}", *rules]) + "\n"
-    names = {tool.name: index for index, tool in enumerate(request.tools)}
-    parts = tuple(
-        (f"tools[{names[tool.name]}].parameters_json_schema", json.dumps(parameters_schema(tool)))
-        for tool in tools
-    )
-    return OutputConstraint(ConstraintKind.LARK_GRAMMAR, grammar, origin="tools", parts=parts)
-
-
 def tools_section(tools: Sequence[Tool], choice: ToolChoiceMode | str) -> str:
     """The system-prompt section that offers the tools in Hermes' syntax."""
     listed = "\n".join(json.dumps(function) for function in hf_tools(tools))
@@ -231,16 +204,20 @@ def hf_tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
     ]
 
 
-def hf_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+def hf_messages(
+    messages: Sequence[ChatMessage], syntax: ToolSyntax = ToolSyntax.HERMES
+) -> list[dict[str, Any]]:
     """Messages as Hugging Face's chat templates take them: calls with their arguments as
-    objects, tool results with the id of the call they answer."""
+    objects, tool results (role `tool`) with the id of the call they answer. Mistral's
+    templates refuse ids that are not 9 letters and digits: they get one made of each."""
     out: list[dict[str, Any]] = []
+    ident = _mistral_id if syntax is ToolSyntax.MISTRAL else str
     for message in messages:
         entry: dict[str, Any] = {"role": message.role, "content": message.content}
         if message.tool_calls:
             entry["tool_calls"] = [
                 {
-                    "id": call.id,
+                    "id": ident(call.id),
                     "type": "function",
                     "function": {
                         "name": call.name,
@@ -250,9 +227,14 @@ def hf_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
                 for call in message.tool_calls
             ]
         if message.tool_call_id:
-            entry["tool_call_id"] = message.tool_call_id
+            entry["tool_call_id"] = ident(message.tool_call_id)
         out.append(entry)
     return out
+
+
+def _mistral_id(call_id: str) -> str:
+    """A 9-character alphanumeric id made of `call_id` (the same for its call and result)."""
+    return hashlib.sha256(call_id.encode()).hexdigest()[:9]
 
 
 def format_call(name: str, arguments: str) -> str:

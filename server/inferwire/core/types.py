@@ -78,6 +78,14 @@ class ToolChoiceMode(enum.Enum):
     REQUIRED = "required"  # calls only
 
 
+class ToolSyntax(enum.Enum):
+    """How a model writes its calls (core/tool_syntax.py detects it from the template)."""
+
+    HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": {...}}</tool_call>; the default
+    LLAMA3_JSON = "llama3_json"  # [<|python_tag|>]{"name": ..., "parameters": {...}}
+    MISTRAL = "mistral"  # [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+
+
 @dataclass(frozen=True)
 class ToolChoice:
     """`mode`, or one named function (`function` set: calls to it only)."""
@@ -182,6 +190,7 @@ class GenerationRequest:
     # The tools the model may call: the core reads their calls out of the output
     # (core/tool_calls.py), under `params.constraint` where the backend constrains them.
     tools: tuple[Tool, ...] = ()
+    tool_syntax: ToolSyntax = ToolSyntax.HERMES  # the syntax its calls are written in
 
     @property
     def min_tokens(self) -> int:

@@ -60,7 +60,8 @@ from inferwire.core.backend import (
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
 from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
-from inferwire.core.tools import CALL_OPEN, hf_messages, hf_tools
+from inferwire.core.tool_syntax import template_syntax
+from inferwire.core.tools import hf_messages, hf_tools
 from inferwire.core.tracing import TOKENIZE
 from inferwire.core.types import (
     BackendHealth,
@@ -70,6 +71,7 @@ from inferwire.core.types import (
     ModelFacts,
     ModelLimits,
     Tool,
+    ToolSyntax,
 )
 
 log = logging.getLogger(__name__)
@@ -251,12 +253,16 @@ class OrtGenAIBackend(Backend):
     def render_chat_with_tools(
         self, messages: Sequence[ChatMessage], tools: Sequence[Tool]
     ) -> str | None:
-        template = self._state.model.chat_template
-        # A template that renders `tools` and writes calls in Hermes' tags (Hermes, Qwen):
-        # the calls it asks for are the ones the grammar and the parser know.
-        if template is None or "tools" not in template or CALL_OPEN not in template:
+        # A template that renders `tools` and asks for calls in a syntax the grammar and
+        # the parser know (Hermes / Qwen, Llama 3 JSON, Mistral: core/tool_syntax.py).
+        syntax = template_syntax(self._state.model.chat_template)
+        if syntax is None:
             return None
-        return self._apply_template(json.dumps(hf_messages(messages)), json.dumps(hf_tools(tools)))
+        encoded = json.dumps(hf_messages(messages, syntax))
+        return self._apply_template(encoded, json.dumps(hf_tools(tools)))
+
+    def tool_syntax(self) -> ToolSyntax:
+        return template_syntax(self._state.model.chat_template) or ToolSyntax.HERMES
 
     def _apply_template(self, messages: str, tools: str | None) -> str:
         model = self._state.model

@@ -1,0 +1,88 @@
+"""Each syntax's grammar checked by llguidance itself (its own virtualenv, built once:
+tests/support/side_venvs.py) on the demo model's tokenizer: a valid call is accepted, a
+malformed one (the wrong key, no list, an unknown tool, a second call where only one is
+allowed, the trigger spelled in auto's free text before a call) is rejected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inferwire.backends.ort_genai import builtin_model_path
+from inferwire.core.tool_syntax import tool_grammar
+from inferwire.core.types import InferenceRequest, Tool, ToolChoice, ToolChoiceMode, ToolSyntax
+from tests.support.side_venvs import LLGUIDANCE, run_side_program
+
+TOKENIZER = builtin_model_path() / "tokenizer.json"
+NOTE = Tool(
+    "note",
+    parameters=json.dumps(
+        {
+            "type": "object",
+            "properties": {"t": {"type": "string", "maxLength": 8}},
+            "required": ["t"],
+        }
+    ),
+)
+H, L, M = ToolSyntax.HERMES, ToolSyntax.LLAMA3_JSON, ToolSyntax.MISTRAL
+REQUIRED, AUTO = ToolChoiceMode.REQUIRED, ToolChoiceMode.AUTO
+HC = '<tool_call>{"name":"note","arguments":{"t":"hi"}}</tool_call>'
+LC = '{"name":"note","parameters":{"t":"hi"}}'
+MC = '{"name":"note","arguments":{"t":"hi"}}'
+# (syntax, choice, parallel, text, accepted)
+CASES = [
+    (H, REQUIRED, True, HC + HC, True),
+    (H, REQUIRED, False, HC + HC, False),
+    (H, REQUIRED, True, HC.replace("note", "other"), False),
+    (H, AUTO, True, "Fine. " + HC, True),
+    (L, REQUIRED, True, LC, True),
+    (L, REQUIRED, True, "<|python_tag|>" + LC + ";" + LC, True),
+    (L, REQUIRED, False, LC + ";" + LC, False),
+    (L, REQUIRED, True, MC, False),  # `arguments`: Llama 3's key is `parameters`
+    (L, REQUIRED, True, '{"name":"note","parameters":{"t":7}}', False),
+    (L, AUTO, True, LC + ";" + LC, True),
+    (L, AUTO, True, "Let me see. <|python_tag|>" + LC, True),
+    (L, AUTO, True, "Let me see. " + LC + ";" + LC, True),
+    (L, AUTO, False, "Let me see. " + LC + ";" + LC, False),
+    (L, AUTO, True, 'Let me see. {"name":"other","parameters":{}}', False),
+    (H, AUTO, False, "Fine. " + HC + HC, False),
+    (H, AUTO, True, "Fine. <tool_call>{}", False),
+    (L, AUTO, True, "Just text.", True),
+    (L, AUTO, True, 'Text {"name": x} ' + LC, False),  # the trigger in free text
+    (M, REQUIRED, True, f"[TOOL_CALLS][{MC},{MC}]", True),
+    (M, REQUIRED, False, f"[TOOL_CALLS][{MC},{MC}]", False),
+    (M, REQUIRED, True, f"[TOOL_CALLS]{MC}", False),  # not a list
+    (M, REQUIRED, True, f"[TOOL_CALLS][{LC}]", False),
+    (M, AUTO, True, f"Sure. [TOOL_CALLS][{MC}]", True),
+]
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> list[str]:
+    cases = []
+    for syntax, choice, parallel, text, _ in CASES:
+        request = InferenceRequest(
+            request_id="r",
+            model="m",
+            prompt="",
+            tools=(NOTE,),
+            tool_choice=ToolChoice(choice),
+            parallel_tool_calls=parallel,
+        )
+        grammar = tool_grammar(request, syntax)
+        assert grammar is not None
+        cases.append({"grammar": grammar.text, "text": text})
+    job = json.dumps({"tokenizer": str(TOKENIZER), "cases": cases})
+    program = Path(__file__).resolve().parents[1] / "support" / "llguidance_check.py"
+    return list(json.loads(run_side_program(LLGUIDANCE, program, stdin=job)))
+
+
+@pytest.mark.parametrize("index", range(len(CASES)))
+def test_the_grammar_accepts_valid_calls_and_rejects_malformed_ones(
+    verdicts: list[str], index: int
+) -> None:
+    syntax, choice, parallel, text, accepted = CASES[index]
+    why = (syntax, choice, parallel, text, verdicts[index])
+    assert verdicts[index].startswith("accepted") is accepted, why
