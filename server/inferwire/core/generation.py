@@ -31,6 +31,7 @@ from inferwire.core.types import (
     TextDelta,
     TokenLogprob,
     Tool,
+    ToolSyntax,
     Usage,
 )
 
@@ -54,7 +55,8 @@ def generation_request(
         violations.append(FieldViolation("tools", f"model {model.name!r} does not take tools"))
     if violations:
         raise InvalidArgumentError(violations)
-    syntax = model.backend.tool_syntax()
+    # Asked only when tools are offered: a request enters the backend only for what it needs.
+    syntax = model.backend.tool_syntax() if tools else ToolSyntax.HERMES
     if tools and facts.capabilities.tools_constrained:
         params = dataclasses.replace(params, constraint=tool_grammar(request, syntax))
     if request.messages:
