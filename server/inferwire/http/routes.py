@@ -11,7 +11,7 @@ handler (500) get OpenAI's error body too.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -27,7 +27,7 @@ from inferwire import __version__
 from inferwire.core.auth import Scope
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
-from inferwire.core.types import ChatMessage, ModelStatus, StreamChunk
+from inferwire.core.types import ChatMessage, ModelStatus
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import INTERNAL_MESSAGE, Code
 from inferwire.http.bodies import read_json
@@ -35,7 +35,13 @@ from inferwire.http.calls import HttpCalls
 from inferwire.http.errors import error_body
 from inferwire.http.requests import ParsedRequest, parse, validation_error
 from inferwire.http.responses import EventStream, unary_json
-from inferwire.http.streams import EventStreamResponse, keeping_raw_send, unless_gone
+from inferwire.http.streams import (
+    EventStreamResponse,
+    chunk_events,
+    first_chunk,
+    keeping_raw_send,
+    unless_gone,
+)
 
 _STARTED = int(time.time())
 
@@ -122,16 +128,7 @@ class Routes:
 
     async def _stream(self, call: Call, request: Request, parsed: ParsedRequest) -> Response:
         request_id, chunks = self._manager.infer_stream(parsed.inference)
-        try:
-            # The first chunk is awaited before the status goes out, so that a request the
-            # core refuses (invalid, unknown model, queue full) gets its status, not a 200.
-            first = await unless_gone(request, anext(chunks))
-        except InvalidArgumentError as error:
-            await chunks.aclose()
-            raise error.renamed(parsed.field_of) from None
-        except BaseException:
-            await chunks.aclose()
-            raise
+        first = await first_chunk(request, chunks, parsed.field_of)
         stream = EventStream(
             parsed.chat,
             request_id,
@@ -142,7 +139,7 @@ class Routes:
         return EventStreamResponse(
             call,
             stream.first(),
-            _events(stream, first, chunks),
+            chunk_events(stream, first, chunks),
             stream.error,
             headers={"x-request-id": request_id},
         )
@@ -193,21 +190,6 @@ class Routes:
 
     async def _metrics(self, call: Call, request: Request) -> Response:
         return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
-
-
-async def _events(
-    stream: EventStream, first: StreamChunk, chunks: AsyncGenerator[StreamChunk, None]
-) -> AsyncGenerator[bytes, None]:
-    """The stream's events from its first chunk on; closing it closes the core's stream."""
-    delta, end = stream.delta, stream.end
-    try:
-        chunk = first
-        while chunk.finish_reason is None:
-            yield delta(chunk)
-            chunk = await anext(chunks)
-        yield end(chunk)
-    finally:
-        await chunks.aclose()
 
 
 async def _no_such_route(request: Request, exc: HTTPException) -> Response:
