@@ -1,5 +1,5 @@
-"""The HTTP routes: OpenAI's Completions, Chat Completions and Models, vLLM's /tokenize and
-/detokenize, and /health, /version and /metrics.
+"""The HTTP routes: OpenAI's Completions, Chat Completions, Responses and Models, vLLM's
+/tokenize and /detokenize, and /health, /version and /metrics.
 
 Generation, models and tokens need the `infer` scope (a token, or an anonymous scope);
 /health, /version and /metrics stay open with a tokens file, as grpc.health.v1 and
@@ -24,6 +24,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from inferwire import __version__
+from inferwire.config import ResponsesSettings
 from inferwire.core.auth import Scope
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
@@ -31,10 +32,13 @@ from inferwire.core.types import ChatMessage, ModelStatus
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import INTERNAL_MESSAGE, Code
 from inferwire.http.bodies import read_json
-from inferwire.http.calls import HttpCalls
+from inferwire.http.calls import HttpCalls, generation_call
 from inferwire.http.errors import error_body
+from inferwire.http.metrics import ResponseStoreGauges
 from inferwire.http.requests import ParsedRequest, parse, validation_error
+from inferwire.http.response_store import ResponseStore
 from inferwire.http.responses import EventStream, unary_json
+from inferwire.http.responses_api import ResponsesApi
 from inferwire.http.streams import (
     EventStreamResponse,
     chunk_events,
@@ -69,9 +73,16 @@ class Routes:
         registry: CollectorRegistry,
         max_body_bytes: int,
         body_timeout_s: float,
+        responses: ResponsesSettings | None = None,
     ) -> None:
+        """`responses`: the bounds of each model's store of responses (default: the
+        settings' defaults)."""
         self._manager, self._calls, self._registry = manager, calls, registry
         self._max_body_bytes, self._body_timeout_s = max_body_bytes, body_timeout_s
+        bounds = responses or ResponsesSettings()
+        store = ResponseStore(bounds.max_entries, bounds.max_bytes)
+        registry.register(ResponseStoreGauges(store.usage))
+        self._responses = ResponsesApi(manager, store, self._body)
 
     def app(self) -> ASGIApp:
         route = self._calls.route
@@ -79,6 +90,9 @@ class Routes:
         table: list[tuple[str, str, Scope | None, Any, bool]] = [
             ("POST", "/v1/completions", infer, self._completions, True),
             ("POST", "/v1/chat/completions", infer, self._chat, True),
+            ("POST", "/v1/responses", infer, self._responses.create, True),
+            ("GET", "/v1/responses/{response_id}", infer, self._responses.retrieve, False),
+            ("DELETE", "/v1/responses/{response_id}", infer, self._responses.delete, False),
             ("GET", "/v1/models", infer, self._models, False),
             ("GET", "/v1/models/{model}", infer, self._model, False),
             ("POST", "/tokenize", infer, self._tokenize, False),
@@ -108,11 +122,7 @@ class Routes:
 
     async def _generate(self, call: Call, request: Request, chat: bool) -> Response:
         body = await self._body(request)
-        request_id = request.headers.get("x-request-id")
-        call.request_id = request_id or ""  # for a refusal's access line
-        if isinstance(body, dict) and isinstance(body.get("model"), str):
-            call.require_model(body["model"])  # before the body is read any further
-        tenant, hint = call.tenancy()
+        request_id, tenant, hint = generation_call(call, request, body)
         parsed = parse(body, chat, tenant, request_id, hint)
         call.require_model(parsed.inference.model)
         if parsed.stream:
