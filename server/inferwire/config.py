@@ -34,7 +34,7 @@ from inferwire.addresses import is_unix_socket, split_host_port
 from inferwire.backends import backend_class
 from inferwire.core.adapters import AdapterSettings, adapter_spec, check_adapter_options
 from inferwire.core.errors import ConfigurationError
-from inferwire.core.memory import MemorySettings
+from inferwire.core.memory import ByteSize, MemorySettings
 from inferwire.core.specs import ModelSpec, duplicate_name
 from inferwire.core.tenants import (
     SchedulingSettings,
@@ -161,6 +161,22 @@ class TransportSettings(BaseModel):
     """How long RPCs in flight on an aged connection may still finish."""
 
 
+class ResponsesSettings(BaseModel):
+    """The `server.responses:` block: the stored responses of OpenAI's Responses API
+    (`store: true`, the default), which `previous_response_id` and `GET
+    /v1/responses/{id}` read; held in memory, per model, evicted oldest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_entries: int = Field(default=1024, ge=0)
+    """Responses each model's store holds; beyond it the oldest is evicted (0: none are
+    stored, and `previous_response_id` finds nothing)."""
+    max_bytes: ByteSize = Field(default=64 * 1024 * 1024, ge=0)
+    """Bytes each model's store holds (a response counted as its JSON and the whole
+    conversation it carries); beyond it the oldest are evicted, and a response larger
+    than this alone is not stored. Sizes take KiB, MiB, GiB or plain bytes."""
+
+
 class ServerSettings(BaseModel):
     """The `server:` block."""
 
@@ -228,6 +244,9 @@ class ServerSettings(BaseModel):
     """How the model queues admit: `max_wait_s`, after which a batch request ages up."""
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     """The Kubernetes inference gateway's objectives, by name (docs/deployment.md)."""
+    responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
+    """The Responses API's store of responses, per model: `max_entries`, `max_bytes`
+    (docs/http.md)."""
 
     @model_validator(mode="after")
     def _known_tenants(self) -> ServerSettings:

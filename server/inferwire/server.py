@@ -127,6 +127,7 @@ class InferwireServer:
                 self.metrics.registry,
                 server.max_receive_message_bytes,
                 server.http_read_timeout_s,
+                server.responses,
             ).app()
             self.http = HttpListener(
                 app,

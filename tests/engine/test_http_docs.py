@@ -71,15 +71,21 @@ def test_each_documented_curl_answers_as_shown(served, command):
     ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    if "-N" in argv[1] or '"stream": true' in command:
+    if "/v1/responses" in command and '"stream": true' in command:
+        # Responses' events: `event:` and `data:` pairs, no [DONE], the response last.
+        lines = [line for line in result.stdout.splitlines() if line]
+        events = [json.loads(line.removeprefix("data: ")) for line in lines[1::2]]
+        assert lines[0::2] == [f"event: {event['type']}" for event in events], result.stdout
+        assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    elif "-N" in argv[1] or '"stream": true' in command:
         events = [line for line in result.stdout.splitlines() if line]
         assert events[-1] == "data: [DONE]", result.stdout
         chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
         assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
     else:
         answer = json.loads(result.stdout)
-        assert "error" not in answer, answer
-        assert answer["object"] in ("list", "text_completion", "chat.completion")
+        assert answer.get("error") is None, answer  # a response has `"error": null`
+        assert answer["object"] in ("list", "text_completion", "chat.completion", "response")
 
 
 def test_each_documented_python_openai_snippet_runs(served):

@@ -1,10 +1,10 @@
 """Fuzzing the HTTP door of a real `inferwire serve`, as test_fuzz.py does the gRPC one:
-random JSON, OpenAI and vLLM request bodies with wild fields, raw and cut-short bodies
-of every content type, methods, paths and headers, heads httptools cannot parse or that
-never end, and slow senders. Every answer is a clean one: a status of `CLEAN` with
-OpenAI's error body (never a 500, never a stack trace), within a client timeout well
-above the server's own bounds, and no error in the server's log; afterwards the server
-is SERVING and answers the greedy request as before.
+random JSON, OpenAI (Responses too) and vLLM request bodies with wild fields, raw and
+cut-short bodies of every content type, methods, paths and headers, heads httptools
+cannot parse or that never end, and slow senders. Every answer is a clean one: a status
+of `CLEAN` with OpenAI's error body (never a 500, never a stack trace), within a client
+timeout well above the server's own bounds, and no error in the server's log; afterwards
+the server is SERVING and answers the greedy request as before.
 
 `server.http_read_timeout_s` is 2 s here, so that slow senders are cut off quickly. The
 statuses seen are printed in pytest's summary (`tests.support.figures`).
@@ -85,6 +85,30 @@ def events_problem(text: str) -> str | None:
     return None
 
 
+def responses_events_problem(text: str) -> str | None:
+    """Why `text` is not a finished stream of Responses events, each `event:` and `data:`
+    with `sequence_number` from 0 and the last a terminal one, or None."""
+    events = []
+    for block in (block for block in text.split("\n\n") if block):
+        name, _, data = block.partition("\n")
+        if not name.startswith("event: ") or not data.startswith("data: "):
+            return f"not an event: {block[:300]!r}"
+        event = json.loads(data.removeprefix("data: "))
+        if name.removeprefix("event: ") != event.get("type"):
+            return f"the event's name is not its type: {block[:300]!r}"
+        if event["type"] == "error" and event.get("code") in ("internal", "unknown"):
+            return f"the stream failed: {block[:500]!r}"
+        events.append(event)
+    if [event.get("sequence_number") for event in events] != list(range(len(events))):
+        return f"the sequence numbers do not count from 0: {text[:300]!r}"
+    if not events or events[-1]["type"] not in RESPONSES_ENDS:
+        return f"the stream does not end with a response: {text[-300:]!r}"
+    return None
+
+
+RESPONSES_ENDS = ("response.completed", "response.incomplete", "response.failed")
+
+
 class Fuzzed:
     """The fuzzed server, a client of it, and the greedy answer from before fuzzing."""
 
@@ -133,6 +157,8 @@ class Fuzzed:
         if status >= 400:
             return error_problem(reply.content)
         if reply.headers.get("content-type", "").startswith("text/event-stream"):
+            if reply.request.url.path == "/v1/responses":
+                return responses_events_problem(reply.text)
             return events_problem(reply.text)
         if reply.headers.get("content-type") == "application/json":
             reply.json()
@@ -304,6 +330,12 @@ def test_a_head_over_16_kib_gets_431_and_the_connection_closes(fuzzed, head):
             "messages[0].content",
         ),
         ("/tokenize", '{"model": "demo", "prompt": "\\ud800"}', "prompt"),
+        ("/v1/responses", '{"model": "demo", "input": "\\ud800"}', "input"),
+        (
+            "/v1/responses",
+            '{"model": "demo", "input": [{"role": "user", "content": "a\\udfff"}]}',
+            "input[0].content",
+        ),
         ("/tokenize", '{"model": "sim", "\\udc00": 1, "prompt": "x"}', "body"),
     ],
 )

@@ -269,6 +269,108 @@ def _body(
     return body
 
 
+# OpenAI's Responses: plausible input items (messages, a call and its output), flat
+# function tools, text formats; the wild input has items of every kind (calls answered or
+# not, parts and roles of any type, built-in tools' items), and the wild fields built-in
+# tools, chaining to ids that exist nowhere, what clients send by default.
+_text_part = st.fixed_dictionaries(
+    {"type": st.sampled_from(["input_text", "output_text"]), "text": plausible_text}
+)
+_message_item = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "system", "developer", "assistant"])},
+    optional={
+        "type": st.just("message"),
+        "content": st.one_of(plausible_text, st.lists(_text_part, min_size=1, max_size=2)),
+    },
+)
+_call_item = {
+    "type": st.just("function_call"),
+    "call_id": st.just("call_1"),
+    "name": st.just("get_weather"),
+    "arguments": st.sampled_from(['{"city": "Oslo"}', "{}"]),
+}
+_output_item = {"type": st.just("function_call_output"), "call_id": st.just("call_1")}
+_answered_call = st.tuples(
+    st.fixed_dictionaries(_call_item),
+    st.fixed_dictionaries({**_output_item, "output": plausible_text}),
+).map(list)
+_input_items = st.builds(
+    operator.add,
+    st.lists(_message_item, min_size=1, max_size=3),
+    st.one_of(st.just([]), _answered_call),
+)
+_wild_item = st.one_of(
+    st.fixed_dictionaries(
+        {"role": wild_text}, optional={"content": st.one_of(wild_text, st.lists(wild))}
+    ),
+    st.fixed_dictionaries(
+        {"role": st.just("user"), "content": st.lists(st.fixed_dictionaries({"type": wild_text}))}
+    ),
+    st.fixed_dictionaries({**_call_item, "call_id": wild_text, "arguments": wild}),
+    st.fixed_dictionaries({**_output_item, "call_id": wild_text, "output": wild}),
+    st.fixed_dictionaries({"type": st.sampled_from(["item_reference", "reasoning", "x"])}),
+    wild,
+)
+_flat_tool = st.fixed_dictionaries({"type": st.just("function")}, optional=_function)
+_builtin_tool = st.fixed_dictionaries(
+    {"type": st.sampled_from(["web_search", "file_search", "computer_use_preview", "mcp"])}
+)
+RESPONSES_FIELDS: dict[str, st.SearchStrategy] = {
+    "instructions": plausible_text,
+    "max_output_tokens": st.integers(1, 8),
+    "temperature": st.floats(0, 2),
+    "top_p": st.floats(0.1, 1),
+    "tools": st.lists(_flat_tool, max_size=3),
+    "tool_choice": st.one_of(
+        st.sampled_from(["none", "auto", "required"]),
+        st.fixed_dictionaries({"type": st.just("function"), "name": _tool_name}),
+    ),
+    "parallel_tool_calls": st.booleans(),
+    "text": st.fixed_dictionaries(
+        {
+            "format": st.one_of(
+                st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object"])}),
+                st.fixed_dictionaries(
+                    {"type": st.just("json_schema"), "name": st.just("n"), "schema": _schemas}
+                ),
+            )
+        }
+    ),
+    "stream": st.booleans(),
+    "store": st.booleans(),
+    "metadata": st.dictionaries(st.text(max_size=8), plausible_text, max_size=3),
+    "reasoning": st.one_of(st.none(), st.just({"effort": None})),
+    "include": st.lists(st.sampled_from(["reasoning.encrypted_content"]), max_size=1),
+    "truncation": st.sampled_from(["auto", "disabled"]),
+    "user": plausible_text,
+    "seed": st.integers(0, 1000),
+    "an_unknown_field": json_value,
+}
+WILD_VALUES["input"] = st.one_of(
+    wild_text,
+    st.builds(
+        lambda items, odd, at: [*items[:at], odd, *items[at:]],
+        _input_items,
+        _wild_item,
+        st.integers(0, 4),
+    ),
+    wild,
+)
+WILD_VALUES["tools"] = st.one_of(st.lists(st.one_of(_flat_tool, _builtin_tool), min_size=1), wild)
+WILD_VALUES["tool_choice"] = st.one_of(
+    wild_text, st.fixed_dictionaries({"type": st.sampled_from(["web_search_preview", "mcp"])})
+)
+WILD_VALUES["metadata"] = st.one_of(
+    st.dictionaries(st.text(max_size=70), st.text(max_size=600), min_size=1, max_size=18), wild
+)
+WILD_VALUES["reasoning"] = st.one_of(st.fixed_dictionaries({"effort": wild_text}), wild)
+RESPONSES_FIELDS["previous_response_id"] = st.sampled_from(["resp_0", "resp_" + "f" * 32])
+RESPONSES_FIELDS["background"] = st.just(False)
+TEXT_FIELDS |= {"instructions", "previous_response_id"}
+responses_body = _body(
+    {"model": model, "input": st.one_of(plausible_text, _input_items)}, RESPONSES_FIELDS
+)
+
 _prompt = {"model": model, "prompt": plausible_text}
 completion_body = _body(_prompt, COMPLETION_FIELDS)
 chat_body = _body({"model": model, "messages": messages}, CHAT_FIELDS)
@@ -283,6 +385,7 @@ BODIES = {
     "/v1/chat/completions": chat_body,
     "/tokenize": tokenize_body,
     "/detokenize": detokenize_body,
+    "/v1/responses": responses_body,
 }
 
 CONTENT_TYPES = (
@@ -337,6 +440,7 @@ def raw_body(draw: st.DrawFn, bodies: st.SearchStrategy) -> bytes:
 
 ROUTES = ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize")
 ROUTES += ("/v1/models", "/v1/models/demo", "/health", "/version", "/metrics")
+ROUTES += ("/v1/responses", "/v1/responses/resp_0", "/v1/responses/")
 
 
 # A path: a route, a route with a tail, a near miss, or any text (percent-encoded by the

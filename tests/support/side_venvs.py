@@ -6,6 +6,9 @@ program in one as a subprocess.
   the newest openai that resolves with it, pinned.
 - llguidance's Python bindings check the tool grammars directly (onnxruntime-genai embeds
   the library but does not expose its matcher).
+- openai-agents 0.24 requires `starlette>=1.3.1` and brings mcp, sse-starlette and
+  uvicorn: in this virtualenv its pins would steer the server's own web stack, so it runs
+  apart, with this virtualenv's openai pinned.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 INSTRUCTOR = ("instructor-1.17.0", ("instructor==1.17.0", "openai==3.3.0"))
 LLGUIDANCE = ("llguidance-1.9.1", ("llguidance==1.9.1",))
+OPENAI_AGENTS = ("openai-agents-0.24.0", ("openai-agents==0.24.0", "openai==3.57.0"))
 
 
 def side_python(venv: tuple[str, tuple[str, ...]]) -> Path:

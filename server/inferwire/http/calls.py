@@ -12,11 +12,13 @@ for a stream (`finish_http`, called by streams.py).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from inferwire.core.auth import Scope
+from inferwire.core.types import Priority
 from inferwire.edge.calls import Call, Method, Reception
 from inferwire.edge.errors import Code
 from inferwire.http.bodies import ClientGone
@@ -88,6 +90,20 @@ class HttpCalls:
             return response
 
         return endpoint
+
+
+def generation_call(
+    call: Call, request: Request, body: Any
+) -> tuple[str | None, str, Priority | None]:
+    """A generation route's first steps with its decoded `body`: the caller's
+    `x-request-id` (noted for a refusal's access line), the model the body names checked
+    before the body is read any further, and the tenant and priority hint it runs as."""
+    request_id = request.headers.get("x-request-id")
+    call.request_id = request_id or ""
+    if isinstance(body, dict) and isinstance(body.get("model"), str):
+        call.require_model(body["model"])
+    tenant, hint = call.tenancy()
+    return request_id, tenant, hint
 
 
 def error_response(call: Call, error: BaseException) -> JSONResponse:

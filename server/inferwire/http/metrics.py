@@ -10,9 +10,11 @@ would be whatever a client sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from inferwire.edge.errors import Code
 from inferwire.metrics.series import ServerMetrics
@@ -63,3 +65,31 @@ class RouteSeries:
     def finished(self, code: Code, status: int | None, elapsed_s: float) -> None:
         self._count(status or 500)()
         self._observe(elapsed_s)
+
+
+class ResponseStoreGauges(Collector):
+    """The Responses API's stored responses and their bytes per model, read at every
+    scrape (http/response_store.py)."""
+
+    def __init__(self, usage: Callable[[], dict[str, tuple[int, int]]]) -> None:
+        self._usage = usage
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # registering reads nothing
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        entries = GaugeMetricFamily(
+            "inferwire_responses_stored",
+            "Responses stored for previous_response_id and GET /v1/responses/{id}.",
+            labels=("model",),
+        )
+        size = GaugeMetricFamily(
+            "inferwire_responses_stored_bytes",
+            "Bytes the stored responses take, as their store counts them.",
+            labels=("model",),
+        )
+        for model, (count, held) in sorted(self._usage().items()):
+            entries.add_metric([model], count)
+            size.add_metric([model], held)
+        yield entries
+        yield size

@@ -165,7 +165,7 @@ def parse(
         parsed = model_type.model_validate(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
-    _log_ignored(parsed)
+    log_ignored(parsed)
     sources: dict[str, str] = {}
     refused = list(_refusals(parsed))
     if refused:
@@ -188,7 +188,7 @@ def parse(
         params=params,
         messages=messages,
         tenant=tenant,
-        priority=_priority(parsed.priority),
+        priority=priority_of(parsed.priority),
         priority_hint=priority_hint,
         **tools,
     )
@@ -197,16 +197,17 @@ def parse(
     return ParsedRequest(inference, chat, parsed.stream, include_usage, sources)
 
 
-def validation_error(exc: ValidationError) -> InvalidArgumentError:
-    """pydantic's refusal of a body, as field violations named by the body's fields."""
-    return InvalidArgumentError(_violations(exc.errors()))
+def validation_error(exc: ValidationError, prefix: str = "") -> InvalidArgumentError:
+    """pydantic's refusal of a body, as field violations named by the body's fields;
+    `prefix`: where in the body the refused value is (`input[2]`), if not at its top."""
+    return InvalidArgumentError(_violations(exc.errors(), prefix))
 
 
-def _violations(errors: list[Any]) -> list[FieldViolation]:
+def _violations(errors: list[Any], prefix: str) -> list[FieldViolation]:
     """pydantic's errors by field; a union's alternatives joined (`a string or a list`)."""
     by_field: dict[str, list[str]] = {}
     for error in errors:
-        messages = by_field.setdefault(_location(error["loc"]), [])
+        messages = by_field.setdefault(_location(error["loc"], prefix), [])
         if error["msg"] not in messages:
             messages.append(error["msg"])
     return [
@@ -224,9 +225,9 @@ def _joined(messages: list[str]) -> str:
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
 
 
-def _location(loc: Iterable[Any]) -> str:
+def _location(loc: Iterable[Any], prefix: str = "") -> str:
     """pydantic's location as a path (`messages[0].content`), less its union tags."""
-    path = ""
+    path = prefix
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
@@ -235,18 +236,26 @@ def _location(loc: Iterable[Any]) -> str:
     return path or "body"
 
 
-def _log_ignored(parsed: _Body) -> None:
+def log_ignored(parsed: BaseModel) -> None:
+    """Log each field of `parsed` that no model field took, once per name."""
     for name in parsed.model_extra or {}:
         if name not in _IGNORED_FIELDS and len(_IGNORED_FIELDS) < 1000:
             _IGNORED_FIELDS.add(name)
             log.info("request field ignored", extra={"field": name[:64]})
 
 
+def request_id_violation(request_id: str | None) -> FieldViolation | None:
+    """Why a body's `request_id` cannot be taken (it comes back as a header), or None."""
+    if request_id is None or _HEADER_TEXT.fullmatch(request_id):
+        return None
+    return FieldViolation(
+        "request_id", "must be printable ASCII: it comes back as the x-request-id header"
+    )
+
+
 def _refusals(parsed: ChatBody | CompletionBody) -> Iterable[FieldViolation]:
-    if parsed.request_id is not None and not _HEADER_TEXT.fullmatch(parsed.request_id):
-        yield FieldViolation(
-            "request_id", "must be printable ASCII: it comes back as the x-request-id header"
-        )
+    if (violation := request_id_violation(parsed.request_id)) is not None:
+        yield violation
     if parsed.n is not None and parsed.n != 1:
         yield FieldViolation("n", "only 1 choice per request is supported; send n requests")
     if parsed.logit_bias:
@@ -311,20 +320,20 @@ def _constraint(
     given: list[tuple[str, OutputConstraint]] = []
     response_format = parsed.response_format
     if response_format is not None and response_format.type == "json_object":
-        given.append(("response_format", _json_schema({"type": "object"})))
+        given.append(("response_format", json_schema_constraint({"type": "object"})))
     elif response_format is not None and response_format.type == "json_schema":
         schema = response_format.json_schema
         if schema is None or schema.schema_ is None:
             raise InvalidArgumentError(
                 [FieldViolation("response_format.json_schema.schema", "is required")]
             )
-        given.append(("response_format", _json_schema(schema.schema_)))
+        given.append(("response_format", json_schema_constraint(schema.schema_)))
     if parsed.guided_json is not None:
         text = parsed.guided_json
         given.append(
             (
                 "guided_json",
-                _json_schema(text)
+                json_schema_constraint(text)
                 if isinstance(text, dict)
                 else OutputConstraint(ConstraintKind.JSON_SCHEMA, text),
             )
@@ -346,7 +355,8 @@ def _constraint(
     return constraint
 
 
-def _json_schema(schema: dict[str, Any]) -> OutputConstraint:
+def json_schema_constraint(schema: dict[str, Any]) -> OutputConstraint:
+    """Output valid under `schema`, a JSON Schema."""
     return OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(schema))
 
 
@@ -379,7 +389,8 @@ def _prompt(prompt: str | list[str] | list[int] | list[list[int]]) -> str:
     raise InvalidArgumentError([FieldViolation("prompt", why)])
 
 
-def _priority(priority: str | int | None) -> Priority | None:
+def priority_of(priority: str | int | None) -> Priority | None:
+    """A body's `priority`: inferwire's level names (vLLM's integers are refused)."""
     if priority is None:
         return None
     if isinstance(priority, str) and priority in _PRIORITIES:

@@ -1,5 +1,5 @@
-"""The HTTP routes: OpenAI's Completions, Chat Completions and Models, vLLM's /tokenize and
-/detokenize, and /health, /version and /metrics.
+"""The HTTP routes: OpenAI's Completions, Chat Completions, Responses and Models, vLLM's
+/tokenize and /detokenize, and /health, /version and /metrics.
 
 Generation, models and tokens need the `infer` scope (a token, or an anonymous scope);
 /health, /version and /metrics stay open with a tokens file, as grpc.health.v1 and
@@ -11,7 +11,7 @@ handler (500) get OpenAI's error body too.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -24,18 +24,28 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from inferwire import __version__
+from inferwire.config import ResponsesSettings
 from inferwire.core.auth import Scope
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
-from inferwire.core.types import ChatMessage, ModelStatus, StreamChunk
+from inferwire.core.types import ChatMessage, ModelStatus
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import INTERNAL_MESSAGE, Code
 from inferwire.http.bodies import read_json
-from inferwire.http.calls import HttpCalls
+from inferwire.http.calls import HttpCalls, generation_call
 from inferwire.http.errors import error_body
+from inferwire.http.metrics import ResponseStoreGauges
 from inferwire.http.requests import ParsedRequest, parse, validation_error
+from inferwire.http.response_store import ResponseStore
 from inferwire.http.responses import EventStream, unary_json
-from inferwire.http.streams import EventStreamResponse, keeping_raw_send, unless_gone
+from inferwire.http.responses_api import ResponsesApi
+from inferwire.http.streams import (
+    EventStreamResponse,
+    chunk_events,
+    first_chunk,
+    keeping_raw_send,
+    unless_gone,
+)
 
 _STARTED = int(time.time())
 
@@ -63,9 +73,16 @@ class Routes:
         registry: CollectorRegistry,
         max_body_bytes: int,
         body_timeout_s: float,
+        responses: ResponsesSettings | None = None,
     ) -> None:
+        """`responses`: the bounds of each model's store of responses (default: the
+        settings' defaults)."""
         self._manager, self._calls, self._registry = manager, calls, registry
         self._max_body_bytes, self._body_timeout_s = max_body_bytes, body_timeout_s
+        bounds = responses or ResponsesSettings()
+        store = ResponseStore(bounds.max_entries, bounds.max_bytes)
+        registry.register(ResponseStoreGauges(store.usage))
+        self._responses = ResponsesApi(manager, store, self._body)
 
     def app(self) -> ASGIApp:
         route = self._calls.route
@@ -73,6 +90,9 @@ class Routes:
         table: list[tuple[str, str, Scope | None, Any, bool]] = [
             ("POST", "/v1/completions", infer, self._completions, True),
             ("POST", "/v1/chat/completions", infer, self._chat, True),
+            ("POST", "/v1/responses", infer, self._responses.create, True),
+            ("GET", "/v1/responses/{response_id}", infer, self._responses.retrieve, False),
+            ("DELETE", "/v1/responses/{response_id}", infer, self._responses.delete, False),
             ("GET", "/v1/models", infer, self._models, False),
             ("GET", "/v1/models/{model}", infer, self._model, False),
             ("POST", "/tokenize", infer, self._tokenize, False),
@@ -102,11 +122,7 @@ class Routes:
 
     async def _generate(self, call: Call, request: Request, chat: bool) -> Response:
         body = await self._body(request)
-        request_id = request.headers.get("x-request-id")
-        call.request_id = request_id or ""  # for a refusal's access line
-        if isinstance(body, dict) and isinstance(body.get("model"), str):
-            call.require_model(body["model"])  # before the body is read any further
-        tenant, hint = call.tenancy()
+        request_id, tenant, hint = generation_call(call, request, body)
         parsed = parse(body, chat, tenant, request_id, hint)
         call.require_model(parsed.inference.model)
         if parsed.stream:
@@ -122,16 +138,7 @@ class Routes:
 
     async def _stream(self, call: Call, request: Request, parsed: ParsedRequest) -> Response:
         request_id, chunks = self._manager.infer_stream(parsed.inference)
-        try:
-            # The first chunk is awaited before the status goes out, so that a request the
-            # core refuses (invalid, unknown model, queue full) gets its status, not a 200.
-            first = await unless_gone(request, anext(chunks))
-        except InvalidArgumentError as error:
-            await chunks.aclose()
-            raise error.renamed(parsed.field_of) from None
-        except BaseException:
-            await chunks.aclose()
-            raise
+        first = await first_chunk(request, chunks, parsed.field_of)
         stream = EventStream(
             parsed.chat,
             request_id,
@@ -142,7 +149,7 @@ class Routes:
         return EventStreamResponse(
             call,
             stream.first(),
-            _events(stream, first, chunks),
+            chunk_events(stream, first, chunks),
             stream.error,
             headers={"x-request-id": request_id},
         )
@@ -193,21 +200,6 @@ class Routes:
 
     async def _metrics(self, call: Call, request: Request) -> Response:
         return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
-
-
-async def _events(
-    stream: EventStream, first: StreamChunk, chunks: AsyncGenerator[StreamChunk, None]
-) -> AsyncGenerator[bytes, None]:
-    """The stream's events from its first chunk on; closing it closes the core's stream."""
-    delta, end = stream.delta, stream.end
-    try:
-        chunk = first
-        while chunk.finish_reason is None:
-            yield delta(chunk)
-            chunk = await anext(chunks)
-        yield end(chunk)
-    finally:
-        await chunks.aclose()
 
 
 async def _no_such_route(request: Request, exc: HTTPException) -> Response:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from inferwire.core.errors import InvalidArgumentError
+from inferwire.core.types import StreamChunk
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import Code
 from inferwire.http.bodies import ClientGone
@@ -57,6 +59,47 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
                 await task
             raise ClientGone
     return task.result()
+
+
+async def first_chunk(
+    request: Request,
+    chunks: AsyncGenerator[StreamChunk, None],
+    field_of: Callable[[str], str],
+) -> StreamChunk:
+    """The core's stream's first chunk, awaited before the status goes out, so that a
+    request the core refuses (invalid, unknown model, queue full) gets its status, not a
+    200; its field violations are named by the body's fields (`field_of`)."""
+    try:
+        return await unless_gone(request, anext(chunks))
+    except InvalidArgumentError as error:
+        await chunks.aclose()
+        raise error.renamed(field_of) from None
+    except BaseException:
+        await chunks.aclose()
+        raise
+
+
+class ChunkEvents(Protocol):
+    """What writes a stream's chunks as events: each chunk's, then the last one's."""
+
+    def delta(self, chunk: StreamChunk) -> bytes: ...
+
+    def end(self, chunk: StreamChunk) -> bytes: ...
+
+
+async def chunk_events(
+    stream: ChunkEvents, first: StreamChunk, chunks: AsyncGenerator[StreamChunk, None]
+) -> AsyncGenerator[bytes, None]:
+    """The stream's events from its first chunk on; closing it closes the core's stream."""
+    delta, end = stream.delta, stream.end
+    try:
+        chunk = first
+        while chunk.finish_reason is None:
+            yield delta(chunk)
+            chunk = await anext(chunks)
+        yield end(chunk)
+    finally:
+        await chunks.aclose()
 
 
 class EventStreamResponse(Response):

@@ -78,21 +78,22 @@ def own_field(core_field: str) -> str | None:
 
 
 def tools_of(definitions: list[ToolDefinition] | None) -> tuple[Tool, ...]:
-    tools = []
-    for index, definition in enumerate(definitions or ()):
-        function = definition.function
-        parameters = function.parameters
-        if parameters is not None and not isinstance(parameters, dict):
-            raise InvalidArgumentError(
-                [
-                    FieldViolation(
-                        f"tools[{index}].function.parameters", "must be a JSON Schema object"
-                    )
-                ]
-            )
-        text = json.dumps(parameters) if parameters is not None else ""
-        tools.append(Tool(function.name, function.description or "", text, bool(function.strict)))
-    return tuple(tools)
+    return tuple(
+        tool_of(definition.function, f"tools[{index}].function.parameters")
+        for index, definition in enumerate(definitions or ())
+    )
+
+
+def tool_of(function: FunctionDefinition, parameters_field: str) -> Tool:
+    """The core's tool of a function's definition (Chat Completions' `function`, or a
+    Responses tool, which has the same fields at its top)."""
+    parameters = function.parameters
+    if parameters is not None and not isinstance(parameters, dict):
+        raise InvalidArgumentError(
+            [FieldViolation(parameters_field, "must be a JSON Schema object")]
+        )
+    text = json.dumps(parameters) if parameters is not None else ""
+    return Tool(function.name, function.description or "", text, bool(function.strict))
 
 
 def tool_choice_of(choice: ToolChoiceBody | None) -> ToolChoice | None:

@@ -1,6 +1,7 @@
 """The HTTP door over fake backends, in-process: TLS and mutual TLS from the same files as
 gRPC (rotated, the client certificate's tenant), its SERVER span continuing `traceparent`,
-the status of each domain error, and an error after a stream's first event."""
+the status of each domain error, and an error after a stream's first event (Chat
+Completions' and Responses')."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -19,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from inferwire.config import load_settings
 from inferwire.core.errors import BackendUnavailableError, QueueFullError
 from tests.support.certs import CertificateAuthority, served_certificate_serial
-from tests.support.fake_backend import FAKE_BACKEND, serving_fakes
+from tests.support.fake_backend import FAKE_BACKEND, serving_fakes, switched
 from tests.support.waiting import wait_until
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -142,3 +144,25 @@ async def test_an_error_after_the_first_event_is_the_stream_s_last_event():
     assert last["error"]["code"] == "unavailable" and "stub crashed" in last["error"]["message"]
     texts = [json.loads(e)["choices"][0]["text"] for e in events[:-2]]
     assert "".join(texts) == "Hello,"
+
+
+async def test_a_responses_stream_that_fails_after_its_first_event_ends_with_response_failed():
+    async with (
+        serving_fakes(settings()) as (server, backends),
+        switched((server, backends), "m", chat_template=True) as backend,
+    ):
+        backend.infer_error = BackendUnavailableError("stub crashed")
+        backend.error_after_pieces = 2
+        client = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{server.http_port}/v1", api_key="x", max_retries=0
+        )
+        async with client, client.responses.stream(model="m", input="hi") as stream:
+            events = [event async for event in stream]
+            with pytest.raises(RuntimeError):  # the helper's: no response.completed came
+                await stream.get_final_response()
+    assert [event.type for event in events][-2:] == ["error", "response.failed"]
+    error, failed = events[-2:]
+    assert error.code == "unavailable" and "stub crashed" in error.message  # type: ignore[union-attr]
+    response = failed.response  # type: ignore[union-attr]
+    assert response.status == "failed" and response.error and response.error.code == "server_error"
+    assert response.output_text == "Hello,"  # what was sent before the error

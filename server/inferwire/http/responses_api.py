@@ -1,0 +1,127 @@
+"""OpenAI's Responses API on the HTTP door: `POST /v1/responses`, `GET` and `DELETE
+/v1/responses/{response_id}`.
+
+A thin adapter over the same core as Chat Completions: the body becomes the core's
+InferenceRequest (http/responses_input.py), its result or stream the `response` object
+and its events (http/responses_output.py). Each route is served as the edge's one call
+(http/calls.py), so tokens, tenants, quotas, priorities, metrics, the access line and
+traces are the other routes'. A response made with `store: true` is kept in its model's
+store (http/response_store.py) under the tenant the call runs as; `previous_response_id`,
+GET and DELETE find only that tenant's, and anything else (never made, `store: false`,
+evicted, deleted, another tenant's, a model the caller's token may not use) is the same
+404 naming the id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from inferwire.core.errors import InvalidArgumentError
+from inferwire.core.manager import ModelManager
+from inferwire.core.types import ChatMessage
+from inferwire.edge.calls import Call
+from inferwire.edge.errors import Code
+from inferwire.http.calls import generation_call
+from inferwire.http.errors import HttpError
+from inferwire.http.response_store import ResponseStore, StoredResponse
+from inferwire.http.responses_input import ResponsesRequest, read_body, to_request
+from inferwire.http.responses_output import ResponseEvents, ResponseShape
+from inferwire.http.streams import EventStreamResponse, chunk_events, first_chunk, unless_gone
+
+
+def _json(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class ResponsesApi:
+    """The Responses routes' handlers over one model manager and one store."""
+
+    def __init__(
+        self,
+        manager: ModelManager,
+        store: ResponseStore,
+        read_json: Callable[[Request], Awaitable[Any]],
+    ) -> None:
+        self._manager, self._store, self._read_json = manager, store, read_json
+
+    async def create(self, call: Call, request: Request) -> Response:
+        body = await self._read_json(request)
+        request_id, tenant, hint = generation_call(call, request, body)
+        fields = read_body(body)
+        previous = None
+        if fields.previous_response_id is not None:
+            previous = self._find(call, tenant, fields.previous_response_id, "previous_response_id")
+        asked = to_request(fields, previous, tenant, request_id, hint)
+        call.require_model(asked.inference.model)
+        shape = ResponseShape(asked.inference.model, asked.echo())
+
+        def keep(response: dict[str, Any], turn: ChatMessage) -> bytes:
+            content = _json(response)
+            if fields.store:
+                conversation = (*asked.conversation, turn)
+                self._store.put(
+                    StoredResponse(shape.id, shape.model, tenant, content, conversation)
+                )
+            return content
+
+        if fields.stream:
+            return await self._stream(call, request, asked, shape, keep)
+        try:
+            result = await unless_gone(request, self._manager.infer(asked.inference))
+        except InvalidArgumentError as error:
+            raise error.renamed(asked.field_of) from None
+        content = keep(*shape.unary(result))
+        return Response(
+            content, media_type="application/json", headers={"x-request-id": result.request_id}
+        )
+
+    async def retrieve(self, call: Call, request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        tenant, _ = call.tenancy()
+        stored = self._find(call, tenant, response_id, "response_id")
+        return Response(stored.body, media_type="application/json")
+
+    async def delete(self, call: Call, request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        tenant, _ = call.tenancy()
+        self._find(call, tenant, response_id, "response_id")
+        self._store.delete(response_id, tenant)
+        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+    async def _stream(
+        self,
+        call: Call,
+        request: Request,
+        asked: ResponsesRequest,
+        shape: ResponseShape,
+        keep: Callable[[dict[str, Any], ChatMessage], bytes],
+    ) -> Response:
+        request_id, chunks = self._manager.infer_stream(asked.inference)
+        first = await first_chunk(request, chunks, asked.field_of)
+        events = ResponseEvents(shape, keep)
+        return EventStreamResponse(
+            call,
+            events.first(),
+            chunk_events(events, first, chunks),
+            events.error,
+            headers={"x-request-id": request_id},
+        )
+
+    def _find(self, call: Call, tenant: str, response_id: str, param: str) -> StoredResponse:
+        """The tenant's stored response `response_id`, or 404 (whatever the reason)."""
+        stored = self._store.get(response_id, tenant)
+        if stored is None or not call.principal.may_use(stored.model):
+            raise HttpError(
+                404,
+                f"no response {response_id[:64]!r} is stored: it was never made, was made "
+                "with store: false, or was deleted or evicted",
+                param,
+                Code.NOT_FOUND,
+            )
+        call.model = stored.model  # the access line's
+        return stored
