@@ -1,17 +1,20 @@
 """Tool calls from SmolLM2-135M, a model that knows no tools (its template has none): the
 Hermes section tells it the syntax and the grammar holds it to the schemas. 100 random
 schemas with `tool_choice: required` at temperature 1 (the same property as `demo`'s 500
-in tests/engine/test_tool_calls_property.py), and `auto` answering in text."""
+in tests/engine/test_tool_calls_property.py), `auto` answering in text, and a whole agent
+loop of the OpenAI Agents SDK on the Responses API."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import openai
 import pytest
 
 from tests.support.process import ServerProcess
+from tests.support.side_venvs import OPENAI_AGENTS, run_side_program
 from tests.support.tool_schemas import run_property
 
 SCHEMAS = 100
@@ -82,3 +85,19 @@ def test_auto_opens_a_call_when_asked_for_one(smollm2_server: ServerProcess, str
     (call,) = choice.message.tool_calls or ()
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments)["city"].lower() == "paris"
+
+
+def test_an_agents_sdk_loop_calls_the_tool_then_answers_with_its_result(
+    smollm2_server: ServerProcess,
+) -> None:
+    """The Agents SDK's default model (Responses): `required` makes the call, the SDK runs
+    the tool and resets the choice to `auto`, and SmolLM2 answers in text from the result
+    (the demo model never ends an answer, so its test stops at the tool's result)."""
+    program = Path(__file__).resolve().parents[1] / "support" / "agents_loop.py"
+    output = run_side_program(OPENAI_AGENTS, program, smollm2_server.http_url + "/v1", "smollm2")
+    report = json.loads(output)
+    assert report["looked_up"] == ["Paris"]
+    assert report["items"] == ["message", "function_call", "function_call_output", "message"]
+    assert report["responses"] == 2  # the call, then the answer: no second call
+    answer = report["final_output"].lower()
+    assert "sunny" in answer or "24" in answer, report
