@@ -81,7 +81,8 @@ class ReflectionServicer:
         method = service.methods_by_name[METHOD]
         self.service = service
         self._request = message_factory.GetMessageClass(method.input_type)
-        self._response = message_factory.GetMessageClass(method.output_type)
+        # Built from the descriptor at runtime, so its fields are unknown to the type checker.
+        self._response: type[Any] = message_factory.GetMessageClass(method.output_type)
         self._service_names = sorted(service_names)
         self._documented = documented
         self._pool = descriptor_pool.Default()
