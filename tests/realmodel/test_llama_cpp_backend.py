@@ -83,6 +83,10 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     models = [
         {"name": "smollm2-llama", "backend": "llama-cpp", "load_on_startup": True,
          "max_concurrency": 8, "options": options},
+        # Prompts read 8 tokens a step, shared first come first served: every prompt here
+        # is read over several steps, beside other requests' next tokens.
+        {"name": "smollm2-llama-chunked", "backend": "llama-cpp", "load_on_startup": True,
+         "max_concurrency": 8, "options": {**options, "prefill_tokens": 8}},
         {"name": "smollm2-f32-llama", "backend": "llama-cpp", "load_on_startup": True,
          "max_concurrency": 4, "options": f32},
         # The bundled model's GGUF with its repetition penalty: llama.cpp's sampler chain.
@@ -144,10 +148,11 @@ async def test_it_gives_llama_servers_recorded_answers_on_the_same_file(llama_st
     assert all(same), same
 
 
-async def test_batched_greedy_output_is_the_solo_output(llama_stub):
+@pytest.mark.parametrize("batched_on", ["smollm2-llama", "smollm2-llama-chunked"])
+async def test_batched_greedy_output_is_the_solo_output(llama_stub, batched_on):
     solo = [await _answer(llama_stub, [("user", q)], max_tokens=40) for q in QUESTIONS]
     together = await asyncio.gather(
-        *(_answer(llama_stub, [("user", q)], max_tokens=40) for q in QUESTIONS)
+        *(_answer(llama_stub, [("user", q)], max_tokens=40, model=batched_on) for q in QUESTIONS)
     )
     assert list(together) == solo
 

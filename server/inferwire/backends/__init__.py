@@ -26,7 +26,12 @@ _BUILTIN: dict[str, tuple[str, str, str | None, str]] = {
         "onnxruntime_genai",
         "onnxruntime-genai",
     ),
-    "llama-cpp": ("inferwire.backends.llama_cpp", "LlamaCppBackend", "llama_cpp", "llama-cpp"),
+    "llama-cpp": (
+        "inferwire.backends.llama_cpp.backend",
+        "LlamaCppBackend",
+        "llama_cpp",
+        "llama-cpp",
+    ),
     "triton": ("inferwire.backends.triton", "TritonBackend", "tritonclient.grpc.aio", "triton"),
     "simulator": ("inferwire.backends.simulator", "SimulatorBackend", None, ""),
 }

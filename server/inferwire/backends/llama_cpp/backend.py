@@ -62,6 +62,11 @@ class LlamaCppOptions(BackendOptions):
     """The most tokens one decode step takes: every running request's next token, and
     chunks of prompts being read in the room left (llama-server's --batch-size)."""
 
+    prefill_tokens: int = Field(default=256, ge=1)
+    """The most prompt tokens one step reads, the earliest request's first: prompts that
+    arrive together get their first tokens one after another, not all after the last
+    (at most batch_tokens)."""
+
     repetition_penalty: float = Field(default=1.0, gt=0)
     """Penalty on tokens already in the sequence, prompt included (1: none)."""
 
@@ -103,9 +108,10 @@ class LlamaCppBackend(Backend):
 
     def _shape(self) -> ContextShape:
         threads = self.options.threads or len(os.sched_getaffinity(0))
-        return ContextShape(
-            self.max_concurrency, self.options.slot_tokens, threads, self.options.batch_tokens
-        )
+        # Every slot's next token fits in one step, whatever batch_tokens says.
+        batch = max(self.options.batch_tokens, self.max_concurrency)
+        prefill = min(self.options.prefill_tokens, batch)
+        return ContextShape(self.max_concurrency, self.options.slot_tokens, threads, batch, prefill)
 
     def footprint(self) -> Footprint | None:
         """The file (weights are mapped) and a KV cache of max_concurrency slots, estimated

@@ -53,6 +53,7 @@ class ContextShape:
     slot_tokens: int
     threads: int
     batch_tokens: int  # the most tokens one decode step takes (prefill chunks included)
+    prefill_tokens: int  # the most prompt tokens one step reads, oldest request first
 
 
 class GgufModel:

@@ -35,6 +35,7 @@ import llama_cpp as llama
 from inferwire.backends.llama_cpp.model import ContextShape, GgufModel
 from inferwire.backends.llama_cpp.sampling import PreparedRequest, TokenPicker
 from inferwire.backends.llama_cpp.saved_prompts import SavedPrompts, shared_prefix
+from inferwire.backends.llama_cpp.step_plan import Runner, plan_step
 from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
 from inferwire.backends.threaded.shared_thread import (
     BUFFERED_DELTAS,
@@ -74,6 +75,7 @@ class _Job(SharedThreadRequest):
     pending: list[int] = field(default_factory=list)  # prompt tokens still to read
     next_token: int | None = None  # sampled, not yet in the KV stream
     picker: TokenPicker | None = None
+    seated: int = 0  # when it took its slot: prompts are read in this order
     decoder: codecs.IncrementalDecoder = field(
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace")
     )
@@ -260,7 +262,7 @@ class Scheduler:
         self._prompt_tokens_total += len(prompt)
         self._reused_tokens_total += reused
         self._uses += 1
-        slot.job, slot.last_used = job, self._uses
+        slot.job, slot.last_used, job.seated = job, self._uses, self._uses
         job.slot, job.pending, job.picker = slot, prompt[reused:], picker
 
     def _slot_for(self, prompt: list[int], free: list[_Slot]) -> tuple[_Slot, int]:
@@ -283,28 +285,26 @@ class Scheduler:
         return slot, shared
 
     def _step(self) -> None:
-        batch, budget = self._batch, self.shape.batch_tokens
+        batch = self._batch
+        jobs = {s.seq_id: s.job for s in self._slots if s.job is not None and not s.job.paused}
+        runners = (Runner(seq, job.seated, len(job.pending)) for seq, job in jobs.items())
+        plan = plan_step(runners, self.shape.batch_tokens, self.shape.prefill_tokens)
         rows = 0
         outputs: list[tuple[_Job, int]] = []
-        jobs = [s.job for s in self._slots if s.job is not None and not s.job.paused]
-        # Running requests first (one token each), then prompt chunks in the room left.
-        for job in sorted(jobs, key=lambda j: bool(j.pending)):
+        for seq_id, count in plan:
+            job = jobs[seq_id]
             assert job.slot is not None
             if job.pending:
-                if rows >= budget:
-                    continue
-                chunk = job.pending[: budget - rows]
-                job.pending = job.pending[len(chunk) :]
+                chunk, job.pending = job.pending[:count], job.pending[count:]
             else:
                 assert job.next_token is not None
-                chunk = [job.next_token]
-                job.next_token = None
+                chunk, job.next_token = [job.next_token], None
             position = len(job.slot.tokens)
             for offset, token in enumerate(chunk):
                 batch.token[rows] = token
                 batch.pos[rows] = position + offset
                 batch.n_seq_id[rows] = 1
-                batch.seq_id[rows][0] = job.slot.seq_id
+                batch.seq_id[rows][0] = seq_id
                 batch.logits[rows] = False
                 rows += 1
             batch.logits[rows - 1] = not job.pending
@@ -315,7 +315,7 @@ class Scheduler:
         result = llama.llama_decode(self._context, batch)
         if result != 0:
             error = RuntimeError(f"llama_decode failed ({result}) for a batch of {rows} tokens")
-            for job in jobs:
+            for job in jobs.values():
                 assert job.slot is not None  # its stream no longer matches its tokens: drop it
                 llama.llama_memory_seq_rm(self._memory, job.slot.seq_id, 0, -1)
                 job.slot.tokens.clear()
