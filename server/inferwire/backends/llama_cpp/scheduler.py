@@ -7,14 +7,14 @@ so 32 streams read the weights once per step, not 32 times.
 
 Slots and their cache. The context has one KV stream per slot (`kv_unified` off). A slot
 keeps what its last request left in its stream after that request ends. A new request
-takes the free slot whose cached tokens hold more than half its prompt (the most, if
+takes the free slot whose cached tokens hold more than a tenth of its prompt (the most, if
 several do), or else the least recently used free slot, drops the rest of that slot's
 cache and reads only the part of its prompt past the shared prefix: the next turn of a
-conversation, whose prompt is the whole history, reads only the new messages. This is
-llama-server's `cache_prompt` and its slot choice (`--slot-prompt-similarity 0.5`): a
-prompt that shares a token or two with a conversation does not take that conversation's
-slot. A slot about to lose most of its cache saves it to host memory first, and a prompt
-that a saved conversation continues gets it back (saved_prompts.py).
+conversation, whose prompt is the whole history, reads only the new messages, and a new
+chat reads the system prompt from a slot that has it. This is llama-server's
+`cache_prompt` and its slot choice (`--slot-prompt-similarity`, 0.1 in the llama.cpp that
+`bench peers` builds). A slot about to lose most of its cache saves it to host memory
+first, and a prompt that a saved conversation continues gets it back (saved_prompts.py).
 
 Flow control (threaded/shared_thread.py): a request whose consumer has `BUFFERED_DELTAS`
 undelivered deltas sits out the steps until its consumer reads down to `RESUME_AT`; its KV
@@ -50,8 +50,10 @@ from inferwire.core.types import FinishReason, PromptCacheStats, TextDelta
 log = logging.getLogger(__name__)
 
 # A free slot is chosen for its cache when that holds more than this share of the prompt
-# (llama-server's --slot-prompt-similarity).
-SLOT_SIMILARITY = 0.5
+# (llama-server's --slot-prompt-similarity, whose default went from 0.5 to 0.1: at 0.5 a
+# new chat whose shared system prompt is a fifth of its prompt took an empty slot and read
+# it again, 13% more time to first token at concurrency 1 than llama-server).
+SLOT_SIMILARITY = 0.1
 # A slot's cache is saved before a request keeps less than this share of it. llama-server
 # saves below a half; short chats that share a long system prompt keep more than that of
 # each other's cache, and would lose their own part.
