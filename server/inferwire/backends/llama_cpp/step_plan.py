@@ -7,7 +7,7 @@ in the room left, read first come first served, and the rows in slot order.
   wave of prompts arrives at once (a closed loop's requests end together), the first
   gets its first token after its own prompt instead of after the whole wave's: on
   SmolLM2 at 8 concurrent chats, time to first token p50 went from 11.4 s (the whole
-  wave in one step) to 4.6 s at 256 rows, tokens/s unchanged (docs/llama_cpp.md).
+  wave in one step) to 4.5-6.3 s at 256 rows, tokens/s within the noise (docs/llama_cpp.md).
 - Rows go in slot order. With a KV stream per slot, llama.cpp puts only sequences of
   consecutive ids in one micro-batch (`split_equal`, sequential); rows ordered 3, 1, 2
   would be computed as two passes over the weights instead of one.
