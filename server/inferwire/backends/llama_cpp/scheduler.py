@@ -77,7 +77,6 @@ class _Job(SharedThreadRequest):
     pending: list[int] = field(default_factory=list)  # prompt tokens still to read
     next_token: int | None = None  # sampled, not yet in the KV stream
     picker: TokenPicker | None = None
-    seated: int = 0  # when it took its slot: prompts are read in this order
     decoder: codecs.IncrementalDecoder = field(
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace")
     )
@@ -264,7 +263,7 @@ class Scheduler:
         self._prompt_tokens_total += len(prompt)
         self._reused_tokens_total += reused
         self._uses += 1
-        slot.job, slot.last_used, job.seated = job, self._uses, self._uses
+        slot.job, slot.last_used = job, self._uses
         job.slot, job.pending, job.picker = slot, prompt[reused:], picker
 
     def _slot_for(self, prompt: list[int], free: list[_Slot]) -> tuple[_Slot, int]:
@@ -289,7 +288,9 @@ class Scheduler:
     def _step(self) -> None:
         batch = self._batch
         jobs = {s.seq_id: s.job for s in self._slots if s.job is not None and not s.job.paused}
-        runners = (Runner(seq, job.seated, len(job.pending)) for seq, job in jobs.items())
+        # A slot's last_used is when its job took it: prompts are read in that order.
+        slots = self._slots  # indexed by seq_id
+        runners = (Runner(seq, slots[seq].last_used, len(job.pending)) for seq, job in jobs.items())
         plan = plan_step(runners, self.shape.batch_tokens, self.shape.prefill_tokens)
         rows = 0
         outputs: list[tuple[_Job, int]] = []
