@@ -181,6 +181,68 @@ async def test_later_turns_read_the_history_from_the_cache_and_answer_as_compute
     assert re.search(r"prompt cache: \d+ conversations? \(", after.detail), after.detail
 
 
+async def test_conversations_bring_their_cache_to_the_lowest_free_slot(llama_stub, llama_server):
+    # A request runs on the lowest free slot (so running requests stay one micro-batch), and
+    # the cache it continues is brought there. Two conversations' turns overlap, the one
+    # that starts first alternating: A takes slot 0 and B slot 1; then B starts first, on
+    # slot 0, so its cache and A's swap slots; then A, and they swap back. Each turn still
+    # reads only its new message and answers as the whole prompt computed afresh does.
+    model = "smollm2-f32-llama"
+    histories: list[list[tuple[str, str]]] = [[], []]
+    read = reused = 0
+    for turn in range(3):
+        for history, questions in zip(histories, CONVERSATIONS, strict=True):
+            history.append(("user", questions[turn]))
+        first, second = (0, 1) if turn % 2 == 0 else (1, 0)
+        before = _cache_metrics(llama_server, model)
+        answers = await _overlapping(llama_stub, histories[first], histories[second], model)
+        after = _cache_metrics(llama_server, model)
+        for history, answer in zip((histories[first], histories[second]), answers, strict=True):
+            fresh = await _answer(llama_stub, history, max_tokens=32, model=f"{model}-fresh")
+            assert answer == fresh, (history, answer, fresh)
+            history.append(("assistant", answer))
+        if turn:
+            read += (
+                after["inferwire_prompt_cache_prompt_tokens_total"]
+                - (before["inferwire_prompt_cache_prompt_tokens_total"])
+            )
+            reused += (
+                after["inferwire_prompt_cache_reused_tokens_total"]
+                - (before["inferwire_prompt_cache_reused_tokens_total"])
+            )
+    # Each later turn reads its new message and the chat template's tokens around it.
+    assert reused >= 0.6 * read, (reused, read)
+    figures.record(
+        FIGURES,
+        f"2 conversations, overlapping turns on the lowest slots: turns 2-3 read "
+        f"{reused:.0f} of {read:.0f} prompt tokens from the cache, answers identical",
+    )
+
+
+async def _overlapping(
+    stub: Any, first: list[tuple[str, str]], second: list[tuple[str, str]], model: str
+) -> tuple[str, str]:
+    """Greedy answers of 32 tokens; `second` starts once `first` has its first token."""
+    request = _chat(first, model, max_tokens=32)
+    streamed = pb.InferStreamRequest(
+        model=model, messages=request.messages, parameters=request.parameters
+    )
+    pieces: list[str] = []
+    started = asyncio.Event()
+
+    async def stream() -> None:
+        async for message in stub.InferStream(streamed):
+            pieces.append(message.text)
+            if message.text:
+                started.set()
+
+    task = asyncio.create_task(stream())
+    await asyncio.wait_for(started.wait(), 120)
+    other = await _answer(stub, second, max_tokens=32, model=model)
+    await asyncio.wait_for(task, 300)
+    return "".join(pieces), other
+
+
 def _reused_share(detail: str) -> int:
     found = re.search(r"(\d+)% of prompt tokens reused", detail)
     assert found, detail

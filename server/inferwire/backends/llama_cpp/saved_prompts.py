@@ -71,8 +71,8 @@ class SavedPrompts:
         while self.bytes + size > self.limit_bytes:
             _, oldest = self._entries.popitem(last=False)
             self.bytes -= oldest.size
-        state = (ctypes.c_uint8 * size)()
-        if llama.llama_state_seq_get_data(self._context, state, size, seq_id) != size:
+        state = read_sequence(self._context, seq_id, size)
+        if state is None:
             return False
         entry = SavedPrompt(list(tokens), state)
         self._entries[id(entry)] = entry
@@ -95,11 +95,32 @@ class SavedPrompts:
         False (the sequence left empty) if llama.cpp refused the state."""
         del self._entries[id(entry)]
         self.bytes -= entry.size
-        memory = llama.llama_get_memory(self._context)
-        llama.llama_memory_seq_rm(memory, seq_id, -1, -1)
-        size = entry.size
-        if llama.llama_state_seq_set_data(self._context, entry.state, size, seq_id) != size:
-            llama.llama_memory_seq_rm(memory, seq_id, -1, -1)
+        if not write_sequence(self._context, seq_id, entry.state):
             return False
         self.restored_total += 1
         return True
+
+
+def read_sequence(
+    context: llama.llama_context_p, seq_id: int, size: int | None = None
+) -> ctypes.Array[ctypes.c_uint8] | None:
+    """A copy of sequence `seq_id`'s KV state (None if llama.cpp gave less than it said)."""
+    if size is None:
+        size = llama.llama_state_seq_get_size(context, seq_id)
+    state = (ctypes.c_uint8 * size)()
+    if llama.llama_state_seq_get_data(context, state, size, seq_id) != size:
+        return None
+    return state
+
+
+def write_sequence(
+    context: llama.llama_context_p, seq_id: int, state: ctypes.Array[ctypes.c_uint8]
+) -> bool:
+    """Replace sequence `seq_id`'s KV with `state`; False (the sequence left empty) if
+    llama.cpp refused it."""
+    memory = llama.llama_get_memory(context)
+    llama.llama_memory_seq_rm(memory, seq_id, -1, -1)
+    if llama.llama_state_seq_set_data(context, state, len(state), seq_id) != len(state):
+        llama.llama_memory_seq_rm(memory, seq_id, -1, -1)
+        return False
+    return True
