@@ -38,6 +38,8 @@ _MAX_MESSAGE_BYTES = 2**31 - 1
 # Asks Triton to end a stream with the error's status code rather than put the error,
 # without its code, in a response message (see errors.py). Older Tritons ignore it.
 _STREAM_ERROR_HEADER = ("triton_grpc_error", "true")
+# How long an answered stream may take to end before it is cancelled after all.
+STREAM_END_S = 5.0
 # An endpoint whose averaged health-check round trip exceeds both twice the fastest one's
 # and the fastest one's plus this margin gets no requests while a faster one is usable:
 # loopback and LAN jitter stay well below it, a slow link or an overloaded server do not.
@@ -347,9 +349,11 @@ class EndpointPool:
                         metadata=(*self.metadata, _STREAM_ERROR_HEADER, *trace_metadata()),
                         timeout=timeout,
                     )
+                    answered = False  # Triton sent this request's last response or error
                     try:
                         async for item in call:
                             if item.error_message:
+                                answered = True
                                 raise stream_error(
                                     item.error_message,
                                     url=endpoint.url,
@@ -357,13 +361,12 @@ class EndpointPool:
                                     triton_model=self.triton_model,
                                 )
                             received = True
+                            answered = item.infer_response.parameters[FINAL_RESPONSE].bool_param
                             yield item.infer_response
-                            params = item.infer_response.parameters
-                            if params[FINAL_RESPONSE].bool_param:
+                            if answered:
                                 return
                     finally:
-                        # Our client went away, or we stopped early: cancel on Triton too.
-                        call.cancel()
+                        await _end_stream(call, answered)
                     return
                 except grpc.aio.AioRpcError as exc:
                     self._move_on_or_raise(exc, endpoint, tried, received)
@@ -393,3 +396,25 @@ class EndpointPool:
         if isinstance(error, BackendUnavailableError):
             self._trouble()
         raise error from None
+
+
+async def _end_stream(call: grpc.aio.StreamStreamCall, answered: bool) -> None:
+    """Let an answered stream end on its own (the request side is already closed, so
+    Triton ends it after the last response); cancel one that was left early.
+
+    A cancel that reaches Triton while it is still completing the last response races its
+    ModelStreamInfer handler, and in the tritonserver nvidia-pytriton ships (2.51) that
+    race can free the request's state twice (upstream fix: server PR 8078, March 2025).
+    A clean clone's CI saw tritonserver die with SIGSEGV once while every answered stream
+    was cancelled; it was not reproduced on demand.
+    """
+    if answered:
+        try:
+            await asyncio.wait_for(call.code(), STREAM_END_S)
+            return
+        except TimeoutError:
+            pass
+        except BaseException:  # our own task was cancelled meanwhile
+            call.cancel()
+            raise
+    call.cancel()
