@@ -284,10 +284,11 @@ class Scheduler:
         saved = self._saved
         if saved is not None and shared < SAVE_BELOW_KEPT_SHARE * len(holder.tokens):
             saved.save(holder.seq_id, holder.tokens)
+        entry = saved.best(prompt, better_than=shared) if saved is not None else None
         slot = free[0]
-        if holder is not slot:
-            self._move_caches(holder, slot, keep_holders=shared > 0)
-        if saved is not None and (entry := saved.best(prompt, better_than=shared)) is not None:
+        if holder is not slot:  # the holder's cache is not worth moving if a saved one wins
+            self._move_caches(holder, slot, keep_holders=shared > 0 and entry is None)
+        if saved is not None and entry is not None:
             restored = saved.restore(entry, slot.seq_id)
             slot.tokens = entry.tokens if restored else []
             shared = shared_prefix(slot.tokens, prompt)
