@@ -9,12 +9,16 @@ the two paths run the same weights, and twice more (`held_*`) with a long
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 
 import grpc
+import numpy as np
+import onnxruntime_genai as og
 import pytest
 
+from inferwire.backends.ort_genai.backend import builtin_model_path
 from inferwire.backends.ort_genai.generator import LOOKAHEAD_DELTAS
 from inferwire.config import load_settings
 from inferwire.server import InferwireServer
@@ -298,4 +302,30 @@ async def test_the_default_on_a_cpu_model_is_a_generator_per_request(batching_st
         await server.stop(grace_s=1)
     assert plain.models[0].detail == "in-process on cpu, a generator per request"
     batched = await batching_stub.Health(pb.HealthRequest(model="batched"))
-    assert batched.models[0].detail == "in-process on cpu, og.Engine static batching of up to 8"
+    width = _rows_og_engine_steps(8)
+    rows = "" if width == 8 else f", {width} rows a step"
+    expected = f"in-process on cpu, og.Engine static batching of up to 8{rows}"
+    assert batched.models[0].detail == expected
+
+
+def _rows_og_engine_steps(max_batch_size: int) -> int:
+    """The rows one step of a static og.Engine configured for `max_batch_size` takes when
+    that many requests wait, counted here on og.Engine itself (0.18 steps 4)."""
+    config = og.Config(str(builtin_model_path()))
+    config.overlay(json.dumps({"engine": {"static_batching": {"max_batch_size": max_batch_size}}}))
+    engine = og.Engine(og.Model(config))
+    events = engine.create_event_buffer(64)
+    requests = []
+    for _ in range(max_batch_size):
+        request = engine.create_request()
+        turn = og.TurnOptions(request)
+        turn.set_max_generated_tokens(1)
+        request.begin_turn(np.array([5, 6, 7], dtype=np.int32), turn)
+        requests.append(request)
+    engine.run(events)
+    width = sum(1 for event in events if int(event.flags) & int(og.EngineEventFlags.TOKEN))
+    while engine.has_pending_requests():
+        engine.run(events)
+    for request in requests:
+        request.close()
+    return width

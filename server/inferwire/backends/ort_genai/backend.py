@@ -371,4 +371,7 @@ def _path_description(engine: EngineScheduler | None) -> str:
     if engine is None:
         return "a generator per request"
     kind = "continuous" if engine.dynamic else "static"
-    return f"og.Engine {kind} batching of up to {engine.max_batch_size}"
+    description = f"og.Engine {kind} batching of up to {engine.max_batch_size}"
+    if not engine.dynamic and engine.step_width < engine.max_batch_size:
+        description += f", {engine.step_width} rows a step"
+    return description
