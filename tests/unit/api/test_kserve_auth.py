@@ -15,6 +15,7 @@ from tritonclient.grpc import service_pb2_grpc
 from inferwire.api.kserve.servicer import SERVICE
 from inferwire.api.scopes import KSERVE_OPEN_RPCS, KSERVE_SCOPE_BY_RPC, KSERVE_SERVICE
 from tests.support.auth import bearer, start_server, tokens_yaml
+from tests.support.waiting import wait_until
 
 Code = grpc.StatusCode
 OK = None
@@ -120,7 +121,17 @@ async def test_a_refused_model_infer_is_logged_with_its_model_and_id(channel, ca
     request = oip.ModelInferRequest(model_name="m", id="kserve-refused", inputs=[TEXT])
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.ModelInfer(request)  # no token
-    lines = [r for r in caplog.records if getattr(r, "request_id", None) == "kserve-refused"]
+
+    def refused_lines() -> list[Any]:
+        return [r for r in caplog.records if getattr(r, "request_id", None) == "kserve-refused"]
+
+    async def logged() -> bool:
+        return bool(refused_lines())
+
+    # The access line is written as the call ends on the server, which can be after the
+    # client has read its status.
+    await wait_until(logged)
+    lines = refused_lines()
     assert [(r.getMessage(), r.model, r.code) for r in lines] == [
         ("request finished", "m", "UNAUTHENTICATED")
     ]
