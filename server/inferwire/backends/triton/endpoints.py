@@ -343,9 +343,10 @@ class EndpointPool:
             tried.append(endpoint)
             with self._in_flight(endpoint):
                 received = False
+                answer_seen = asyncio.Event()
                 try:
                     call = endpoint.stub.ModelStreamInfer(
-                        iter([message]),
+                        _request_then_close(message, answer_seen),
                         metadata=(*self.metadata, _STREAM_ERROR_HEADER, *trace_metadata()),
                         timeout=timeout,
                     )
@@ -366,6 +367,7 @@ class EndpointPool:
                             if answered:
                                 return
                     finally:
+                        answer_seen.set()
                         await _end_stream(call, answered)
                     return
                 except grpc.aio.AioRpcError as exc:
@@ -398,9 +400,24 @@ class EndpointPool:
         raise error from None
 
 
+async def _request_then_close(
+    message: service_pb2.ModelInferRequest, answer_seen: asyncio.Event
+) -> AsyncGenerator[service_pb2.ModelInferRequest, None]:
+    """The stream's one request; its request side closes only once the answer was read.
+
+    Closed at once (as before), Triton 2.51's ModelStreamInfer handler sees the end of the
+    requests while it still writes the answer: a clean clone's CI saw it log
+    "HandleCancellation called even when the context was not cancelled ... step COMPLETE"
+    for such streams and then die with SIGSEGV, twice in two days (once with every answered
+    stream cancelled, once without). A stream kept open for its answers is how tritonclient
+    uses it."""
+    yield message
+    await answer_seen.wait()
+
+
 async def _end_stream(call: grpc.aio.StreamStreamCall, answered: bool) -> None:
-    """Let an answered stream end on its own (the request side is already closed, so
-    Triton ends it after the last response); cancel one that was left early.
+    """Let an answered stream end on its own (its request side closes now, so Triton ends
+    it after the last response); cancel one that was left early.
 
     A cancel that reaches Triton while it is still completing the last response races its
     ModelStreamInfer handler, and in the tritonserver nvidia-pytriton ships (2.51) that
