@@ -260,19 +260,17 @@ class EngineScheduler:
 
     def _admit(self) -> None:
         """Begin waiting rows: at once on a dynamic engine, as a new batch on a static one."""
-        if not self.dynamic and self._running:
-            if len(self._running) >= self.step_width:
-                pass  # a full batch: new rows wait inside og.Engine for the next one
-            elif (
+        if not self.dynamic and self._running and len(self._running) < self.step_width:
+            # A static batch with room: a new row would wait for all of it, so re-form it
+            # or wait. Rows begun past a full one queue inside og.Engine for the next.
+            if (
                 self._waiting
                 and self._static_batch_steps
                 and (self._batch_would_double() or self._batch_steps >= self._static_batch_steps)
             ):
                 for row in self._running.values():
                     self._preempt(row, requeue=True)
-                return
-            else:
-                return  # a batch with room: new rows would wait for all of it anyway
+            return
         if not self._running:
             self._batch_steps = 0
         while self._waiting and len(self._running) < self.max_batch_size:
@@ -408,13 +406,12 @@ class EngineScheduler:
             turn.set_max_generated_tokens(1)
             request.begin_turn(np.array([0], dtype=np.int32), turn)
             requests.append(request)
-        widths = []
+        self._engine.run(self._buffer)
+        self.step_width = max(1, sum(1 for event in self._buffer if int(event.flags) & _TOKEN))
         while self._engine.has_pending_requests():
             self._engine.run(self._buffer)
-            widths.append(sum(1 for event in self._buffer if int(event.flags) & _TOKEN))
         for request in requests:
             request.close()
-        self.step_width = max(widths[0] if widths else 1, 1)
         if self.step_width < self.max_batch_size:
             log.info(
                 "og.Engine steps fewer rows than configured",

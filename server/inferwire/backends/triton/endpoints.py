@@ -419,12 +419,9 @@ async def _end_stream(call: grpc.aio.StreamStreamCall, answered: bool) -> None:
     """Let an answered stream end on its own (its request side closes now, so Triton ends
     it after the last response); cancel one that was left early.
 
-    A cancel that reaches Triton while it is still completing the last response races its
-    ModelStreamInfer handler, and in the tritonserver nvidia-pytriton ships (2.51) that
-    race can free the request's state twice (upstream fix: server PR 8078, March 2025).
-    A clean clone's CI saw tritonserver die with SIGSEGV once while every answered stream
-    was cancelled; it was not reproduced on demand.
-    """
+    A cancel that reaches Triton while it still completes the last response races its
+    ModelStreamInfer handler, which in 2.51 can free the request's state twice (upstream
+    fix: server PR 8078, March 2025)."""
     if answered:
         try:
             await asyncio.wait_for(call.code(), STREAM_END_S)
