@@ -67,6 +67,8 @@ class Endpoint:
     url: str
     channel: grpc.aio.Channel
     stub: service_pb2_grpc.GRPCInferenceServiceStub
+    # ModelStreamInfer called as unary-stream: see one_request_stream.
+    stream: grpc.aio.UnaryStreamMultiCallable
     healthy: bool = True
     detail: str = ""
     lost_model: bool = False  # the server is live but the model is not ready (a restart)
@@ -150,7 +152,8 @@ class EndpointPool:
             channel = grpc.aio.secure_channel(url, self._credentials, options=self._channel_options)
         else:
             channel = grpc.aio.insecure_channel(url, options=self._channel_options)
-        return Endpoint(url, channel, service_pb2_grpc.GRPCInferenceServiceStub(channel))
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        return Endpoint(url, channel, stub, one_request_stream(channel))
 
     async def close(self) -> None:
         endpoints, self.endpoints = self.endpoints, []
@@ -343,10 +346,9 @@ class EndpointPool:
             tried.append(endpoint)
             with self._in_flight(endpoint):
                 received = False
-                answer_seen = asyncio.Event()
                 try:
-                    call = endpoint.stub.ModelStreamInfer(
-                        _request_then_close(message, answer_seen),
+                    call = endpoint.stream(
+                        message,
                         metadata=(*self.metadata, _STREAM_ERROR_HEADER, *trace_metadata()),
                         timeout=timeout,
                     )
@@ -367,7 +369,6 @@ class EndpointPool:
                             if answered:
                                 return
                     finally:
-                        answer_seen.set()
                         await _end_stream(call, answered)
                     return
                 except grpc.aio.AioRpcError as exc:
@@ -400,23 +401,28 @@ class EndpointPool:
         raise error from None
 
 
-async def _request_then_close(
-    message: service_pb2.ModelInferRequest, answer_seen: asyncio.Event
-) -> AsyncGenerator[service_pb2.ModelInferRequest, None]:
-    """The stream's one request; its request side closes only once the answer was read.
+def one_request_stream(channel: grpc.aio.Channel) -> grpc.aio.UnaryStreamMultiCallable:
+    """ModelStreamInfer for one request: its message and the end of the requests go in one
+    write, as in any unary-stream call (the wire does not tell the two kinds apart).
 
-    Closed at once (as before), Triton 2.51's ModelStreamInfer handler sees the end of the
-    requests while it still writes the answer: a clean clone's CI saw it log
-    "HandleCancellation called even when the context was not cancelled ... step COMPLETE"
-    for such streams and then die with SIGSEGV, twice in two days (once with every answered
-    stream cancelled, once without). A stream kept open for its answers is how tritonclient
-    uses it."""
-    yield message
-    await answer_seen.wait()
+    tritonserver 2.51 (the one nvidia-pytriton ships) can crash with SIGSEGV when the read
+    it keeps pending for a next request completes while it ends the stream (an error
+    answer in `triton_grpc_error` mode, or a connection cut mid-answer): that read's state
+    is released twice. Sent in the same write, the end of the requests completes the read
+    before the model has answered. Runs of our error test (12 requests ending in errors)
+    that crashed it: end of the requests in a write of its own, 2 of 60; request side open
+    until the answer began, 1 of 30; until it ended, 0 of 30, but then 1 of 9 runs of the
+    faults tier, which cuts connections mid-answer; in the same write, 0 of 120 and 0 of
+    10. Upstream fixed these in 2.54 to 2.68 (server PRs 7840, 8078, 8708)."""
+    return channel.unary_stream(
+        "/inference.GRPCInferenceService/ModelStreamInfer",
+        request_serializer=service_pb2.ModelInferRequest.SerializeToString,
+        response_deserializer=service_pb2.ModelStreamInferResponse.FromString,
+    )
 
 
-async def _end_stream(call: grpc.aio.StreamStreamCall, answered: bool) -> None:
-    """Let an answered stream end on its own (its request side closes now, so Triton ends
+async def _end_stream(call: grpc.aio.UnaryStreamCall, answered: bool) -> None:
+    """Let an answered stream end on its own (its request side is closed, so Triton ends
     it after the last response); cancel one that was left early.
 
     A cancel that reaches Triton while it still completes the last response races its
