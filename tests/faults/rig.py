@@ -213,6 +213,10 @@ class Rig:
         """Requests each tritonserver counts as executed for vllm_echo."""
         return {name: triton.statistics("vllm_echo") for name, triton in self.tritons.items()}
 
+    def deaths(self) -> str:
+        """How each tritonserver that died by itself ended, for a failure's message."""
+        return "".join(f"\n{d}" for t in self.tritons.values() if (d := t.death()))
+
     async def metrics(self) -> Samples:
         return await scrape(self.gateway)
 
@@ -226,7 +230,7 @@ class Rig:
             await self.until_status(model, SERVING, since)
             # Every endpoint healthy and none slow: the detail lists no problem.
             while "(" in (detail := await self.detail(model)):
-                assert time.monotonic() - since < BOUND_S, detail
+                assert time.monotonic() - since < BOUND_S, f"{detail}{self.deaths()}"
                 await asyncio.sleep(0.05)
         for model in TRITON_MODELS:
             for _ in range(2):  # on both endpoints of the pair

@@ -99,6 +99,7 @@ class TritonServer:
     headers: dict[str, str] = field(default_factory=dict)
     address: str = "127.0.0.1"  # a loopback address; the DNS tests use 127.0.0.2 and up
     metrics_port: int | None = None  # None: --allow-metrics=false
+    signalled: set[int] = field(default_factory=set)  # signals a test sent on purpose
 
     @property
     def url(self) -> str:
@@ -138,7 +139,7 @@ class TritonServer:
         deadline = time.monotonic() + 60
         while True:
             if self.process.poll() is not None or time.monotonic() > deadline:
-                self.kill()
+                self._end()
                 raise AssertionError(f"tritonserver did not start:\n{self.log_path.read_text()}")
             if self.port == 0:
                 self.port = listening_port(self.process.pid, exclude={self.metrics_port})
@@ -168,14 +169,39 @@ class TritonServer:
     def __exit__(self, *exc_info: object) -> None:
         self.kill()
 
+    def signal(self, signum: int) -> None:
+        """Signal the server and its Python backend stubs (its process group) on purpose."""
+        assert self.process is not None
+        self.signalled.add(signum)
+        os.killpg(self.process.pid, signum)
+
+    def death(self) -> str | None:
+        """How the server ended by itself (a signal no test sent, or an exit); None while
+        it runs or when a test ended it."""
+        if self.process is None or (code := self.process.poll()) is None:
+            return None
+        if code < 0 and -code in self.signalled:
+            return None
+        how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        tail = "".join(self.log_path.read_text(errors="replace").splitlines(True)[-12:])
+        return f"tritonserver {self.url} (pid {self.process.pid}) ended by {how}:\n{tail}"
+
     def kill(self) -> None:
-        """SIGKILL the server and its Python backend stubs (its process group)."""
+        """SIGKILL the server and its Python backend stubs (its process group). Fails when
+        the server had already died by itself: a crash is a finding, never teardown noise."""
         if self.process is None:
             return
+        death = self.death()
+        self._end()
+        assert death is None, death
+
+    def _end(self) -> None:
+        assert self.process is not None
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
         self.process = None
+        self.signalled.clear()
 
     def statistics(self, model: str) -> int:
         """Requests that Triton itself counts as executed for `model`."""

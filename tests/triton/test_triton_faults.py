@@ -58,8 +58,7 @@ class Rig:
 
     def signal(self, signum: int) -> None:
         """Signal the server and its Python backend stubs (its process group)."""
-        assert self.triton.process is not None
-        os.killpg(self.triton.process.pid, signum)
+        self.triton.signal(signum)
 
     async def status(self) -> int:
         return await health_status(self.health, SERVICE)
