@@ -124,7 +124,9 @@ def _accounting(
         if name != server:
             ours += sampler.between(name, start_ns, end_ns).get("total", 0.0)
     busy = sampler.between("machine", start_ns, end_ns).get("total", 0.0)
-    wall_us = (end_ns - start_ns) / 1e3 * len(os.sched_getaffinity(0))
+    # /proc/stat's busy time is every CPU's; this process is pinned to the load tool's
+    # half by now, so its affinity would count half the machine.
+    wall_us = (end_ns - start_ns) / 1e3 * (os.cpu_count() or 1)
     return {
         "server_cpu_us": server_cpu,
         "tool_cpu_us": tool_cpu,
@@ -178,8 +180,8 @@ def _ghz_cell(
     run = ghz_stream(
         target, prompt, OUTPUT_TOKENS, concurrency, calls,
         on_start=lambda pid: sampler.add_tree(tag, pid), model=model, cpus=cpus,
+        on_exit=sampler.sample_now,
     )  # fmt: skip
-    sampler.sample_now()
     return {"run": run, **_accounting(sampler, "inferwire", tag, run.start_ns, run.end_ns, load)}
 
 

@@ -224,11 +224,14 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
 
     def add_tree(self, name: str, pid: int) -> None:
-        """Sample the process tree under `pid` from now on."""
+        """Sample the process tree under `pid` from now on, starting with a reading now:
+        for a process just started, its CPU until the next tick is then in the windows
+        that tick closes, not in the first reading."""
         with self._lock:
             self._tree_seen[name] = {}
             self.series[name] = _Series()
             self.trees[name] = pid
+            self._read_locked()
 
     def add_machine(self, name: str, read: Callable[[], float]) -> None:
         """Sample `read()` (cumulative µs, e.g. the machine's busy time) from now on."""

@@ -237,9 +237,11 @@ def ghz_stream(
     on_start: Any = None,
     model: str = "demo",
     cpus: list[int] | None = None,
+    on_exit: Any = None,
 ) -> GhzRun:
     """ghz, `calls` InferStream calls at `concurrency`, one connection; any failure raises.
-    `on_start(pid)` is called once ghz runs (to sample its CPU)."""
+    `on_start(pid)` is called once ghz runs, and `on_exit()` once it has ended but before
+    it is reaped, while /proc still shows its final CPU time (to sample its CPU)."""
     data = {
         "model": model,
         "prompt": prompt,
@@ -257,12 +259,18 @@ def ghz_stream(
     ]  # fmt: skip
     if cpus is not None:
         command = [*pinned(cpus), *command]
-    start_ns = time.time_ns()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if on_start is not None:
-        on_start(process.pid)
-    stdout, stderr = process.communicate(timeout=600)
-    end_ns = time.time_ns()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start_ns = time.time_ns()
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        if on_start is not None:
+            on_start(process.pid)
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped
+        end_ns = time.time_ns()
+        if on_exit is not None:
+            on_exit()
+        process.wait()
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
         raise RuntimeError(f"ghz failed: {stderr or stdout}")
     report = json.loads(stdout)

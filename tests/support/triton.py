@@ -183,6 +183,7 @@ class TritonServer:
         if code < 0 and -code in self.signalled:
             return None
         how = f"signal {-code}" if code < 0 else f"exit status {code}"
+        assert self.log_path is not None  # set by start(), with the process
         tail = "".join(self.log_path.read_text(errors="replace").splitlines(True)[-12:])
         return f"tritonserver {self.url} (pid {self.process.pid}) ended by {how}:\n{tail}"
 

@@ -8,11 +8,22 @@ command lines carry the sampling and sizes that make the comparison fair.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from bench.peers_aiperf import AiperfRun, _Series, aiperf_command, parse_run, summarize_runs
+from bench.peers_aiperf import (
+    AiperfRun,
+    CpuSampler,
+    _Series,
+    aiperf_command,
+    parse_run,
+    summarize_runs,
+)
 from bench.peers_servers import llama_server_command
 from bench.peers_setup import GGUF, PeersSetupError, check_gguf, expected_sha256, sha256_of
 
@@ -79,6 +90,25 @@ def test_cpu_readings_are_interpolated_at_a_window_edge() -> None:
     assert series.at(150) == {"total": 100.0}
     assert series.at(-5) == {"total": 0.0}
     assert series.at(500) == {"total": 150.0}
+
+
+def test_a_load_tools_cpu_from_its_start_to_its_exit_is_in_its_window() -> None:
+    """A process added as it starts and read once more after it ended, before it is
+    reaped (as ghz is): its whole CPU time falls in the window, none before or after."""
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    with CpuSampler() as sampler:
+        start_ns = time.time_ns()
+        process = subprocess.Popen([sys.executable, "-c", busy])
+        sampler.add_tree("tool", process.pid)
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+        end_ns = time.time_ns()
+        sampler.sample_now()
+        _, status, usage = os.wait4(process.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        measured_us = sampler.between("tool", start_ns, end_ns)["total"]
+    used_us = (usage.ru_utime + usage.ru_stime) * 1e6
+    # Clock ticks (10 ms) round each reading.
+    assert used_us - 20_000 <= measured_us <= used_us + 20_000, (measured_us, used_us)
 
 
 def test_aiperf_asks_both_servers_for_the_same_greedy_fixed_length_stream(tmp_path: Path) -> None:
