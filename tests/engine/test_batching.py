@@ -4,6 +4,8 @@ A server of its own serves the bundled model four times: `batched`, `patient` an
 `steady` (batching: engine; `steady` is never preempted) and `solo` (per_request), so
 the two paths run the same weights, and twice more (`held_*`) with a long
 `stream_interval_ms`. A test checks that the default, auto, is per_request on this CPU model.
+Every test runs twice: with the engine's scheduler in the server's process, and in a process
+of its own (`engine_process: true`, engine_process.py), whose items cross a socket.
 """
 
 from __future__ import annotations
@@ -31,9 +33,14 @@ PROMPTS = ["Once upon a time", "Hello", "The king said", "In the morning", "What
 GREEDY = {"temperature": 0}
 
 
+@pytest.fixture(scope="module", params=[False, True], ids=["in_process", "engine_process"])
+def engine_process(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
 @pytest.fixture(scope="module")
-async def batching_server() -> AsyncIterator[InferwireServer]:
-    builtin = {"path": "builtin"}
+async def batching_server(engine_process: bool) -> AsyncIterator[InferwireServer]:
+    builtin = {"path": "builtin", "engine_process": engine_process}
     server = InferwireServer(
         load_settings(
             server={"address": "127.0.0.1:0", "metrics_address": "", "grace_period_s": 2},
@@ -284,7 +291,9 @@ async def test_a_short_request_is_not_held_behind_a_long_batch(
     assert request_log.for_request(f"long-runner-{model}").outcome == "cancelled"
 
 
-async def test_the_default_on_a_cpu_model_is_a_generator_per_request(batching_stub):
+async def test_the_default_on_a_cpu_model_is_a_generator_per_request(
+    batching_stub, engine_process: bool
+):
     """`batching: auto` takes the engine only for continuous batching, which a CPU model
     cannot do; Health says which path serves each model."""
     server = InferwireServer(
@@ -304,7 +313,8 @@ async def test_the_default_on_a_cpu_model_is_a_generator_per_request(batching_st
     batched = await batching_stub.Health(pb.HealthRequest(model="batched"))
     width = _rows_og_engine_steps(8)
     rows = "" if width == 8 else f", {width} rows a step"
-    expected = f"in-process on cpu, og.Engine static batching of up to 8{rows}"
+    where = "engine process" if engine_process else "in-process"
+    expected = f"{where} on cpu, og.Engine static batching of up to 8{rows}"
     assert batched.models[0].detail == expected
 
 

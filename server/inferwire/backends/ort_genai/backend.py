@@ -5,7 +5,8 @@ Runs a model directory in ORT GenAI format (`genai_config.json`, `model.onnx`,
 installed, on a CUDA GPU. Two paths run requests (option `batching`):
 
 - `engine`: one `og.Engine` per model batches concurrent requests, driven by one
-  scheduler thread (`engine.py`, which records what the engine can do);
+  scheduler thread (`engine.py`, which records what the engine can do), in this process
+  or, with `engine_process`, in one of its own (`engine_process.py`);
 - `per_request`: each request runs its own `og.Generator` in a worker thread
   (`generator.py`).
 
@@ -42,6 +43,7 @@ from pydantic import ConfigDict, Field
 
 from inferwire.backends.ort_genai.adapter import OrtGenAIAdapter, OrtGenAIAdapterOptions
 from inferwire.backends.ort_genai.engine import EngineScheduler, EngineSettings
+from inferwire.backends.ort_genai.engine_process import EngineProcess
 from inferwire.backends.ort_genai.generator import GeneratorPath
 from inferwire.backends.ort_genai.model import (
     LoadedModel,
@@ -112,6 +114,11 @@ class OrtGenAIOptions(BackendOptions):
     plus their tokens so far, together with the waiting ones). Waiting requests that would
     at least double the batch preempt it at once. 0: a batch always runs to its end."""
 
+    engine_process: bool = False
+    """With batching: engine, run the engine's scheduler in a process of its own, so that
+    its steps never wait for the event loop's GIL (engine_process.py); the model loads in
+    both processes (its weights count twice in the memory estimate)."""
+
     stream_interval_ms: float = Field(default=2.0, ge=0, le=1000)
     """The least time between two hand-overs of a stream's text from the thread generating
     it to the server's event loop: tokens made meanwhile go out as one message, which spares
@@ -130,7 +137,8 @@ class _Loaded:
 
     model: LoadedModel
     per_request: GeneratorPath
-    engine: EngineScheduler | None  # with batching: engine (or auto on a dynamic model)
+    # With batching: engine (or auto on a dynamic model), in this process or its own.
+    engine: EngineScheduler | EngineProcess | None
 
 
 class OrtGenAIBackend(Backend):
@@ -165,7 +173,10 @@ class OrtGenAIBackend(Backend):
         path = self.model_path
         try:
             config = json.loads((path / "genai_config.json").read_text())
-            return estimate_footprint(path, config, self.options.device, self.max_concurrency)
+            copies = 2 if self._batched(config) and self.options.engine_process else 1
+            return estimate_footprint(
+                path, config, self.options.device, self.max_concurrency, copies
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -178,12 +189,11 @@ class OrtGenAIBackend(Backend):
     async def load(self) -> ModelFacts:
         path, device = self.model_path, self.options.device
         config = read_config(path, device)
-        batching = self.options.batching
-        batched = batching == "engine" or (batching == "auto" and is_dynamic_batching(config))
+        batched = self._batched(config)
         max_batch_size = self.options.max_batch_size or self.max_concurrency
         static_batch_size = max_batch_size if batched and not is_dynamic_batching(config) else None
         model = await asyncio.to_thread(load_model, path, config, device, static_batch_size)
-        engine = None
+        engine: EngineScheduler | EngineProcess | None = None
         if batched:
             settings = EngineSettings(
                 max_batch_size,
@@ -191,7 +201,12 @@ class OrtGenAIBackend(Backend):
                 self.model_name,
                 self.stream_interval_s,
             )
-            engine = await asyncio.to_thread(EngineScheduler, model, settings)
+            if self.options.engine_process:
+                engine = await asyncio.to_thread(
+                    EngineProcess, path, device, static_batch_size, settings
+                )
+            else:
+                engine = await asyncio.to_thread(EngineScheduler, model, settings)
         per_request = GeneratorPath(
             model, self.max_concurrency, self.model_name, stream_interval_s=self.stream_interval_s
         )
@@ -200,6 +215,10 @@ class OrtGenAIBackend(Backend):
             "model loaded", extra={"model": self.model_name, "path": str(path), "device": device}
         )
         return self._facts_of(model)
+
+    def _batched(self, config: dict[str, Any]) -> bool:
+        batching = self.options.batching
+        return batching == "engine" or (batching == "auto" and is_dynamic_batching(config))
 
     def _facts_of(self, model: LoadedModel) -> ModelFacts:
         context_length = model.context_length
@@ -236,9 +255,8 @@ class OrtGenAIBackend(Backend):
         engine = loaded.engine
         if engine is not None and not engine.alive:
             return BackendHealth(False, f"engine scheduler stopped: {engine.failure}")
-        return BackendHealth(
-            True, f"in-process on {self.options.device}, {_path_description(engine)}"
-        )
+        where = "engine process" if isinstance(engine, EngineProcess) else "in-process"
+        return BackendHealth(True, f"{where} on {self.options.device}, {_path_description(engine)}")
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         model = self._state.model
@@ -367,7 +385,7 @@ def _minimum_field(request: GenerationRequest) -> str | None:
     return None
 
 
-def _path_description(engine: EngineScheduler | None) -> str:
+def _path_description(engine: EngineScheduler | EngineProcess | None) -> str:
     """Which path serves requests, for operators reading Health and ListModels."""
     if engine is None:
         return "a generator per request"

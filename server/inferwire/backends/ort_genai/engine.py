@@ -126,10 +126,20 @@ class _Row(SharedThreadRequest):
     requeue: bool = False  # preempted to make room: begin again with the next batch
 
 
+def engine_serves(dynamic: bool, params: GenerationParams, reserved: bool) -> bool:
+    """Whether an engine (`dynamic`: continuous batching) serves a request as asked,
+    `reserved` in a reserved slot."""
+    if params.logprobs or params.constraint is not None:
+        return False
+    return (params.seed is None and not reserved) or dynamic
+
+
 class EngineScheduler:
     """Drives one `og.Engine` from one thread; `stream` runs a request on it."""
 
-    def __init__(self, model: LoadedModel, settings: EngineSettings) -> None:
+    def __init__(
+        self, model: LoadedModel, settings: EngineSettings, handover: Handover | None = None
+    ) -> None:
         self.dynamic = model.dynamic_batching
         self.max_batch_size = settings.max_batch_size
         self._model = model
@@ -145,7 +155,8 @@ class EngineScheduler:
         # The rows one step really takes (_warm_up): og.Engine 0.18's static scheduler
         # steps 4 rows whatever max_batch_size says and queues the rest in order.
         self.step_width = self.max_batch_size
-        self._handover = Handover(settings.stream_interval_s)
+        # Where rows' items go: this process's event loops, or a pipe (engine_host.py).
+        self._handover = handover or Handover(settings.stream_interval_s)
         self.failure: BaseException | None = None
         # The engine must be used from the thread that made it, so that thread makes it.
         started = threading.Event()
@@ -164,6 +175,10 @@ class EngineScheduler:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def wait(self) -> None:
+        """Until the thread ends: closed, or stopped by a failure (`failure`)."""
+        self._thread.join()
+
     def close(self) -> None:
         """Stop the thread; called once no request is in flight."""
         with self._wakeup:
@@ -174,23 +189,26 @@ class EngineScheduler:
     # ---- the event-loop side --------------------------------------------
 
     def serves(self, params: GenerationParams, reserved: bool = False) -> bool:
-        """Whether the engine serves a request as asked, `reserved` in a reserved slot."""
-        if params.logprobs or params.constraint is not None:
-            return False
-        return (params.seed is None and not reserved) or self.dynamic
+        return engine_serves(self.dynamic, params, reserved)
 
     def stream(self, request: PreparedRequest, progress: GenerationProgress) -> GenerationEvents:
         """Run one request on the engine: its deltas, then its end."""
         loop = asyncio.get_running_loop()
-        row = _Row(
+        row = self.new_row(request, TokenTally(progress, len(request.prompt_ids)), loop)
+        return consume(row.channel, row, row.tally, request.coalesce)
+
+    def new_row(
+        self, request: PreparedRequest, tally: TokenTally, loop: asyncio.AbstractEventLoop
+    ) -> SharedThreadRequest:
+        """A request for this scheduler, its items for `loop`; `start()` submits it."""
+        return _Row(
             send=self.send,
             prepared=request,
-            tally=TokenTally(progress, len(request.prompt_ids)),
+            tally=tally,
             channel=Channel(loop),
             detokenizer=self._model.tokenizer.create_stream(),
             released=loop.create_future(),
         )
-        return consume(row.channel, row, row.tally, request.coalesce)
 
     def send(self, command: Command, row: SharedThreadRequest) -> None:
         assert isinstance(row, _Row)

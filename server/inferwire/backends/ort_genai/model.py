@@ -94,14 +94,15 @@ def is_dynamic_batching(config: dict[str, Any]) -> bool:
 
 
 def estimate_footprint(
-    path: Path, config: dict[str, Any], device: str, max_concurrency: int
+    path: Path, config: dict[str, Any], device: str, max_concurrency: int, copies: int = 1
 ) -> Footprint:
     """Before loading: what the load makes resident, plus the KV cache of `max_concurrency`
     requests at the full context length (layers x KV heads x head size x 2 x dtype bytes x
     context length x max_concurrency), which requests allocate as they run. What the load
     makes resident is what `inferwire models import` measured when it built the model
     (its `inferwire-import.json`), else the model files' bytes. The KV dtype is not in
-    genai_config.json: float32 on the CPU, float16 on CUDA, as the exports usually are."""
+    genai_config.json: float32 on the CPU, float16 on CUDA, as the exports usually are.
+    `copies`: processes that load the model (2 with the engine in a process of its own)."""
     model = config["model"]
     decoder = model["decoder"]
     heads = int(decoder["num_attention_heads"])
@@ -111,11 +112,13 @@ def estimate_footprint(
     dtype_bytes = 2 if device == "cuda" else 4
     kv_cache = layers * kv_heads * head_size * 2 * dtype_bytes * context_length * max_concurrency
     at_load, source = _load_estimate(path)
+    loaded = f"{copies} x {format_size(at_load)}" if copies > 1 else format_size(at_load)
     detail = (
-        f"estimated: at load {format_size(at_load)} ({source}) + KV cache up to "
+        f"estimated: at load {loaded} ({source}) + KV cache up to "
         f"{format_size(kv_cache)} ({max_concurrency} x {context_length} tokens)"
     )
-    return Footprint("cuda:0" if device == "cuda" else "cpu", at_load + kv_cache, detail=detail)
+    total = copies * at_load + kv_cache
+    return Footprint("cuda:0" if device == "cuda" else "cpu", total, detail=detail)
 
 
 IMPORT_PROVENANCE = "inferwire-import.json"  # written by inferwire/importer/pipeline.py

@@ -57,16 +57,20 @@ class Outbox(Generic[HandedItem]):
             if not self._urgent and now < self._next_at:
                 return
             self._next_at, self._urgent = now + self._interval_s, False
+        collected, self._collected = self._collected, {}
+        self.hand_over(collected)
+
+    def hand_over(self, collected: dict[asyncio.AbstractEventLoop, list[HandedItem]]) -> None:
+        """Give the loops their items: wake each loop that has not yet taken its last ones."""
         wake = []
         with self._lock:
-            for loop, items in self._collected.items():
+            for loop, items in collected.items():
                 handed = self._handed.get(loop)
                 if handed is None:
                     self._handed[loop] = items
                     wake.append(loop)
                 else:
                     handed.extend(items)
-        self._collected = {}
         for loop in wake:
             try:
                 loop.call_soon_threadsafe(self._take, loop)

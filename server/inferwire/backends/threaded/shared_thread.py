@@ -72,8 +72,8 @@ Delivery = tuple[SharedThreadRequest, StreamEvent | Released]
 class Handover:
     """The thread's side of its requests' items: one `Outbox` for all of them."""
 
-    def __init__(self, interval_s: float) -> None:
-        self.outbox: Outbox[Delivery] = Outbox(_deliver, interval_s)
+    def __init__(self, interval_s: float, outbox: Outbox[Delivery] | None = None) -> None:
+        self.outbox: Outbox[Delivery] = outbox or Outbox(deliver, interval_s)
 
     def emit(self, request: SharedThreadRequest, item: StreamEvent) -> None:
         urgent = True  # an end or an error
@@ -91,7 +91,8 @@ class Handover:
         self.outbox.flush(force=force)
 
 
-def _deliver(items: list[Delivery]) -> None:
+def deliver(items: list[Delivery]) -> None:
+    """On a consumer's loop: its requests' items, in order."""
     for request, item in items:
         if isinstance(item, Released):
             if not request.released.done():
