@@ -11,6 +11,9 @@ that have exited). Threads are grouped by what they do:
 - `engine`: the other threads inferwire names `iw-*` (the engine scheduler, generator workers);
 - `grpc`: gRPC core's own threads (it names them);
 - `other`: everything else alive at the end, e.g. ONNX Runtime's intra-op pool;
+- `engine_process`: with `children`, every thread of the process's children (the engine
+  process of `engine_process: true`), so a server's CPU includes what it moved out of its
+  process (a bench process leaves its children, the servers it runs, out);
 - `exited`: the process total less the threads still alive (threads that ended mid-run).
 """
 
@@ -24,7 +27,7 @@ from types import TracebackType
 
 _TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 _GRPC_THREAD_PREFIXES = ("grpc", "default-executo", "resolver-execu", "event_engine", "timer")
-GROUPS = ("event_loop", "engine", "log", "grpc", "other", "exited")
+GROUPS = ("event_loop", "engine", "log", "grpc", "other", "engine_process", "exited")
 _LOG_WRITER = "iw-log"
 QUIET_LOAD_PER_CPU = 0.5  # the issue's rule for a reference result
 
@@ -35,6 +38,7 @@ class CpuSnapshot:
 
     total_ns: float
     threads: dict[int, tuple[str, int]]  # tid -> (name, ns on the CPU)
+    child_threads: frozenset[int] = frozenset()  # tids of the children's threads
 
 
 def _thread_ns(task: Path) -> tuple[str, int] | None:
@@ -46,7 +50,22 @@ def _thread_ns(task: Path) -> tuple[str, int] | None:
     return name, on_cpu_ns
 
 
-def snapshot(pid: int) -> CpuSnapshot:
+def snapshot(pid: int, children: bool = False) -> CpuSnapshot:
+    """The process, and with `children` its children (whose CPU its own total leaves out)."""
+    total_ns, threads = _process(pid)
+    child_threads: set[int] = set()
+    for child in _children(pid) if children else []:
+        try:
+            child_ns, child_tasks = _process(child)
+        except OSError:
+            continue  # it ended while we read
+        total_ns += child_ns
+        threads.update(child_tasks)
+        child_threads.update(child_tasks)
+    return CpuSnapshot(total_ns, threads, frozenset(child_threads))
+
+
+def _process(pid: int) -> tuple[float, dict[int, tuple[str, int]]]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     total_ns = (int(fields[11]) + int(fields[12])) * _TICK_NS  # utime + stime
     threads = {}
@@ -54,7 +73,17 @@ def snapshot(pid: int) -> CpuSnapshot:
         reading = _thread_ns(task)
         if reading is not None:
             threads[int(task.name)] = reading
-    return CpuSnapshot(total_ns, threads)
+    return total_ns, threads
+
+
+def _children(pid: int) -> list[int]:
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return children
 
 
 def group_of(pid: int, tid: int, name: str) -> str:
@@ -92,7 +121,8 @@ def usage_between(pid: int, before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage
     for tid, (name, ns) in after.threads.items():
         spent = ns - before.threads.get(tid, (name, 0))[1]
         live_ns += spent
-        by_group[group_of(pid, tid, name)] += spent / 1e3
+        group = "engine_process" if tid in after.child_threads else group_of(pid, tid, name)
+        by_group[group] += spent / 1e3
     total_ns = after.total_ns - before.total_ns
     # Ticks are coarse (10 ms), and each of the two readings may be off by one: only what
     # the process total exceeds the live threads' nanoseconds by beyond that is exited
@@ -103,15 +133,16 @@ def usage_between(pid: int, before: CpuSnapshot, after: CpuSnapshot) -> CpuUsage
 
 
 class CpuMeter:
-    """`with CpuMeter(pid) as meter: ...`; then `meter.usage`."""
+    """`with CpuMeter(pid) as meter: ...`; then `meter.usage`; `children`: theirs too."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, children: bool = False) -> None:
         self.pid = pid
+        self.children = children
         self.usage = CpuUsage(0.0)
         self._before: CpuSnapshot | None = None
 
     def __enter__(self) -> CpuMeter:
-        self._before = snapshot(self.pid)
+        self._before = snapshot(self.pid, self.children)
         return self
 
     def __exit__(
@@ -121,7 +152,7 @@ class CpuMeter:
         trace: TracebackType | None,
     ) -> None:
         assert self._before is not None
-        self.usage = usage_between(self.pid, self._before, snapshot(self.pid))
+        self.usage = usage_between(self.pid, self._before, snapshot(self.pid, self.children))
 
 
 def load_per_cpu() -> float:

@@ -7,8 +7,10 @@ the two floors it cannot beat, all in one run.
 - A bare grpc.aio server (bench/stream_floor_server.py) streaming one small
   `InferStreamResponse` per token on the same method path, read by the same client: its
   process's CPU per message. This is grpc.aio's own cost per streamed token.
-- `inferwire serve` with `batching: engine` and with `batching: per_request`, the same
-  greedy prompts: server CPU per token by thread group (bench/cpu.py).
+- `inferwire serve` with `batching: engine` (its scheduler in the server's process, and
+  in a process of its own: `engine_process: true`) and with `batching: per_request`, the
+  same greedy prompts: server CPU per token by thread group (bench/cpu.py), the engine
+  process's included.
 
 At 1, 16 and 64 concurrent streams; rounds alternate the four sides so that drift on a
 shared machine hits all alike. "Engine-side" CPU of the gateway is its engine threads
@@ -44,7 +46,7 @@ from inferwire.v1 import inference_pb2_grpc
 
 NAME = "cpu_per_token"
 STREAMS = (1, 16, 64)
-PATHS = ("engine", "per_request")
+PATHS = ("engine", "engine_process", "per_request")
 SIDES = ("direct", "floor", *PATHS)
 
 
@@ -75,7 +77,7 @@ async def _streamed(
     async with grpc.aio.insecure_channel(target) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         await gateway_batch(stub, prompts, min(max_tokens, 8))  # warm-up: channel, streams
-        with CpuMeter(pid) as meter:
+        with CpuMeter(pid, children=True) as meter:  # an engine process is the server's
             batch = await gateway_batch(stub, prompts, max_tokens)
     return batch, meter.usage
 
@@ -95,7 +97,7 @@ def _point(sides: dict[str, _Side]) -> dict[str, dict[str, Any]]:
     for path in PATHS:
         measured = point[path]
         cpu = measured["cpu_us_per_token"]
-        measured["engine_side_us_per_token"] = cpu["engine"] + cpu["other"]
+        measured["engine_side_us_per_token"] = cpu["engine"] + cpu["other"] + cpu["engine_process"]
         measured["tokens_ratio"] = ratio(
             measured["aggregate_tokens_per_s"], direct["aggregate_tokens_per_s"]
         )
@@ -110,7 +112,14 @@ def measure(options: RunOptions) -> dict[int, dict[str, dict[str, Any]]]:
         floor = stack.enter_context(baseline_server("bench.stream_floor_server"))
         floor_pid, floor_target = floor.pid, floor.target
         gateways = {
-            path: stack.enter_context(gateway_server(max(STREAMS), batching=path)) for path in PATHS
+            path: stack.enter_context(
+                gateway_server(
+                    max(STREAMS),
+                    batching="engine" if path == "engine_process" else path,
+                    engine_process=path == "engine_process",
+                )
+            )
+            for path in PATHS
         }
         for streams in STREAMS:
             max_tokens = _max_tokens(options, streams)
@@ -152,6 +161,7 @@ LABELS = {
     "direct": "og.Engine directly (whole process)",
     "floor": "bare grpc.aio stream (µs per message)",
     "engine": "inferwire, batching: engine",
+    "engine_process": "inferwire, batching: engine, engine_process",
     "per_request": "inferwire, batching: per_request",
 }
 
@@ -165,6 +175,7 @@ def run(options: RunOptions) -> ScenarioResult:
     ]
     floor = {n: p["floor"]["cpu_us_per_token"]["total"] for n, p in points.items()}
     engine_at = {n: p["engine"] for n, p in points.items()}
+    process_at = {n: p["engine_process"] for n, p in points.items()}
     loop_1 = ratio(engine_at[1]["cpu_us_per_token"]["event_loop"], floor[1])
     loop_64 = ratio(engine_at[64]["cpu_us_per_token"]["event_loop"], floor[64])
     engine_side_1 = ratio(
@@ -247,11 +258,22 @@ def run(options: RunOptions) -> ScenarioResult:
                 engine_at[16]["tokens_ratio"],
                 0.8,
             ),
+            at_least(
+                "InferStream tokens/s, 1 stream, engine_process, vs og.Engine directly",
+                process_at[1]["tokens_ratio"],
+                0.9,
+            ),
+            at_least(
+                "Aggregate tokens/s, 16 streams, engine_process, vs og.Engine at 16",
+                process_at[16]["tokens_ratio"],
+                0.8,
+            ),
         ],
         notes=[
             "CPU from /proc per thread (bench/cpu.py): event_loop is the main thread; engine "
             "the threads inferwire names iw-* (engine scheduler, generator workers); other "
-            "is ONNX Runtime's intra-op pool; exited is threads that ended mid-run.",
+            "is ONNX Runtime's intra-op pool; engine_process every thread of the server's "
+            "child process (engine_process: true); exited is threads that ended mid-run.",
             "The direct engine runs in this process's main thread, so its whole cost shows "
             "under event_loop and other; the bare server's under event_loop and grpc.",
             "Same greedy prompts on every side; share of requests with the direct engine's "

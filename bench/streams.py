@@ -168,16 +168,19 @@ def gateway_server(
     batching: str = "engine",
     model: str = GATEWAY_MODEL,
     path: str = "builtin",
+    engine_process: bool = False,
 ) -> Iterator[ServerProcess]:
     """`inferwire serve` with the bundled model as `demo` (or the model at `path` as
-    `model`), room for `max_concurrency` streams; `batching` as the backend's option (the
-    default, engine, is the path comparable with og.Engine driven directly)."""
+    `model`), room for `max_concurrency` streams; `batching` and `engine_process` as the
+    backend's options (the default, engine, is the path comparable with og.Engine driven
+    directly)."""
     with tempfile.TemporaryDirectory() as scratch:
         config = Path(scratch) / "inferwire.yaml"
         config.write_text(
             f"models:\n  - name: {model}\n    load_on_startup: true\n"
             f"    max_concurrency: {max_concurrency}\n    max_queue: {4 * max_concurrency}\n"
-            f"    options: {{path: '{path}', device: cpu, batching: {batching}}}\n"
+            f"    options: {{path: '{path}', device: cpu, batching: {batching},"
+            f" engine_process: {str(engine_process).lower()}}}\n"
         )
         server = start_serving_server("--config", str(config))
         try:
