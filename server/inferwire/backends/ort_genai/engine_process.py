@@ -8,8 +8,9 @@ request's items on its event loop, through a `delivery.Outbox` as the in-process
 
 The price: the host loads the model again (its weights count twice in the memory
 estimate), and a request's items cross a socket. If the host dies, every request on it
-ends with an error naming how it ended, and health reports it; the per-request path, which
-runs in this process, goes on serving.
+ends with UNAVAILABLE naming how, and so do new ones until a new host is ready (started
+after a pause that doubles with each restart in a row); health says so meanwhile. The
+per-request path, which runs in this process, goes on serving.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from inferwire.backends.ort_genai import engine_host as host
+from inferwire.backends.ort_genai import engine_host
 from inferwire.backends.ort_genai.engine import EngineSettings, engine_serves
 from inferwire.backends.ort_genai.sampling import PreparedRequest
 from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
@@ -48,7 +50,10 @@ log = logging.getLogger(__name__)
 # under RESUME_AT for a caught-up consumer to resume it.
 _TAKEN_EVERY = RESUME_AT // 2
 _START_TIMEOUT_S = 600.0  # loading a large model on a slow disk
-_HOST_MAIN = f"import sys; from {host.__name__} import main; sys.exit(main(sys.argv[1:]))"
+_RESTART_PAUSE_S = 0.5  # before the first restart; doubles with each restart in a row
+_RESTART_PAUSE_MAX_S = 30.0
+_STABLE_S = 60.0  # a host that lived this long ends a run of restarts
+_HOST_MAIN = f"import sys; from {engine_host.__name__} import main; sys.exit(main(sys.argv[1:]))"
 
 
 @dataclass(frozen=True)
@@ -93,55 +98,82 @@ class _RemoteRow:
         self.engine.send(("stop", self.row_id))
 
 
+@dataclass
+class _Host:
+    """One engine process and the server's end of its socket."""
+
+    process: subprocess.Popen[bytes]
+    connection: Connection
+    started_at: float
+
+
 class EngineProcess:
-    """The engine path, its scheduler in engine_host.py's process."""
+    """The engine path, its scheduler in engine_host.py's process; restarted when it dies."""
 
     def __init__(
         self, path: Path, device: str, static_batch_size: int | None, settings: EngineSettings
     ) -> None:
-        spec = {
-            "path": str(path),
-            "device": device,
-            "static_batch_size": static_batch_size,
-            "settings": asdict(settings),
-        }
+        self._spec = json.dumps(
+            {
+                "path": str(path),
+                "device": device,
+                "static_batch_size": static_batch_size,
+                "settings": asdict(settings),
+            }
+        )
+        self._name = settings.name
+        self._lock = threading.Lock()  # the host, the rows, the exit, writes to the socket
+        self._rows: dict[int, _RemoteRow] = {}
+        self._ids = itertools.count()
+        self._exited = False
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []  # readers, each the restarter after its exit
+        self._restarts_in_a_row = 0
+        self.failure: BaseException | None = None
+        self._outbox: Outbox[tuple[_RemoteRow, _Item]] = Outbox(_deliver, 0.0)
+        self._host, hello = self._start_host()
+        self.dynamic, self.max_batch_size, self.step_width = hello
+        self._start_reader(self._host)
+
+    @property
+    def pid(self) -> int:
+        return self._host.process.pid
+
+    def _start_host(self) -> tuple[_Host, tuple[bool, int, int]]:
         ours, theirs = socket.socketpair()
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", _HOST_MAIN, str(theirs.fileno()), json.dumps(spec)],
+        process = subprocess.Popen(
+            [sys.executable, "-c", _HOST_MAIN, str(theirs.fileno()), self._spec],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=sys.stderr,  # stdout may carry the server's own output
         )
         theirs.close()
-        self.pid = self._process.pid
-        self._name = settings.name
-        self._connection = Connection(ours.detach())
-        self._lock = threading.Lock()  # the rows, the exit, and writes to the socket
-        self._rows: dict[int, _RemoteRow] = {}
-        self._ids = itertools.count()
-        self._exited = False
-        self._closing = False
-        self.failure: BaseException | None = None
-        self._outbox: Outbox[tuple[_RemoteRow, _Item]] = Outbox(_deliver, 0.0)
+        host = _Host(process, Connection(ours.detach()), time.monotonic())
         try:
-            hello = self._await_ready()
+            return host, self._await_ready(host)
         except BaseException:
-            self._process.kill()
-            self._process.wait()
+            process.kill()
+            process.wait()
+            host.connection.close()
             raise
-        self.dynamic, self.max_batch_size, self.step_width = hello
-        self._reader = threading.Thread(
-            target=self._read, name=f"engine-pipe-{settings.name}", daemon=True
-        )
-        self._reader.start()
 
-    def _await_ready(self) -> tuple[bool, int, int]:
-        if not self._connection.poll(_START_TIMEOUT_S):
+    def _start_reader(self, host: _Host) -> None:
+        reader = threading.Thread(
+            target=self._read, args=(host,), name=f"engine-pipe-{self._name}", daemon=True
+        )
+        with self._lock:
+            self._threads = [thread for thread in self._threads if thread.is_alive()]
+            self._threads.append(reader)
+        reader.start()
+
+    @staticmethod
+    def _await_ready(host: _Host) -> tuple[bool, int, int]:
+        if not host.connection.poll(_START_TIMEOUT_S):
             raise RuntimeError(f"the engine process did not start in {_START_TIMEOUT_S:.0f} s")
         try:
-            reply = self._connection.recv()
+            reply = host.connection.recv()
         except EOFError:
-            code = self._process.wait()
+            code = host.process.wait()
             raise RuntimeError(f"the engine process {_exit_description(code)}") from None
         if reply[0] != "ready":
             raise RuntimeError(f"the engine process could not start: {reply[1]}")
@@ -149,20 +181,27 @@ class EngineProcess:
 
     @property
     def alive(self) -> bool:
-        return not self._exited and self._process.poll() is None
+        return not self._exited and self._host.process.poll() is None
 
     def close(self) -> None:
-        """End the process; called once no request is in flight."""
-        self._closing = True
+        """End the process (and any restart); called once no request is in flight."""
+        self._closing.set()
         self.send(("close",))
+        host = self._host
         try:
-            self._process.wait(timeout=30)
+            host.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             log.error("the engine process did not end; killing it", extra={"pid": self.pid})
-            self._process.kill()
-            self._process.wait()
-        self._reader.join()
-        self._connection.close()
+            host.process.kill()
+            host.process.wait()
+        while True:  # a restart under way ends its new host itself, then its reader ends
+            with self._lock:
+                pending = [thread for thread in self._threads if thread.is_alive()]
+            if not pending:
+                break
+            for thread in pending:
+                thread.join()
+        self._host.connection.close()
 
     # ---- the event-loop side --------------------------------------------
 
@@ -184,7 +223,7 @@ class EngineProcess:
 
     def submit(self, row: _RemoteRow) -> None:
         with self._lock:
-            if self._exited:
+            if self._exited:  # until a restarted host is ready
                 row.channel.put(self._gone())
                 row.released.set_result(None)
                 return
@@ -198,19 +237,20 @@ class EngineProcess:
     def _send_locked(self, command: tuple[Any, ...]) -> None:
         # A process that is gone fails its rows from the reader.
         with contextlib.suppress(OSError):
-            self._connection.send_bytes(pickle.dumps(command, protocol=pickle.HIGHEST_PROTOCOL))
+            message = pickle.dumps(command, protocol=pickle.HIGHEST_PROTOCOL)
+            self._host.connection.send_bytes(message)
 
     # ---- the reader thread ----------------------------------------------
 
-    def _read(self) -> None:
+    def _read(self, host: _Host) -> None:
         name_this_thread("engine-pipe")
         try:
             while True:
-                message = pickle.loads(self._connection.recv_bytes())
+                message = pickle.loads(host.connection.recv_bytes())
                 for row_id, kind, value, extra in message:
                     with self._lock:
                         row = self._rows.get(row_id)
-                        if kind == host.RELEASED:
+                        if kind == engine_host.RELEASED:
                             self._rows.pop(row_id, None)
                     if row is not None:
                         item = _decode(kind, value, extra)
@@ -218,22 +258,63 @@ class EngineProcess:
                 self._outbox.flush()
         except (EOFError, OSError):
             pass
-        self._on_exit(self._process.wait())
+        self._on_exit(host, host.process.wait())
+        if not self._closing.is_set():
+            self._restart()
 
-    def _on_exit(self, code: int) -> None:
+    def _on_exit(self, host: _Host, code: int) -> None:
         with self._lock:
             self._exited = True
             rows, self._rows = list(self._rows.values()), {}
-        if not self._closing:
-            self.failure = RuntimeError(f"the engine process {_exit_description(code)}")
+            if not self._closing.is_set():
+                self.failure = RuntimeError(f"the engine process {_exit_description(code)}")
+        if not self._closing.is_set():
             log.error(
                 "the engine process ended",
-                extra={"pid": self.pid, "exit": _exit_description(code), "requests": len(rows)},
+                extra={
+                    "model": self._name,
+                    "pid": host.process.pid,
+                    "exit": _exit_description(code),
+                    "requests": len(rows),
+                },
             )
+            if time.monotonic() - host.started_at > _STABLE_S:
+                self._restarts_in_a_row = 0
         for row in rows:
             self._outbox.add(row.channel.loop, (row, self._gone()), urgent=True)
             self._outbox.add(row.channel.loop, (row, _Released(row.tally.generated)), urgent=True)
         self._outbox.flush()
+
+    def _restart(self) -> None:
+        """Start a new host after a pause that doubles with each restart in a row (a host
+        that cannot start, or dies at once, is not restarted in a tight loop)."""
+        while not self._closing.is_set():
+            pause = min(_RESTART_PAUSE_S * 2**self._restarts_in_a_row, _RESTART_PAUSE_MAX_S)
+            self._restarts_in_a_row += 1
+            if self._closing.wait(pause):
+                return
+            try:
+                host, _ = self._start_host()
+            except Exception as exc:
+                log.error(
+                    "the engine process did not restart",
+                    extra={"model": self._name, "error": str(exc)},
+                )
+                continue
+            with self._lock:
+                if self._closing.is_set():
+                    host.process.kill()
+                    host.process.wait()
+                    host.connection.close()
+                    return
+                old, self._host = self._host, host
+                self._exited, self.failure = False, None
+            old.connection.close()
+            self._start_reader(host)
+            log.warning(
+                "the engine process restarted", extra={"model": self._name, "pid": host.process.pid}
+            )
+            return
 
     def _gone(self) -> BackendUnavailableError:
         # UNAVAILABLE, as for a backend that is down: the model serves again once reloaded.
@@ -241,13 +322,13 @@ class EngineProcess:
 
 
 def _decode(kind: int, value: Any, extra: Any) -> _Item:
-    if kind == host.DELTA:
+    if kind == engine_host.DELTA:
         return TextDelta(value, extra)
-    if kind == host.END:
+    if kind == engine_host.END:
         return GenerationEnd(FinishReason(value), Usage(*extra))
-    if kind == host.RELEASED:
+    if kind == engine_host.RELEASED:
         return _Released(value)
-    if kind == host.ERROR:
+    if kind == engine_host.ERROR:
         return RuntimeError(value)
     return _Progress(kind, value)
 
@@ -260,7 +341,7 @@ def _deliver(items: list[tuple[_RemoteRow, _Item]]) -> None:
             if not row.released.done():
                 row.released.set_result(None)
         elif isinstance(item, _Progress):
-            if item.kind == host.FIRST_TOKEN:
+            if item.kind == engine_host.FIRST_TOKEN:
                 row.tally.progress.first_token(float(item.value))
             else:
                 row.tally.progress.generated_after_cancel(int(item.value))
@@ -271,6 +352,6 @@ def _deliver(items: list[tuple[_RemoteRow, _Item]]) -> None:
 def _exit_description(code: int) -> str:
     if code < 0:
         return f"died with {signal.Signals(-code).name}"
-    if code == host.SCHEDULER_FAILED:
+    if code == engine_host.SCHEDULER_FAILED:
         return "ended: its scheduler failed (its error is in the server's stderr)"
     return f"exited with status {code}"
