@@ -40,6 +40,7 @@ from inferwire.backends.threaded.shared_thread import (
 )
 from inferwire.core.tracing import NO_TRACER, Tracer
 from inferwire.core.types import GenerationEnd, TextDelta
+from inferwire.log import configure_logging
 
 # What one item of a message from this process is: (row id, kind, value, extra).
 DELTA, END, ERROR, RELEASED, FIRST_TOKEN, AFTER_CANCEL = range(6)
@@ -141,6 +142,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     connection = Connection(int(argv[0]))
     spec = json.loads(argv[1])
+    # JSON lines where the server's stderr is not a terminal, as the server's own.
+    configure_logging(spec["log_level"], "auto")
     try:
         path = Path(spec["path"])
         config = read_config(path, spec["device"])
