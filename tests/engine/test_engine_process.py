@@ -166,6 +166,22 @@ async def test_while_the_engine_process_cannot_restart_requests_fail_at_once_and
         assert await _text(stub, "Hello", 16) == before
 
 
+async def test_the_engine_process_outlives_signals_meant_for_the_whole_group(
+    stub: inference_pb2_grpc.InferenceServiceStub,
+):
+    """A Ctrl-C, or systemd stopping the unit, signals every process: the server drains its
+    streams first, so the engine process waits for the server to close it."""
+    [engine] = engine_processes()
+    running = stub.InferStream(_request("Once upon a time", 200))
+    first = await running.read()
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        os.kill(engine, signal_number)
+    rest = await read_rest(running)
+    assert rest[-1].usage.completion_tokens == 200, first
+    assert engine_processes() == {engine}
+    assert await _text(stub, "Hello", 4)
+
+
 async def test_unloading_ends_the_engine_process_and_loading_starts_a_new_one(
     stub: inference_pb2_grpc.InferenceServiceStub,
 ):

@@ -138,8 +138,11 @@ def _serve(connection: Connection, scheduler: EngineScheduler, outbox: PipeOutbo
 
 
 def main(argv: list[str]) -> int:
-    # The server decides when this process ends: a Ctrl-C reaches the whole process group.
+    # The server decides when this process ends, after draining its streams: a Ctrl-C
+    # reaches the whole process group, and systemd's stop sends SIGTERM to every process
+    # of the unit. The closed socket of a server that is gone ends it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     connection = Connection(int(argv[0]))
     spec = json.loads(argv[1])
     # JSON lines where the server's stderr is not a terminal, as the server's own.
