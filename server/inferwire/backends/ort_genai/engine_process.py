@@ -52,6 +52,7 @@ _TAKEN_EVERY = RESUME_AT // 2
 _START_TIMEOUT_S = 600.0  # loading a large model on a slow disk
 _RESTART_PAUSE_S = 0.5  # before the first restart; doubles with each restart in a row
 _RESTART_PAUSE_MAX_S = 30.0
+_RESTART_DOUBLINGS_MAX = 6  # 0.5 s x 2**6 is past the longest pause already
 _STABLE_S = 60.0  # a host that lived this long ends a run of restarts
 _HOST_MAIN = f"import sys; from {engine_host.__name__} import main; sys.exit(main(sys.argv[1:]))"
 
@@ -291,7 +292,8 @@ class EngineProcess:
         """Start a new host after a pause that doubles with each restart in a row (a host
         that cannot start, or dies at once, is not restarted in a tight loop)."""
         while not self._closing.is_set():
-            pause = min(_RESTART_PAUSE_S * 2**self._restarts_in_a_row, _RESTART_PAUSE_MAX_S)
+            doublings = min(self._restarts_in_a_row, _RESTART_DOUBLINGS_MAX)
+            pause = min(_RESTART_PAUSE_S * 2**doublings, _RESTART_PAUSE_MAX_S)
             self._restarts_in_a_row += 1
             if self._closing.wait(pause):
                 return
@@ -319,7 +321,7 @@ class EngineProcess:
             return
 
     def _gone(self) -> BackendUnavailableError:
-        # UNAVAILABLE, as for a backend that is down: the model serves again once reloaded.
+        # UNAVAILABLE, as for a backend that is down: it serves again once a new host is ready.
         return BackendUnavailableError(f"model {self._name!r}: {self.failure or 'closed'}")
 
 
