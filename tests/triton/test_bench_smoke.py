@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(BENCH_TIMEOUT_S)
 SMOKED = [name for name in SCENARIOS if not name.startswith("peers")]
 # The issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2, gateway_capacity 2;
 # issue 33: http_overhead 3, with the 16-stream floor).
-TARGET_COUNT = 17
+TARGET_COUNT = 19
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +84,11 @@ def test_scenarios_measure_their_own_work(results: Path) -> None:
     cpu = json.loads((results / "cpu_per_token.json").read_text())["data"]["points"]
     assert set(cpu) == {"1", "16", "64"}
     for point in cpu.values():
-        assert set(point) == {"direct", "floor", "engine", "per_request"}
+        assert set(point) == {"direct", "floor", "engine", "engine_process", "per_request"}
         assert all(side["tokens"] > 0 for side in point.values())
         assert all(set(GROUPS) < side["cpu_us_per_token"].keys() for side in point.values())
-    assert cpu["1"]["engine"]["same_text_share"] == cpu["1"]["per_request"]["same_text_share"] == 1
+    for path in ("engine", "engine_process", "per_request"):
+        assert cpu["1"][path]["same_text_share"] == 1, path
     overhead = json.loads((results / "engine_overhead.json").read_text())["data"]
     assert overhead["same_text_share"] == 1.0
     kserve = json.loads((results / "kserve_overhead.json").read_text())["data"]

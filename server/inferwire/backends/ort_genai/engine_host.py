@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import pickle
 import signal
@@ -40,7 +41,6 @@ from inferwire.backends.threaded.shared_thread import (
 )
 from inferwire.core.tracing import NO_TRACER, Tracer
 from inferwire.core.types import GenerationEnd, TextDelta
-from inferwire.log import configure_logging
 
 # What one item of a message from this process is: (row id, kind, value, extra).
 DELTA, END, ERROR, RELEASED, FIRST_TOKEN, AFTER_CANCEL = range(6)
@@ -145,8 +145,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     connection = Connection(int(argv[0]))
     spec = json.loads(argv[1])
-    # JSON lines where the server's stderr is not a terminal, as the server's own.
-    configure_logging(spec["log_level"], "auto")
+    # Plain lines on the server's stderr at the server's level (backends do not reach the
+    # server's log writer, inferwire/log.py).
+    logging.basicConfig(
+        level=spec["log_level"], format="engine process %(levelname)s %(name)s: %(message)s"
+    )
     try:
         path = Path(spec["path"])
         config = read_config(path, spec["device"])

@@ -120,7 +120,7 @@ class EngineProcess:
                 "device": device,
                 "static_batch_size": static_batch_size,
                 "settings": asdict(settings),
-                # Its lines join the server's on stderr, at the server's level.
+                # Its log lines go to the server's stderr, at the server's level.
                 "log_level": logging.getLevelName(logging.getLogger().getEffectiveLevel()),
             }
         )
