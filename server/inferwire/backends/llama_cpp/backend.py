@@ -87,9 +87,10 @@ class LlamaCppOptions(BackendOptions):
     """A chat template to use instead of the GGUF's own (a tokenizer_config.json or a Jinja
     file)."""
 
-    stream_interval_ms: float = Field(default=1.0, ge=0, le=1000)
+    stream_interval_ms: float = Field(default=2.0, ge=0, le=1000)
     """The least time between two hand-overs of text from the scheduler thread to the event
-    loop (as the onnxruntime-genai backend's option)."""
+    loop (as the onnxruntime-genai backend's option, and its default: at 1 ms a small model
+    paid a hand-over per token, docs/llama_cpp.md)."""
 
 
 class LlamaCppBackend(Backend):
