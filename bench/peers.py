@@ -85,6 +85,10 @@ class PeerModel:
     # the demo's, so its run is smaller to stay near the demo run's length (~10 minutes).
     requests: tuple[tuple[int, int], ...] = ((1, 24), (8, 64), (32, 128))
     rounds: int = 1
+    # Multi-turn rounds, each with conversations of its own, the servers in a rotated
+    # order: on the demo model a turn's first token takes 15-150 ms, and one round of 16
+    # later turns moved inferwire's p50 from 0.6x to 1.1x llama-server's between runs.
+    multiturn_rounds: int = 1
 
 
 def demo_model(gguf: Path) -> PeerModel:
@@ -95,6 +99,7 @@ def demo_model(gguf: Path) -> PeerModel:
         gguf,
         1.2,
         "bundled demo model; llama.cpp: its Q8_0 GGUF",
+        multiturn_rounds=4,
     )
 
 
@@ -287,11 +292,7 @@ def _measure(
                     tool_cpus,
                 )  # fmt: skip
                 cells.setdefault(("inferwire", "grpc", concurrency), []).append(cell)
-        conversations = peers_multiturn.user_messages(texts)
-        data["multiturn"] = {
-            server: peers_multiturn.measure(urls[server], model.name, conversations)
-            for server in SERVERS
-        }
+        data["multiturn"] = _multiturn(urls, model, texts, options.size(model.multiturn_rounds, 1))
         for server, result in data["multiturn"].items():
             print(f"  multi-turn {server}: {result['ttft_p50_ms_by_turn']}", flush=True)
     data["points"] = _points(cells)
@@ -301,6 +302,22 @@ def _measure(
     data["threads"] = threads
     data["model"] = {"name": model.name, "gguf": model.gguf.name, "about": model.description}
     return data
+
+
+def _multiturn(
+    urls: dict[str, str], model: PeerModel, texts: list[str], rounds: int
+) -> dict[str, Any]:
+    """Each server's multi-turn figures, its rounds pooled; the servers take turns."""
+    runs: dict[str, list[list[dict[str, Any]]]] = {server: [] for server in SERVERS}
+    seconds = dict.fromkeys(SERVERS, 0.0)
+    for round_index in range(rounds):
+        conversations = peers_multiturn.user_messages(texts, round_index)
+        turn = round_index % len(SERVERS)
+        for server in SERVERS[turn:] + SERVERS[:turn]:
+            played, wall_s = peers_multiturn.play(urls[server], model.name, conversations)
+            runs[server] += played
+            seconds[server] += wall_s
+    return {server: peers_multiturn.summary(runs[server], seconds[server]) for server in SERVERS}
 
 
 def _points(cells: dict[tuple[str, str, int], list[dict[str, Any]]]) -> dict[str, Any]:

@@ -7,7 +7,9 @@ of about USER_WORDS words) to the whole history, streams a greedy reply of REPLY
 tokens (`ignore_eos`), and appends the reply as the assistant's message. So turn k's
 prompt holds every earlier turn: a server that computes the whole prompt again pays for
 the history at every turn, one that keeps the conversation's KV (llama-server's
-`cache_prompt`, inferwire's llama-cpp slots) pays for the new messages only.
+`cache_prompt`, inferwire's llama-cpp slots) pays for the new messages only. A run may
+play several rounds, each with conversations of its own (`user_messages(texts, round)`),
+and pool them (`summary`).
 """
 
 from __future__ import annotations
@@ -28,16 +30,18 @@ REPLY_TOKENS = 64
 LATER_TURNS_FROM = 3  # turns 3..TURNS are "later" (1-based): at least two turns of history
 
 
-def user_messages(texts: list[str]) -> list[list[str]]:
-    """Each conversation's user messages: consecutive corpus passages, distinct per turn."""
+def user_messages(texts: list[str], round_index: int = 0) -> list[list[str]]:
+    """Each conversation's user messages: consecutive corpus passages, distinct per turn
+    and per round (a round's conversations are not in any server's cache)."""
     words = " ".join(texts).split()
     passages = [
         " ".join(words[i : i + USER_WORDS]) for i in range(0, len(words) - USER_WORDS, USER_WORDS)
     ]
-    needed = CONVERSATIONS * TURNS
+    first = round_index * CONVERSATIONS * TURNS
+    needed = first + CONVERSATIONS * TURNS
     if len(passages) < needed:
         raise RuntimeError(f"the corpus sample gives {len(passages)} passages, not {needed}")
-    return [passages[c * TURNS : (c + 1) * TURNS] for c in range(CONVERSATIONS)]
+    return [passages[first + c * TURNS : first + (c + 1) * TURNS] for c in range(CONVERSATIONS)]
 
 
 async def _turn(
@@ -92,14 +96,23 @@ async def _all(url: str, model: str, conversations: list[list[str]]) -> list[lis
         )
 
 
-def measure(url: str, model: str, conversations: list[list[str]]) -> dict[str, Any]:
-    """Every turn's TTFT and prompt length; p50 per turn and over the later turns."""
+def play(
+    url: str, model: str, conversations: list[list[str]]
+) -> tuple[list[list[dict[str, Any]]], float]:
+    """One round: `conversations` at once; each one's turns, and the round's seconds."""
     started = time.perf_counter()
     runs = asyncio.run(_all(url, model, conversations))
+    return runs, time.perf_counter() - started
+
+
+def summary(runs: list[list[dict[str, Any]]], wall_s: float) -> dict[str, Any]:
+    """Every turn's TTFT and prompt length (all rounds' conversations together); p50 per
+    turn and over the later turns."""
     by_turn = [[conv[t]["ttft_ms"] for conv in runs] for t in range(TURNS)]
     later = [ms for turn in by_turn[LATER_TURNS_FROM - 1 :] for ms in turn]
     return {
-        "wall_s": time.perf_counter() - started,
+        "wall_s": wall_s,
+        "conversations": len(runs),
         "ttft_p50_ms_by_turn": [percentile(turn, 0.5) for turn in by_turn],
         "prompt_tokens_by_turn": [
             max(conv[t]["prompt_tokens"] for conv in runs) for t in range(TURNS)

@@ -289,6 +289,15 @@ def _ratios_and_targets(
     )
     ratios["multiturn_growth"] = ours["growth_last_over_second"]
     ratios["multiturn_ort_growth"] = multiturn["inferwire_ort"]["growth_last_over_second"]
+    ratios["multiturn_llama_cpp_growth"] = theirs["growth_last_over_second"]
+    # The issue's words: not growing with the history "the way a full re-prefill does".
+    # The onnxruntime-genai path reads the whole history every turn, in the same run; a
+    # fixed bar (1.5 until 4 December) ignored that on the demo model a turn's time grows
+    # with attention over the history and the other conversations' steps even when
+    # nothing is read twice (llama-server, which reuses its cache, grew 2.26x there).
+    ratios["multiturn_growth_vs_full_reprefill"] = ratio(
+        ratios["multiturn_growth"], ratios["multiturn_ort_growth"]
+    )
     targets += [
         at_most(
             "multi-turn: TTFT p50 of turns 3+ x llama.cpp's",
@@ -296,7 +305,9 @@ def _ratios_and_targets(
             1.0,
         ),
         at_most(
-            "multi-turn: TTFT p50 of the last turn / the second", ratios["multiturn_growth"], 1.5
+            "multi-turn: growth of TTFT p50 (last turn / second) x a full re-prefill's",
+            ratios["multiturn_growth_vs_full_reprefill"],
+            0.5,
         ),
     ]
     return ratios, targets
@@ -312,8 +323,11 @@ def _multiturn_note(multiturn: dict[str, Any]) -> str:
         " tokens)"
         for server, result in multiturn.items()
     )
+    played = max(result.get("conversations", CONVERSATIONS) for result in multiturn.values())
+    rounds = max(played // CONVERSATIONS, 1)
     return (
-        f"Multi-turn: {CONVERSATIONS} conversations at once, {TURNS} turns each, every turn a "
+        f"Multi-turn: {rounds} round(s) of {CONVERSATIONS} conversations at once (each round "
+        f"its own, the servers taking turns), {TURNS} turns each, every turn a "
         f"~{USER_WORDS}-word user message appended to the whole history and a greedy reply of "
         f"{REPLY_TOKENS} tokens; TTFT p50 by turn: {rows}."
     )

@@ -24,6 +24,7 @@ from bench.peers_aiperf import (
     parse_run,
     summarize_runs,
 )
+from bench.peers_multiturn import CONVERSATIONS, TURNS, USER_WORDS, summary, user_messages
 from bench.peers_servers import llama_server_command
 from bench.peers_setup import GGUF, PeersSetupError, check_gguf, expected_sha256, sha256_of
 
@@ -160,3 +161,27 @@ def test_llama_server_cpu_flags_are_native_unless_the_cpu_reports_amx():
     assert flags[0] == "-DGGML_NATIVE=OFF"
     assert "-DGGML_AVX512=ON" in flags and "-DGGML_AVX512_VNNI=ON" in flags
     assert not any("AMX" in flag for flag in flags)
+
+
+def test_each_multiturn_round_has_passages_of_its_own() -> None:
+    texts = [" ".join(f"w{i}" for i in range(10 * CONVERSATIONS * TURNS * USER_WORDS))]
+    first, second = user_messages(texts, 0), user_messages(texts, 1)
+    assert [len(conversation) for conversation in first] == [TURNS] * CONVERSATIONS
+    passages = [p for conversation in first + second for p in conversation]
+    assert len(set(passages)) == 2 * CONVERSATIONS * TURNS
+    with pytest.raises(RuntimeError, match="passages"):
+        user_messages(texts, 10)
+
+
+def test_multiturn_rounds_pool_every_conversation_turn_by_turn() -> None:
+    def conversation(scale: float) -> list[dict[str, float]]:
+        return [{"ttft_ms": scale * (t + 1), "prompt_tokens": 100 * (t + 1)} for t in range(TURNS)]
+
+    one_round = [conversation(1.0), conversation(3.0)]
+    another = [conversation(2.0), conversation(2.0)]
+    pooled = summary(one_round + another, wall_s=7.0)
+    assert pooled["conversations"] == 4
+    assert pooled["wall_s"] == 7.0
+    assert pooled["ttft_p50_ms_by_turn"][1] == 4.0  # turn 2 of scales 1, 2, 2, 3
+    assert pooled["growth_last_over_second"] == TURNS / 2
+    assert pooled["prompt_tokens_by_turn"][-1] == 100 * TURNS
