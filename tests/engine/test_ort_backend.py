@@ -1,6 +1,7 @@
 """The onnxruntime-genai backend on its own, below the gRPC layer."""
 
 import contextlib
+import json
 import sys
 from collections import Counter
 from typing import Any
@@ -84,6 +85,20 @@ async def test_cuda_without_cuda_build_fails_with_the_extra_to_install():
     if og.is_cuda_available():
         pytest.skip("this machine has onnxruntime-genai-cuda; the CUDA path is exercised instead")
     with pytest.raises(ConfigurationError, match=r"inferwire\[cuda\]"):
+        await backend.load()
+
+
+async def test_per_request_batching_on_a_paged_export_fails_its_load_naming_the_option(tmp_path):
+    # A paged-KV export takes og.Engine's ragged input only; og.Generator fails every step.
+    for source in builtin_model_path().iterdir():
+        (tmp_path / source.name).write_bytes(source.read_bytes())
+    config = json.loads((tmp_path / "genai_config.json").read_text())
+    config["engine"] = {"dynamic_batching": {"block_size": 256, "num_blocks": 8}}
+    (tmp_path / "genai_config.json").write_text(json.dumps(config))
+    backend = OrtGenAIBackend(
+        "paged", {"path": str(tmp_path), "batching": "per_request"}, max_concurrency=1
+    )
+    with pytest.raises(ConfigurationError, match=r"options\.batching is 'per_request'.*paged-KV"):
         await backend.load()
 
 

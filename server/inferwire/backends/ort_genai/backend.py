@@ -59,7 +59,12 @@ from inferwire.core.backend import (
     GenerationEvents,
     GenerationProgress,
 )
-from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
+from inferwire.core.errors import (
+    ConfigurationError,
+    FieldViolation,
+    InvalidArgumentError,
+    ModelNotReadyError,
+)
 from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
 from inferwire.core.tool_syntax import template_syntax
@@ -190,6 +195,14 @@ class OrtGenAIBackend(Backend):
         path, device = self.model_path, self.options.device
         config = read_config(path, device)
         batched = self._batched(config)
+        if is_dynamic_batching(config) and not batched:
+            # Seen on an H200 (docs/performance.md, "On a GPU"): og.Generator fails every
+            # step of a paged-KV export ("Invalid rank for input: input_ids").
+            raise ConfigurationError(
+                f"options.batching is {self.options.batching!r}, but {path} is a paged-KV "
+                "export (engine.dynamic_batching in genai_config.json), which only og.Engine "
+                "runs: use batching 'auto' or 'engine'"
+            )
         max_batch_size = self.options.max_batch_size or self.max_concurrency
         static_batch_size = max_batch_size if batched and not is_dynamic_batching(config) else None
         model = await asyncio.to_thread(load_model, path, config, device, static_batch_size)

@@ -149,7 +149,10 @@ def load_model(
         og_config.overlay(json.dumps({"engine": {"static_batching": batch}}))
     model = og.Model(og_config)
     tokenizer = og.Tokenizer(model)
-    _warm_up(model)
+    if not is_dynamic_batching(config):
+        # A paged-KV export takes only og.Engine's ragged input (rank-1 input_ids): an
+        # og.Generator step fails on it, so its first request pays ORT's first run.
+        _warm_up(model)
     genai_config = config["model"]
     eos = genai_config.get("eos_token_id", [])
     return LoadedModel(
