@@ -87,6 +87,12 @@ install_wheels() {
         if [ -e "$archive" ]; then tar -C "$staged" -xf "$archive" && rm "$archive"; fi
     done
     "$PY" -m venv --system-site-packages "$venv"
+    # The image's python3 is itself a venv (/opt/torch/.venv): --system-site-packages reaches
+    # the interpreter's packages, not that venv's torch. A .pth puts $PY's own site-packages
+    # after the new venv's, so the wheels installed here still come first.
+    local venv_site
+    venv_site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    "$PY" -c 'import site; print("\n".join(site.getsitepackages()))' > "$venv_site/_image_site.pth"
     local requirements=("$staged/requirements.txt")
     [ -e "${requirements[0]}" ] || { echo "no requirements.txt among the wheels" >&2; exit 1; }
     "$venv/bin/python" -m pip install --quiet --no-index --no-cache-dir --find-links "$staged" \
