@@ -7,7 +7,7 @@
 #   scripts/gpu_check.sh [--device cuda|cpu] [-p|--precision fp16|bf16|fp32]
 #                        [--shape llama-1b|tiny] [--wheels DIR] [--out DIR] [--work DIR]
 #                        [--python PYTHON] [--streams 1,64] [--max-tokens N] [--repeats N]
-#                        [--no-paged] [--setup-only]
+#                        [--no-paged] [--paged-only] [--server-options JSON] [--setup-only]
 #
 # Defaults: --device cuda -p fp16 --shape llama-1b --streams 1,64 --max-tokens 128
 # --repeats 3 (with --device cpu: -p fp32 --max-tokens 32 --repeats 2); --out "$OUT" (the
@@ -18,6 +18,8 @@
 # cat; a rejoined .tar is unpacked), installed with `pip install --no-index --find-links`
 # into a venv that sees the system's packages (torch, transformers, onnx); --setup-only
 # stops after that and the versions line.
+# --paged-only: the paged export alone (an A/B of the engine path); --server-options JSON:
+# more options for the served model, e.g. '{"engine_process": true}'.
 # CPU dry run: scripts/gpu_check.sh --device cpu --shape tiny -p fp32 --python .venv-gpucheck/bin/python
 # Writes results.json, summary.md and gpu_check.log to --out (docs/performance.md).
 set -euo pipefail
@@ -35,6 +37,8 @@ MAX_TOKENS=
 REPEATS=
 PAGED=1
 SETUP_ONLY=0
+PLAIN=1
+SERVER_OPTIONS='{}'
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while [ $# -gt 0 ]; do
@@ -50,6 +54,8 @@ while [ $# -gt 0 ]; do
         --max-tokens) MAX_TOKENS="$2"; shift 2 ;;
         --repeats) REPEATS="$2"; shift 2 ;;
         --no-paged) PAGED=0; shift ;;
+        --paged-only) PLAIN=0; shift ;;
+        --server-options) SERVER_OPTIONS="$2"; shift 2 ;;
         --setup-only) SETUP_ONLY=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1" >&2; usage >&2; exit 2 ;;
@@ -171,8 +177,11 @@ export_model() {
 variants=()
 say "exporting with the model builder: -p $PRECISION -e $DEVICE"
 t=$(date +%s)
-export_model plain &
-pids=($!)
+pids=()
+if [ "$PLAIN" = 1 ]; then
+    export_model plain &
+    pids+=($!)
+fi
 if [ "$PAGED" = 1 ]; then
     # 512 blocks of 256 tokens: 64 streams of a short prompt plus 256 tokens fit many
     # times over, and the cache is sized the same on every GPU (not a share of free memory).
@@ -182,7 +191,7 @@ if [ "$PAGED" = 1 ]; then
 fi
 # The paged export first: were the per-request path at 64 streams (the plain export) to
 # run past a time limit, the engine path's figures would already be written.
-variants+=("plain=$WORK/onnx-$SHAPE-$PRECISION-plain")
+if [ "$PLAIN" = 1 ]; then variants+=("plain=$WORK/onnx-$SHAPE-$PRECISION-plain"); fi
 failed=0
 for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
 for log in "$WORK"/builder-*.log; do
@@ -199,5 +208,6 @@ args=()
 for v in "${variants[@]}"; do args+=(--variant "$v"); done
 "${NICE[@]}" "$PY" -m scripts.gpu_check.measure "${args[@]}" --device "$DEVICE" --shape "$SHAPE" \
     --precision "$PRECISION" --streams "$STREAMS" --max-tokens "$MAX_TOKENS" \
-    --repeats "$REPEATS" --timings "$timings" --out "$OUT_DIR" 2>&1 | tee -a "$LOG"
+    --repeats "$REPEATS" --timings "$timings" --server-options "$SERVER_OPTIONS" \
+    --out "$OUT_DIR" 2>&1 | tee -a "$LOG"
 say "done in $(( $(date +%s) - started )) s: $OUT_DIR/results.json, $OUT_DIR/summary.md"

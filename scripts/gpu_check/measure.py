@@ -113,15 +113,17 @@ def generator_run(
 
 
 @contextlib.contextmanager
-def serving(model_dir: Path, device: str, max_concurrency: int) -> Iterator[ServerProcess]:
-    """`inferwire serve --config` with the model, `batching: auto`."""
+def serving(
+    model_dir: Path, device: str, max_concurrency: int, extra: dict[str, Any] | None = None
+) -> Iterator[ServerProcess]:
+    """`inferwire serve --config` with the model, `batching: auto` and `extra` options."""
+    options = {"path": str(model_dir), "device": device, "batching": "auto", **(extra or {})}
     with tempfile.TemporaryDirectory() as scratch:
         config = Path(scratch) / "inferwire.yaml"
         config.write_text(
             f"models:\n  - name: {MODEL_NAME}\n    load_on_startup: true\n"
             f"    max_concurrency: {max_concurrency}\n    max_queue: {4 * max_concurrency}\n"
-            f"    options: {{path: {json.dumps(str(model_dir))}, device: {device}, "
-            "batching: auto}\n"
+            f"    options: {json.dumps(options)}\n"
         )
         server = start_server_process(
             "--config", str(config), program=(sys.executable, "-m", "inferwire.cli")
@@ -203,7 +205,7 @@ def measure_variant(
     engine = None
     gc.collect()  # free the device memory before the server takes its share
     agreement = {}
-    with serving(model_dir, options.device, max(options.streams)) as server:
+    with serving(model_dir, options.device, max(options.streams), options.server_options) as server:
         for streams in options.streams:
             batches_prompts = [prompts_for(streams, r) for r in range(options.repeats)]
             asyncio.run(gateway_batches(server.target, [prompts_for(streams)], WARM_UP_TOKENS))
@@ -265,6 +267,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--timings", type=Path, help="the build steps' seconds (NAME SECONDS lines)"
     )
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--server-options",
+        type=json.loads,
+        default={},
+        help='more options for the served model, JSON (e.g. {"engine_process": true})',
+    )
     return parser.parse_args(argv)
 
 
