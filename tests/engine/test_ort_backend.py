@@ -4,6 +4,7 @@ import contextlib
 import json
 import sys
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import onnxruntime_genai as og
@@ -100,6 +101,16 @@ async def test_per_request_batching_on_a_paged_export_fails_its_load_naming_the_
     )
     with pytest.raises(ConfigurationError, match=r"options\.batching is 'per_request'.*paged-KV"):
         await backend.load()
+
+
+async def test_a_paged_export_offers_no_generator_features(backend):
+    # Its requests run on og.Engine alone, so logprobs and constraints are refused by the
+    # core naming the field (seen on an H200: an og.Generator step fails on that export).
+    plain = backend.facts.capabilities
+    paged = backend._facts_of(replace(backend.loaded_model(), dynamic_batching=True)).capabilities
+    assert plain.logprobs and plain.constrained_output
+    assert not paged.logprobs and not paged.constrained_output and not paged.tools_constrained
+    assert paged.tools == plain.tools and paged.streaming
 
 
 async def test_corrupt_model_fails_its_load_and_the_model_turns_failed(tmp_path):

@@ -238,6 +238,10 @@ class OrtGenAIBackend(Backend):
         max_output = min(self.options.max_output_tokens or context_length, context_length)
         limits = ModelLimits(context_length, max_output, max_seed=_MAX_SEED)
         chat = model.chat_template is not None
+        # Log-probabilities and constraints are og.Generator's; a paged-KV export runs on
+        # og.Engine alone (an og.Generator step fails on it), so the core refuses them
+        # naming the field, and tool calls are parsed and checked instead of constrained.
+        generator = not model.dynamic_batching
         capabilities = Capabilities(
             streaming=True,
             max_concurrency=self.max_concurrency,
@@ -246,10 +250,10 @@ class OrtGenAIBackend(Backend):
             context_length=limits.context_length,
             max_output_tokens=limits.max_output_tokens,
             chat=chat,
-            logprobs=True,
-            constrained_output=True,
+            logprobs=generator,
+            constrained_output=generator,
             tools=chat,
-            tools_constrained=chat,  # llguidance decodes calls under their grammar
+            tools_constrained=chat and generator,  # llguidance decodes calls under their grammar
         )
         return self.loaded_facts(limits, capabilities)
 
