@@ -113,6 +113,16 @@ async def test_a_paged_export_offers_no_generator_features(backend):
     assert paged.tools == plain.tools and paged.streaming
 
 
+async def test_an_adapter_of_a_paged_export_fails_its_load_saying_why(backend, monkeypatch):
+    adapter = backend.adapter(
+        "sonnets", {"adapter_file": str(builtin_model_path() / "sonnets.onnx_adapter")}, 1
+    )
+    paged = replace(backend.loaded_model(), dynamic_batching=True)
+    monkeypatch.setattr(backend, "loaded_model", lambda: paged)
+    with pytest.raises(ModelNotReadyError, match="'unit' is a paged-KV export"):
+        await adapter.load_adapter()
+
+
 async def test_corrupt_model_fails_its_load_and_the_model_turns_failed(tmp_path):
     for source in builtin_model_path().iterdir():
         (tmp_path / source.name).write_bytes(source.read_bytes())

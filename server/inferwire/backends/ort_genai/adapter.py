@@ -69,6 +69,13 @@ class OrtGenAIAdapter(AdapterBackend):
         model = self.base.loaded_model()
         if model is None:
             raise ModelNotReadyError(f"its base model {self.base.model_name!r} is not loaded")
+        if model.dynamic_batching:
+            # An adapter runs on og.Generators, which a paged-KV export refuses.
+            raise ModelNotReadyError(
+                f"its base model {self.base.model_name!r} is a paged-KV export "
+                "(engine.dynamic_batching), which runs on og.Engine alone; adapters need an "
+                "export without paged attention"
+            )
         path = self.adapter_file
         if not path.is_file():
             raise ModelNotReadyError(f"adapter file {str(path)!r} does not exist")
