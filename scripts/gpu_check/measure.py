@@ -44,12 +44,7 @@ from bench.streams import (
 from inferwire.v1 import inference_pb2_grpc
 from scripts.gpu_check.model import decode_step_bytes
 from scripts.gpu_check.report import write_report
-from tests.support.process import (
-    ServerProcess,
-    start_server_process,
-    stop_server_process,
-    wait_serving,
-)
+from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 
 MODEL_NAME = "gpu-check"
 # A warm-up batch has every stream but only this many tokens: on the per-request path
@@ -125,16 +120,9 @@ def serving(
             f"    max_concurrency: {max_concurrency}\n    max_queue: {4 * max_concurrency}\n"
             f"    options: {json.dumps(options)}\n"
         )
-        server = start_server_process(
+        server = start_serving_server(
             "--config", str(config), program=(sys.executable, "-m", "inferwire.cli")
         )
-        try:
-            wait_serving(server, timeout_s=300)
-        except BaseException:
-            stop_server_process(server)
-            # The server's own lines say why it never served (a load error, a crash).
-            print(server.exit_report(60), file=sys.stderr)
-            raise
         try:
             yield server
         finally:

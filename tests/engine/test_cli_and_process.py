@@ -15,6 +15,7 @@ from tests.support.engine import SLOW_READER_OPTIONS
 from tests.support.process import (
     run_cli,
     start_server_process,
+    start_serving_server,
     stop_server_process,
     wait_cli_serving,
 )
@@ -218,6 +219,18 @@ def test_serve_exits_1_naming_a_startup_model_that_failed_to_load(tmp_path):
         "options.path must be a directory in ONNX Runtime GenAI format"
     ]
     assert any('"stopped"' in line for line in lines[:-1])  # it drained before exiting
+
+
+def test_a_server_that_never_serves_is_reported_with_its_own_status_and_words(tmp_path):
+    # The test helper: a server that exits after listening is not blamed on the health
+    # check's "connection refused", nor read as killed by the helper's own SIGKILL.
+    config = tmp_path / "inferwire.yaml"
+    config.write_text(MISSING_MODEL)
+    with pytest.raises(AssertionError) as caught:
+        start_serving_server("--config", str(config))
+    report = str(caught.value)
+    assert "server exit status: 1\n" in report
+    assert "/nonexistent/m/genai_config.json not found" in report
 
 
 def test_serve_stays_up_not_serving_when_exit_on_startup_failure_is_off(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -134,9 +135,14 @@ def start_serving_server(
     server = start_server_process(*args, env=env, program=program)
     try:
         wait_serving(server, credentials=credentials)
-    except BaseException:
+    except BaseException as exc:
+        # A server that dies after `listening` (a failed start-up load, a crash) says why
+        # in its own lines and exit status, which the health check's error does not carry;
+        # let one that is ending finish, so its status is its own and not our SIGKILL.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.process.wait(timeout=10)
         stop_server_process(server)
-        raise
+        raise AssertionError(f"inferwire serve never served:\n{server.exit_report(60)}") from exc
     return server
 
 
