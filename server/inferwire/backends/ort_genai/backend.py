@@ -194,8 +194,8 @@ class OrtGenAIBackend(Backend):
     async def load(self) -> ModelFacts:
         path, device = self.model_path, self.options.device
         config = read_config(path, device)
-        batched = self._batched(config)
-        if is_dynamic_batching(config) and not batched:
+        batched, dynamic = self._batched(config), is_dynamic_batching(config)
+        if dynamic and not batched:
             # Seen on an H200 (docs/performance.md, "On a GPU"): og.Generator fails every
             # step of a paged-KV export ("Invalid rank for input: input_ids").
             raise ConfigurationError(
@@ -204,7 +204,7 @@ class OrtGenAIBackend(Backend):
                 "runs: use batching 'auto' or 'engine'"
             )
         max_batch_size = self.options.max_batch_size or self.max_concurrency
-        static_batch_size = max_batch_size if batched and not is_dynamic_batching(config) else None
+        static_batch_size = max_batch_size if batched and not dynamic else None
         model = await asyncio.to_thread(load_model, path, config, device, static_batch_size)
         engine: EngineScheduler | EngineProcess | None = None
         if batched:
