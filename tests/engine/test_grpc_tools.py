@@ -28,6 +28,22 @@ USER = [pb.ChatMessage(role="user", content="Weather in Oslo?")]
 # A pattern llguidance's regex engine cannot compile (look-around): refused, not unconstrained.
 LOOK_AROUND = {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)"}}}
 REQUIRED = pb.ToolChoice(mode=pb.TOOL_CHOICE_MODE_REQUIRED)
+# Definitions referred to by `$ref`, one recursive: as pydantic and zod write nested types.
+ROUTE = {
+    "$defs": {
+        "Leg": {
+            "type": "object",
+            "properties": {
+                "to": {"type": "string", "maxLength": 6},
+                "then": {"anyOf": [{"$ref": "#/$defs/Leg"}, {"type": "null"}]},
+            },
+            "required": ["to", "then"],
+        }
+    },
+    "type": "object",
+    "properties": {"first": {"$ref": "#/$defs/Leg"}},
+    "required": ["first"],
+}
 CONFIG = {
     "server": {"grace_period_s": 1},
     "models": [
@@ -78,6 +94,17 @@ def test_a_required_call_is_typed_valid_and_streams_as_unary(
     assert "".join(d.arguments_fragment for d in deltas) == call.arguments_json
 
 
+def test_a_tool_whose_schema_refers_to_its_definitions_is_called_under_them(
+    stub: inference_pb2_grpc.InferenceServiceStub,
+) -> None:
+    route = pb.Tool(name="route", parameters_json_schema=json.dumps(ROUTE))
+    parameters = pb.GenerationParameters(max_tokens=400, temperature=1.0, seed=5)
+    unary = stub.Infer(_request(pb.InferRequest, tools=[route], parameters=parameters), timeout=60)
+    assert unary.finish_reason == pb.FINISH_REASON_TOOL_CALLS, unary
+    (call,) = unary.tool_calls
+    jsonschema.validate(json.loads(call.arguments_json), ROUTE)
+
+
 def test_capabilities_say_the_calls_are_constrained(
     stub: inference_pb2_grpc.InferenceServiceStub,
 ) -> None:
@@ -126,6 +153,17 @@ BAD = [
                 pb.Tool(
                     name="look",
                     parameters_json_schema=json.dumps(LOOK_AROUND),
+                )
+            ]
+        },
+        "tools[0].parameters_json_schema",
+    ),
+    (
+        {
+            "tools": [
+                pb.Tool(
+                    name="far",
+                    parameters_json_schema='{"properties": {"a": {"$ref": "https://x.test/a"}}}',
                 )
             ]
         },

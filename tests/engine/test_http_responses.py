@@ -466,12 +466,18 @@ def test_the_agents_sdk_runs_an_agent_with_a_function_tool_to_its_final_output(
     assert "response.function_call_arguments.delta" in streamed["raw_events"]
     assert report["continued"]["final_output"] and report["chained"]["final_output"]
     assert report["chained"]["sent"] == ["function_call_output"]
+    planned = report["planned"]  # a tool taking a nested type: `$defs` and `$ref`s
+    assert "$defs" in planned["schema"]
+    (trip,) = planned["trips"]
+    jsonschema.validate({"trip": trip}, planned["schema"])
+    assert planned["final_output"] == f"booked {len(trip['stops'])} stops"
     lines = [
         line
         for line in access_lines(served, "POST /v1/responses")
         if datetime.fromisoformat(line["ts"]) >= started
     ]
-    assert [line["status"] for line in lines] == [200] * 4  # called, streamed, continued, chained
+    # called, streamed, continued, chained, planned
+    assert [line["status"] for line in lines] == [200] * 5
 
 
 # ---- what every route has ------------------------------------------------------------------

@@ -189,6 +189,49 @@ def test_parse_with_a_pydantic_tool(client: openai.OpenAI) -> None:
     assert isinstance(call.function.parsed_arguments, Weather)
 
 
+class Character(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=8)
+    lines: int = pydantic.Field(ge=0, le=99)
+
+
+class Scene(pydantic.BaseModel):
+    """A scene and who is in it: pydantic writes Character under `$defs`, by `$ref`."""
+
+    place: str = pydantic.Field(max_length=10)
+    characters: list[Character] = pydantic.Field(min_length=1, max_length=2)
+    lead: Character | None = None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_pydantic_tool_with_a_nested_model_is_called_under_its_definitions(
+    client: openai.OpenAI, stream: bool
+) -> None:
+    """`pydantic_function_tool(Scene)` sends `$defs` and `$ref`s: the call is decoded under
+    them (it was a 400 while the envelope hid the schema's root) and validates against
+    the schema as the SDK sent it."""
+    tool = openai.pydantic_function_tool(Scene)
+    assert "$defs" in json.dumps(tool)
+    asked: Any = dict(
+        model="demo",
+        messages=[{"role": "user", "content": "Describe the balcony scene."}],
+        tools=[tool],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=300,
+        seed=3,
+    )
+    if stream:
+        with client.chat.completions.stream(**asked) as events:
+            answer = events.get_final_completion()
+    else:
+        answer = client.chat.completions.parse(**asked)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls or ()
+    jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+    assert isinstance(call.function.parsed_arguments, Scene)  # type: ignore[union-attr]
+
+
 def test_instructor_gets_a_validated_object_in_its_default_tools_mode(
     served: ServerProcess,
 ) -> None:
@@ -198,6 +241,10 @@ def test_instructor_gets_a_validated_object_in_its_default_tools_mode(
     report = json.loads(run_side_program(INSTRUCTOR, program, served.http_url + "/v1", "demo"))
     assert report["mode"] == "TOOLS"
     assert set(report["weather"]) == {"city", "days"} and 1 <= report["weather"]["days"] <= 7
+    # A nested response_model: its schema's `$defs`, sent as the tool's, constrain the call.
+    assert "$defs" in report["trip_schema"]
+    jsonschema.validate(report["trip"], report["trip_schema"])
+    assert 1 <= len(report["trip"]["stops"]) <= 2
 
 
 def test_langchain_bind_tools_and_structured_output(served: ServerProcess) -> None:
@@ -305,6 +352,21 @@ BAD = [
             "tool_choice": "required",
         },
         "tools[0].function.parameters",
+    ),
+    (  # a remote reference: refused, never fetched
+        {
+            "tools": [
+                TOOLS[0],
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "far",
+                        "parameters": {"properties": {"a": {"$ref": "http://127.0.0.1:9/a"}}},
+                    },
+                },
+            ]
+        },
+        "tools[1].function.parameters",
     ),
 ]
 

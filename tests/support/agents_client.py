@@ -3,7 +3,8 @@ server: `agents_client.py <base_url> <tool_model> <answer_model>`. An agent on t
 default model (the Responses API's) calls its one function tool and ends with the
 tool's result, unary and streamed; then the conversation goes on, as the SDK sends it
 (the call and its output as items, and chained by `previous_response_id`), on a model
-that ends its answer by itself. Prints a JSON report."""
+that ends its answer by itself. A second agent's tool takes a nested type (its strict
+schema has `$defs` and `$ref`s). Prints a JSON report."""
 
 import asyncio
 import json
@@ -20,7 +21,7 @@ from agents import (
 )
 from agents.models.multi_provider import MultiProvider
 from openai import AsyncOpenAI
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 base_url, tool_model, answer_model = sys.argv[1:4]
 set_tracing_disabled(True)
@@ -36,6 +37,25 @@ def get_weather(city: Annotated[str, Field(max_length=10)]) -> str:
     return f"clear skies in {city}"
 
 
+class Stop(BaseModel):
+    city: str = Field(max_length=8)
+    nights: int = Field(ge=1, le=5)
+
+
+class Trip(BaseModel):
+    stops: list[Stop] = Field(min_length=1, max_length=2)
+
+
+planned: list[dict[str, Any]] = []
+
+
+@function_tool
+def plan_trip(trip: Trip) -> str:
+    """Book the stops of a trip."""
+    planned.append(trip.model_dump())
+    return f"booked {len(trip.stops)} stops"
+
+
 # The demo model writes until max_tokens and never calls of itself: it is made to call
 # (`required`), and the tool's result is the final output.
 caller = Agent(
@@ -44,6 +64,14 @@ caller = Agent(
     model=tool_model,
     tools=[get_weather],
     model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, max_tokens=160),
+    tool_use_behavior="stop_on_first_tool",
+)
+planner = Agent(
+    name="planner",
+    instructions="Book the trip.",
+    model=tool_model,
+    tools=[plan_trip],
+    model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, max_tokens=300),
     tool_use_behavior="stop_on_first_tool",
 )
 answerer = Agent(
@@ -63,6 +91,7 @@ async def main() -> None:
     continued = await Runner.run(answerer, history)
     outputs = [item for item in history if item.get("type") == "function_call_output"]
     chained = await Runner.run(answerer, outputs, previous_response_id=called.last_response_id)
+    booked = await Runner.run(planner, "Plan a trip through Italy.")
     report = {
         "model_class": type(MultiProvider().get_model(tool_model)).__name__,
         "looked_up": looked_up,
@@ -73,6 +102,11 @@ async def main() -> None:
             "final_output": chained.final_output,
             "previous_response_id": called.last_response_id,
             "sent": item_types(outputs),
+        },
+        "planned": {
+            "final_output": booked.final_output,
+            "trips": planned,
+            "schema": plan_trip.params_json_schema,
         },
     }
     print(json.dumps(report))

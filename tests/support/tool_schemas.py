@@ -3,7 +3,10 @@
 Small on purpose (a CI budget): objects of up to three fields, nested objects, arrays,
 enums, bounded integers and numbers, strings with a length bound or a pattern, required
 and optional fields. Strings and arrays are bounded because a model under a grammar may
-otherwise write one value until max_tokens.
+otherwise write one value until max_tokens. Nested objects are written as pydantic writes
+them, as often as not: under `$defs` (or draft 7's `definitions`) with a `$ref`, sometimes
+the same definition referred to twice, and a quarter of the schemas hold a recursive
+definition (a linked list, its `next` nullable) or refer to their own root (`#`).
 """
 
 from __future__ import annotations
@@ -22,18 +25,55 @@ _PATTERNS = ("[a-z]{1,4}", "[A-Z][a-z]{0,3}", "[0-9]{2}-[0-9]{2}", "(yes|no)")
 
 def random_schema(rng: random.Random, depth: int = 0) -> dict[str, Any]:
     """An object schema of one to three fields."""
+    definitions: dict[str, Any] = {}
     names = rng.sample(["city", "count", "when", "tags", "unit", "ok", "inner", "level"], 3)
-    properties = {name: _value(rng, depth) for name in names[: rng.randint(1, 3)]}
+    properties = {name: _value(rng, depth, definitions) for name in names[: rng.randint(1, 3)]}
     required = [name for name in properties if rng.random() < 0.7]
-    return {
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": properties,
         "required": required,
         "additionalProperties": False,
     }
+    if depth == 0 and rng.random() < 0.25:
+        _recursive(rng, schema, definitions)
+    if definitions:
+        schema[rng.choice(["$defs", "$defs", "definitions"])] = definitions
+        _point_at(schema, "$defs" if "$defs" in schema else "definitions")
+    return schema
 
 
-def _value(rng: random.Random, depth: int) -> dict[str, Any]:
+def _recursive(rng: random.Random, schema: dict[str, Any], definitions: dict[str, Any]) -> None:
+    """A field that recurses: a linked list of bounded integers, or a list of at most one
+    object of the root's own shape."""
+    if rng.random() < 0.5:
+        definitions["Node"] = {
+            "type": "object",
+            "properties": {
+                "v": {"type": "integer", "minimum": 0, "maximum": 9},
+                "next": {"anyOf": [{"$ref": "#/DEFS/Node"}, {"type": "null"}]},
+            },
+            "required": ["v", "next"],
+            "additionalProperties": False,
+        }
+        schema["properties"]["chain"] = {"$ref": "#/DEFS/Node"}
+    else:
+        schema["properties"]["more"] = {"type": "array", "items": {"$ref": "#"}, "maxItems": 1}
+
+
+def _point_at(schema: Any, key: str) -> None:
+    """Every `#/DEFS/` reference in `schema` made to point into `key`."""
+    if isinstance(schema, dict):
+        if isinstance(schema.get("$ref"), str):
+            schema["$ref"] = schema["$ref"].replace("/DEFS/", f"/{key}/")
+        for value in schema.values():
+            _point_at(value, key)
+    elif isinstance(schema, list):
+        for value in schema:
+            _point_at(value, key)
+
+
+def _value(rng: random.Random, depth: int, definitions: dict[str, Any]) -> dict[str, Any]:
     kind = rng.choice(
         ["string", "pattern", "integer", "number", "enum", "boolean", "array"]
         + (["object"] if depth == 0 else [])
@@ -63,7 +103,15 @@ def _value(rng: random.Random, depth: int) -> dict[str, Any]:
     if kind == "array":
         item = rng.choice([{"type": "integer", "minimum": 0, "maximum": 9}, {"enum": ["a", "b"]}])
         return {"type": "array", "items": item, "minItems": 0, "maxItems": 2}
-    return random_schema(rng, depth + 1)
+    inner = random_schema(rng, depth + 1)
+    if rng.random() < 0.5:
+        return inner
+    name = f"Inner{len(definitions)}"
+    definitions[name] = inner
+    if rng.random() < 0.3:  # the same definition twice: a pair of them
+        ref = {"$ref": f"#/DEFS/{name}"}
+        return {"type": "array", "items": ref, "minItems": 1, "maxItems": 1}
+    return {"$ref": f"#/DEFS/{name}"}
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any
 import jsonschema
 
 from inferwire.core.errors import FieldViolation
+from inferwire.core.schema_refs import definitions_under_all_of, embedded, reference_problem
 from inferwire.core.types import (
     ChatMessage,
     InferenceRequest,
@@ -94,7 +95,7 @@ def _schema_problem(text: str) -> str | None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
         return f"is not a valid JSON Schema: {exc.message}"
-    return None
+    return reference_problem(schema)
 
 
 def _message_violations(messages: Sequence[ChatMessage]) -> Iterator[FieldViolation]:
@@ -135,15 +136,20 @@ def offered(request: InferenceRequest) -> tuple[Tool, ...]:
 
 def call_schema(tool: Tool, key: str = "arguments") -> dict[str, Any]:
     """A call of `tool` as one JSON object: its name first, so a stream can say it first,
-    then its arguments under `key` (`parameters` in Llama 3's syntax)."""
+    then its arguments under `key` (`parameters` in Llama 3's syntax). The schema's own
+    references (`#/$defs/...`) are moved with it to where it sits in the envelope."""
+    arguments = embedded(parameters_schema(tool), f"/properties/{key}")
     return {
         "type": "object",
-        "properties": {"name": {"const": tool.name}, key: closed(parameters_schema(tool))},
+        "properties": {"name": {"const": tool.name}, key: closed(arguments)},
         "required": ["name", key],
         "additionalProperties": False,
     }
 
 
+# An object with these is left as it is: its branches, or what it refers to, may name
+# properties of their own that closing it would forbid.
+_OPEN_BY = {"additionalProperties", "patternProperties", "allOf", "anyOf", "oneOf", "$ref"}
 _SUBSCHEMAS = ("items", "additionalItems", "contains", "not", "if", "then", "else")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
@@ -155,21 +161,29 @@ def closed(schema: Any) -> Any:
     is a subset of what the caller's schema allows, so every call still validates, and a
     model cannot write keys of its own until max_tokens (SDKs such as LangChain's drop
     `additionalProperties: false` from the schemas they send). Not inside `allOf`, whose
-    branches each see only some of the properties."""
+    branches each see only some of the properties, nor in a definition an `allOf` refers
+    to (a `$ref` branch is such a branch too)."""
+    return _closed(schema, definitions_under_all_of(schema))
+
+
+def _closed(schema: Any, open_definitions: frozenset[str]) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
-    if "properties" in out and not {"additionalProperties", "patternProperties"} & out.keys():
+    if "properties" in out and not _OPEN_BY & out.keys():
         out["additionalProperties"] = False
     for key in _SUBSCHEMAS:
         if key in out:
-            out[key] = closed(out[key])
+            out[key] = _closed(out[key], open_definitions)
     for key in _SUBSCHEMA_LISTS:
         if isinstance(out.get(key), list):
-            out[key] = [closed(item) for item in out[key]]
+            out[key] = [_closed(item, open_definitions) for item in out[key]]
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
-            out[key] = {name: closed(value) for name, value in out[key].items()}
+            out[key] = {
+                name: value if name in open_definitions else _closed(value, open_definitions)
+                for name, value in out[key].items()
+            }
     return out
 
 
