@@ -32,7 +32,9 @@ from inferwire.config import load_settings
 from inferwire.core.lifecycle import Trigger
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.memory import MemorySettings, format_size, memory_in_use
-from inferwire.core.types import GenerationParams, InferenceRequest, ModelState
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.sampling import GenerationParams
+from inferwire.core.status import ModelState
 from inferwire.core.validation import RequestLimits
 from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb

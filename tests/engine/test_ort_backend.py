@@ -13,19 +13,15 @@ import pytest
 from inferwire.backends import create_backend
 from inferwire.backends.ort_genai import OrtGenAIBackend, builtin_model_path
 from inferwire.core.backend import Backend
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.generation import join
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.record import RequestRecord
-from inferwire.core.types import (
-    ChatMessage,
-    GenerationEnd,
-    GenerationParams,
-    GenerationRequest,
-    InferenceRequest,
-    ModelState,
-    TextDelta,
-)
+from inferwire.core.requests import GenerationRequest, InferenceRequest
+from inferwire.core.results import GenerationEnd, TextDelta
+from inferwire.core.sampling import GenerationParams
+from inferwire.core.status import ModelState
 from inferwire.core.validation import RequestLimits
 
 

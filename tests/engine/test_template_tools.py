@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from inferwire.backends.ort_genai import OrtGenAIBackend, builtin_model_path
-from inferwire.core.types import ChatMessage, Tool, ToolCall
+from inferwire.core.chat import ChatMessage, Tool, ToolCall
 
 # The demo model's roles, plus tools and calls in the Hermes / Qwen way.
 TEMPLATE = (

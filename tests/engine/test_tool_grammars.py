@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from inferwire.backends.ort_genai import builtin_model_path
+from inferwire.core.chat import Tool, ToolChoice, ToolChoiceMode, ToolSyntax
+from inferwire.core.requests import InferenceRequest
 from inferwire.core.tool_syntax import tool_grammar
-from inferwire.core.types import InferenceRequest, Tool, ToolChoice, ToolChoiceMode, ToolSyntax
 from tests.support.side_venvs import LLGUIDANCE, run_side_program
 
 TOKENIZER = builtin_model_path() / "tokenizer.json"

@@ -20,24 +20,22 @@ from typing import Any
 from inferwire.config import Settings
 from inferwire.core.adapters import AdapterBackend
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ModelNotReadyError
+from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
 from inferwire.core.manager import ModelSpec
 from inferwire.core.memory import Footprint
-from inferwire.core.tracing import TOKENIZE
-from inferwire.core.types import (
-    BackendHealth,
-    Capabilities,
-    ChatMessage,
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.results import (
     FinishReason,
     GenerationEnd,
-    GenerationRequest,
-    ModelFacts,
-    ModelLimits,
     TextDelta,
     TokenLogprob,
     TopLogprob,
     Usage,
 )
+from inferwire.core.status import BackendHealth
+from inferwire.core.tracing import TOKENIZE
 from inferwire.server import InferwireServer
 
 FAKE_BACKEND = "fake"

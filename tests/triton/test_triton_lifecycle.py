@@ -17,7 +17,7 @@ if TRITON_DIR is None:
 
 
 from inferwire.config import load_settings
-from inferwire.core.types import ModelState
+from inferwire.core.status import ModelState
 from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 

@@ -7,27 +7,38 @@ import dataclasses
 import time
 from collections.abc import Iterable
 
-from inferwire.core import types
+from inferwire.core.chat import (
+    ChatMessage,
+    Tool,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolChoiceMode,
+)
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.requests import InferenceRequest, Priority
+from inferwire.core.results import FinishReason, Timing, TokenLogprob, Usage
+from inferwire.core.sampling import ConstraintKind, GenerationParams, OutputConstraint
+from inferwire.core.status import HealthReport, ModelState, ModelStatus
 from inferwire.v1 import inference_pb2 as pb
 
 FINISH_REASON = {
-    types.FinishReason.STOP: pb.FINISH_REASON_STOP,
-    types.FinishReason.STOP_SEQUENCE: pb.FINISH_REASON_STOP_SEQUENCE,
-    types.FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
-    types.FinishReason.TOOL_CALLS: pb.FINISH_REASON_TOOL_CALLS,
+    FinishReason.STOP: pb.FINISH_REASON_STOP,
+    FinishReason.STOP_SEQUENCE: pb.FINISH_REASON_STOP_SEQUENCE,
+    FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+    FinishReason.TOOL_CALLS: pb.FINISH_REASON_TOOL_CALLS,
 }
 _TOOL_CHOICE_MODE = {
-    pb.TOOL_CHOICE_MODE_NONE: types.ToolChoiceMode.NONE,
-    pb.TOOL_CHOICE_MODE_AUTO: types.ToolChoiceMode.AUTO,
-    pb.TOOL_CHOICE_MODE_REQUIRED: types.ToolChoiceMode.REQUIRED,
+    pb.TOOL_CHOICE_MODE_NONE: ToolChoiceMode.NONE,
+    pb.TOOL_CHOICE_MODE_AUTO: ToolChoiceMode.AUTO,
+    pb.TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.REQUIRED,
 }
 _MODEL_STATE = {
-    types.ModelState.UNLOADED: pb.MODEL_STATE_UNLOADED,
-    types.ModelState.LOADING: pb.MODEL_STATE_LOADING,
-    types.ModelState.READY: pb.MODEL_STATE_READY,
-    types.ModelState.UNLOADING: pb.MODEL_STATE_UNLOADING,
-    types.ModelState.FAILED: pb.MODEL_STATE_FAILED,
+    ModelState.UNLOADED: pb.MODEL_STATE_UNLOADED,
+    ModelState.LOADING: pb.MODEL_STATE_LOADING,
+    ModelState.READY: pb.MODEL_STATE_READY,
+    ModelState.UNLOADING: pb.MODEL_STATE_UNLOADING,
+    ModelState.FAILED: pb.MODEL_STATE_FAILED,
 }
 
 
@@ -35,12 +46,12 @@ def request_from_proto(
     message: pb.InferRequest | pb.InferStreamRequest,
     time_remaining: float | None = None,
     tenant: str = "",
-    priority_hint: types.Priority | None = None,
-) -> types.InferenceRequest:
+    priority_hint: Priority | None = None,
+) -> InferenceRequest:
     """Our request; `time_remaining` is the RPC's deadline in seconds from now, if any;
     `tenant`, `priority_hint`: who it runs as, and what its gateway asks (edge/tenancy.py)."""
     p = message.parameters
-    params = types.GenerationParams(
+    params = GenerationParams(
         max_tokens=p.max_tokens if p.HasField("max_tokens") else None,
         temperature=p.temperature if p.HasField("temperature") else None,
         top_p=p.top_p if p.HasField("top_p") else None,
@@ -53,7 +64,7 @@ def request_from_proto(
         min_tokens=p.min_tokens if p.HasField("min_tokens") else None,
         ignore_eos=p.ignore_eos,
     )
-    return types.InferenceRequest(
+    return InferenceRequest(
         request_id=message.request_id,
         model=message.model,
         prompt=message.prompt,
@@ -65,8 +76,7 @@ def request_from_proto(
         priority=priority_from_proto(message.priority),
         priority_hint=priority_hint,
         tools=tuple(
-            types.Tool(t.name, t.description, t.parameters_json_schema, t.strict)
-            for t in message.tools
+            Tool(t.name, t.description, t.parameters_json_schema, t.strict) for t in message.tools
         ),
         tool_choice=tool_choice_from_proto(message.tool_choice),
         parallel_tool_calls=(
@@ -75,60 +85,60 @@ def request_from_proto(
     )
 
 
-def tool_choice_from_proto(choice: pb.ToolChoice) -> types.ToolChoice | None:
+def tool_choice_from_proto(choice: pb.ToolChoice) -> ToolChoice | None:
     """The request's tool choice; None (unset, or mode UNSPECIFIED): auto."""
     kind = choice.WhichOneof("choice")
     if kind == "function_name":
-        return types.ToolChoice(types.ToolChoiceMode.REQUIRED, choice.function_name)
+        return ToolChoice(ToolChoiceMode.REQUIRED, choice.function_name)
     if kind is None or choice.mode == pb.TOOL_CHOICE_MODE_UNSPECIFIED:
         return None
     if choice.mode not in _TOOL_CHOICE_MODE:
         raise InvalidArgumentError(
             [FieldViolation("tool_choice.mode", f"unknown mode {choice.mode}")]
         )
-    return types.ToolChoice(_TOOL_CHOICE_MODE[choice.mode])
+    return ToolChoice(_TOOL_CHOICE_MODE[choice.mode])
 
 
-def tool_calls_to_proto(calls: Iterable[types.ToolCall]) -> list[pb.ToolCall]:
+def tool_calls_to_proto(calls: Iterable[ToolCall]) -> list[pb.ToolCall]:
     return [pb.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments) for c in calls]
 
 
-def tool_call_deltas_to_proto(deltas: Iterable[types.ToolCallDelta]) -> list[pb.ToolCallDelta]:
+def tool_call_deltas_to_proto(deltas: Iterable[ToolCallDelta]) -> list[pb.ToolCallDelta]:
     return [
         pb.ToolCallDelta(index=d.index, id=d.id, name=d.name, arguments_fragment=d.arguments)
         for d in deltas
     ]
 
 
-def priority_from_proto(value: int) -> types.Priority | None:
+def priority_from_proto(value: int) -> Priority | None:
     """The priority a request asks for; None (UNSPECIFIED): its tenant's."""
     if value == pb.PRIORITY_UNSPECIFIED:
         return None
-    if value not in types.Priority._value2member_map_:
+    if value not in Priority._value2member_map_:
         raise InvalidArgumentError([FieldViolation("priority", f"unknown priority {value}")])
-    return types.Priority(value)
+    return Priority(value)
 
 
-def messages_from_proto(messages: Iterable[pb.ChatMessage]) -> tuple[types.ChatMessage, ...]:
+def messages_from_proto(messages: Iterable[pb.ChatMessage]) -> tuple[ChatMessage, ...]:
     return tuple(
-        types.ChatMessage(
+        ChatMessage(
             m.role,
             m.content,
-            tuple(types.ToolCall(c.id, c.name, c.arguments_json) for c in m.tool_calls),
+            tuple(ToolCall(c.id, c.name, c.arguments_json) for c in m.tool_calls),
             m.tool_call_id,
         )
         for m in messages
     )
 
 
-def constraint_from_proto(constraint: pb.OutputConstraint) -> types.OutputConstraint | None:
+def constraint_from_proto(constraint: pb.OutputConstraint) -> OutputConstraint | None:
     kind = constraint.WhichOneof("kind")
     if kind is None:
         return None
-    return types.OutputConstraint(types.ConstraintKind(kind), getattr(constraint, kind))
+    return OutputConstraint(ConstraintKind(kind), getattr(constraint, kind))
 
 
-def logprobs_to_proto(logprobs: Iterable[types.TokenLogprob]) -> list[pb.TokenLogprob]:
+def logprobs_to_proto(logprobs: Iterable[TokenLogprob]) -> list[pb.TokenLogprob]:
     return [
         pb.TokenLogprob(
             token=entry.token,
@@ -143,11 +153,11 @@ def logprobs_to_proto(logprobs: Iterable[types.TokenLogprob]) -> list[pb.TokenLo
     ]
 
 
-def usage_to_proto(usage: types.Usage) -> pb.Usage:
+def usage_to_proto(usage: Usage) -> pb.Usage:
     return pb.Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
 
 
-def timing_to_proto(timing: types.Timing) -> pb.Timing:
+def timing_to_proto(timing: Timing) -> pb.Timing:
     return pb.Timing(
         queue_ms=timing.queue_ms,
         time_to_first_token_ms=timing.time_to_first_token_ms,
@@ -156,7 +166,7 @@ def timing_to_proto(timing: types.Timing) -> pb.Timing:
     )
 
 
-def model_status_to_proto(status: types.ModelStatus) -> pb.ModelStatus:
+def model_status_to_proto(status: ModelStatus) -> pb.ModelStatus:
     message = pb.ModelStatus(
         name=status.name,
         backend=status.backend,
@@ -196,10 +206,10 @@ class ListedModels:
     serializes the message as the handler returns, before another call runs)."""
 
     def __init__(self) -> None:
-        self._statuses: tuple[types.ModelStatus, ...] = ()
+        self._statuses: tuple[ModelStatus, ...] = ()
         self._response = pb.ListModelsResponse()
 
-    def answer(self, statuses: Iterable[types.ModelStatus]) -> pb.ListModelsResponse:
+    def answer(self, statuses: Iterable[ModelStatus]) -> pb.ListModelsResponse:
         listed, self._statuses = self._statuses, tuple(statuses)
         if [s.version for s in listed] != [s.version for s in self._statuses]:
             self._response = pb.ListModelsResponse(
@@ -214,7 +224,7 @@ class ListedModels:
         return self._response
 
 
-def health_to_proto(report: types.HealthReport) -> pb.HealthResponse:
+def health_to_proto(report: HealthReport) -> pb.HealthResponse:
     return pb.HealthResponse(
         serving=report.serving,
         models=[

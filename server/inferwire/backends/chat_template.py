@@ -17,8 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ConfigurationError, FieldViolation, InvalidArgumentError
-from inferwire.core.types import ChatMessage
 
 OPTION = "options.chat_template"
 # The longest template error passed on to a client: templates may quote whole messages.

@@ -20,7 +20,7 @@ from inferwire.cli.inputs import (
     read_constraint,
     read_prompt,
 )
-from inferwire.core.types import MAX_TOP_LOGPROBS
+from inferwire.core.sampling import MAX_TOP_LOGPROBS
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 

@@ -12,7 +12,8 @@ import typer
 
 from inferwire.cli.files import read_json, read_text
 from inferwire.core.errors import InvalidArgumentError
-from inferwire.core.types import GenerationParams, InferenceRequest
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.sampling import GenerationParams
 from inferwire.core.validation import RequestLimits, validate_inference_request
 from inferwire.v1 import inference_pb2 as pb
 

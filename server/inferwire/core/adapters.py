@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferwire.core.backend import Backend
+from inferwire.core.chat import ChatMessage, Tool, ToolSyntax
 from inferwire.core.errors import (
     AlreadyExistsError,
     ConfigurationError,
@@ -31,17 +32,11 @@ from inferwire.core.errors import (
     ModelNotReadyError,
     PermissionDeniedError,
 )
+from inferwire.core.facts import ModelFacts
 from inferwire.core.memory import Footprint
 from inferwire.core.models import ManagedModel
 from inferwire.core.specs import ModelSpec
-from inferwire.core.types import (
-    BackendHealth,
-    ChatMessage,
-    ModelFacts,
-    ModelState,
-    Tool,
-    ToolSyntax,
-)
+from inferwire.core.status import BackendHealth, ModelState
 from inferwire.core.validation import require_model_name
 
 

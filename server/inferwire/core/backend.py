@@ -25,22 +25,14 @@ from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from inferwire.core.chat import ChatMessage, Tool, ToolSyntax
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
+from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits, PromptCacheStats
 from inferwire.core.memory import Footprint
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.results import GenerationEnd, TextDelta
+from inferwire.core.status import BackendHealth
 from inferwire.core.tracing import Tracer
-from inferwire.core.types import (
-    BackendHealth,
-    Capabilities,
-    ChatMessage,
-    GenerationEnd,
-    GenerationRequest,
-    ModelFacts,
-    ModelLimits,
-    PromptCacheStats,
-    TextDelta,
-    Tool,
-    ToolSyntax,
-)
 
 GenerationEvents = AsyncGenerator[TextDelta | GenerationEnd, None]
 

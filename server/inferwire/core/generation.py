@@ -13,27 +13,17 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 
 from inferwire.core.backend import GenerationEvents
+from inferwire.core.chat import Tool, ToolSyntax
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
 from inferwire.core.models import ManagedModel
 from inferwire.core.record import RequestRecord
+from inferwire.core.requests import GenerationRequest, InferenceRequest
+from inferwire.core.results import FinishReason, GenerationEnd, TextDelta, TokenLogprob, Usage
+from inferwire.core.sampling import GenerationParams
 from inferwire.core.stop_sequences import HeldLogprobs, StopSequenceMatcher
 from inferwire.core.tool_syntax import tool_grammar
 from inferwire.core.tools import messages_with_tools, offered
-from inferwire.core.types import (
-    Capabilities,
-    FinishReason,
-    GenerationEnd,
-    GenerationParams,
-    GenerationRequest,
-    InferenceRequest,
-    ModelFacts,
-    ModelLimits,
-    TextDelta,
-    TokenLogprob,
-    Tool,
-    ToolSyntax,
-    Usage,
-)
 
 
 def render_prompt(prompt: str, context: Sequence[str], separator: str) -> str:

@@ -28,7 +28,7 @@ from inferwire.core.errors import (
 )
 from inferwire.core.models import ManagedModel
 from inferwire.core.residency import Residency
-from inferwire.core.types import ModelState
+from inferwire.core.status import ModelState
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,9 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from inferwire.core.adapters import Adapters, AdapterSettings, AdapterSource
 from inferwire.core.backend import Backend
 from inferwire.core.breaker import FAILURE_COOLDOWN_S
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ConfigurationError
+from inferwire.core.facts import PromptCacheStats
 from inferwire.core.lifecycle import HealthHooks, Lifecycle, Trigger
 from inferwire.core.memory import MemorySettings
 from inferwire.core.metrics import MemoryMetrics, MetricsListener, NoMemoryMetrics, NoMetrics
@@ -27,24 +29,15 @@ from inferwire.core.model_reports import backend_health_reports, model_health_re
 from inferwire.core.models import ManagedModel, find_model
 from inferwire.core.readiness import HealthListener, Readiness
 from inferwire.core.request_path import RequestPath
+from inferwire.core.requests import InferenceRequest
 from inferwire.core.reserve import Reservation
 from inferwire.core.residency import Residency
+from inferwire.core.results import InferenceResult, StreamChunk, Tokenization
 from inferwire.core.server_load import ServerLoad, server_load
 from inferwire.core.specs import ModelSpec, duplicate_name
+from inferwire.core.status import HealthReport, InferenceStatistics, ModelState, ModelStatus
 from inferwire.core.tenants import Tenants
 from inferwire.core.tracing import NO_TRACER, Tracer
-from inferwire.core.types import (
-    ChatMessage,
-    HealthReport,
-    InferenceRequest,
-    InferenceResult,
-    InferenceStatistics,
-    ModelState,
-    ModelStatus,
-    PromptCacheStats,
-    StreamChunk,
-    Tokenization,
-)
 from inferwire.core.validation import RequestLimits
 
 __all__ = ["BackendFactory", "ModelManager", "ModelSpec"]

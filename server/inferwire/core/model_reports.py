@@ -10,14 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from inferwire.core.facts import PromptCacheStats
 from inferwire.core.memory import format_size
-from inferwire.core.types import (
-    BackendHealthReport,
-    ModelHealthReport,
-    ModelState,
-    ModelStatus,
-    PromptCacheStats,
-)
+from inferwire.core.status import BackendHealthReport, ModelHealthReport, ModelState, ModelStatus
 
 if TYPE_CHECKING:
     from inferwire.core.models import ManagedModel

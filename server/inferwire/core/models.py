@@ -24,6 +24,7 @@ from inferwire.core.admission import AdmissionQueue, LoadReporter
 from inferwire.core.backend import Backend
 from inferwire.core.breaker import FailureBreaker
 from inferwire.core.errors import ModelNotFoundError, ModelNotReadyError
+from inferwire.core.facts import ModelFacts
 from inferwire.core.memory import Footprint
 from inferwire.core.model_reports import model_status
 from inferwire.core.record import RequestRecord
@@ -31,8 +32,8 @@ from inferwire.core.reserve import Reservation
 from inferwire.core.scheduling import Claim, Grant
 from inferwire.core.specs import ModelSpec
 from inferwire.core.statistics import RequestStatistics
+from inferwire.core.status import BackendHealth, ModelState, ModelStatus
 from inferwire.core.tracing import Tracer
-from inferwire.core.types import BackendHealth, ModelFacts, ModelState, ModelStatus
 from inferwire.core.validation import require_model_name
 
 log = logging.getLogger("inferwire.core.manager")  # health changes: the manager's log

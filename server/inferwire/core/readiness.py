@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from inferwire.core.metrics import MetricsListener
 from inferwire.core.models import ManagedModel
-from inferwire.core.types import ModelState
+from inferwire.core.status import ModelState
 
 HealthListener = Callable[[dict[str, bool]], Awaitable[None]]
 

@@ -16,8 +16,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from inferwire.core.results import FinishReason, Timing, Usage
 from inferwire.core.tracing import NO_TRACER, Tracer
-from inferwire.core.types import FinishReason, Timing, Usage
 
 # grpc cancels an RPC on its own deadline timer; the deadline here is the handler's start
 # plus the time remaining then, so a cancellation by that timer can read a little early.

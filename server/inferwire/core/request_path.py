@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from inferwire.core.backend import GenerationEvents
+from inferwire.core.chat import ChatMessage, ToolCall
 from inferwire.core.errors import DeadlineExceededError
 from inferwire.core.generation import generation_request, join, stop_at_sequences
 from inferwire.core.lifecycle import Lifecycle
@@ -24,19 +25,11 @@ from inferwire.core.metrics import MetricsListener
 from inferwire.core.models import ManagedModel, find_model
 from inferwire.core.quotas import TokenCharge
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.requests import GenerationRequest, InferenceRequest
+from inferwire.core.results import InferenceResult, StreamChunk, TextDelta, Tokenization
 from inferwire.core.tenants import Tenants, admitted
 from inferwire.core.tool_calls import ToolCallParser
 from inferwire.core.tracing import GENERATE, Tracer
-from inferwire.core.types import (
-    ChatMessage,
-    GenerationRequest,
-    InferenceRequest,
-    InferenceResult,
-    StreamChunk,
-    TextDelta,
-    Tokenization,
-    ToolCall,
-)
 from inferwire.core.validation import RequestLimits, validate_inference_request, validate_text_input
 
 log = logging.getLogger("inferwire.core.manager")  # readiness changes: the manager's log

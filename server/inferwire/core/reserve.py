@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inferwire.core.types import Priority
+from inferwire.core.requests import Priority
 
 
 class ReservedConcurrency(BaseModel):

@@ -23,7 +23,7 @@ from inferwire.core.errors import ConfigurationError, MemoryExhaustedError
 from inferwire.core.memory import Footprint, MemorySettings, format_size, memory_in_use
 from inferwire.core.metrics import MemoryMetrics
 from inferwire.core.models import ManagedModel
-from inferwire.core.types import ModelState
+from inferwire.core.status import ModelState
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from inferwire.core.requests import Priority
 from inferwire.core.reserve import Reservation
-from inferwire.core.types import Priority
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from inferwire.core.models import ManagedModel
 from inferwire.core.residency import Residency
-from inferwire.core.types import ModelState
+from inferwire.core.status import ModelState
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from inferwire.core.record import Outcome, RequestRecord
-from inferwire.core.types import Durations, InferenceStatistics
+from inferwire.core.status import Durations, InferenceStatistics
 
 _KINDS = ("succeeded", "failed", "queued", "computed")
 _FINISHED = (Outcome.STOP, Outcome.STOP_SEQUENCE, Outcome.LENGTH)

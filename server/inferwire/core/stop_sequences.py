@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from inferwire.core.types import TokenLogprob
+from inferwire.core.results import TokenLogprob
 
 
 class StopSequenceMatcher:

@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from inferwire.core.errors import ConfigurationError, PermissionDeniedError, QuotaExceededError
 from inferwire.core.quotas import TenantQuota, TokenCharge
 from inferwire.core.record import RequestRecord
+from inferwire.core.requests import InferenceRequest, Priority
 from inferwire.core.scheduling import Claim
-from inferwire.core.types import InferenceRequest, Priority
 
 UNCONFIGURED_LABEL = "unconfigured"
 MAX_UNCONFIGURED_TENANTS = 1024  # the metrics label of a tenant not in server.tenants

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
+from inferwire.core.chat import Tool, ToolCall, ToolCallDelta, ToolSyntax
+from inferwire.core.results import FinishReason
 from inferwire.core.tool_syntax import MISTRAL_CALLS, PYTHON_TAG, SPECS
 from inferwire.core.tools import CALL_CLOSE, CALL_OPEN, parameters_schema
-from inferwire.core.types import FinishReason, Tool, ToolCall, ToolCallDelta, ToolSyntax
 
 _TEXT, _BLOCK, _HEAD_STATE, _ARGS, _TAIL_STATE, _AFTER = range(6)
 

@@ -18,15 +18,10 @@ import json
 import re
 from dataclasses import dataclass
 
+from inferwire.core.chat import Tool, ToolChoiceMode, ToolSyntax
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.sampling import ConstraintKind, OutputConstraint
 from inferwire.core.tools import call_schema, choice_of, closed, offered, parameters_schema
-from inferwire.core.types import (
-    ConstraintKind,
-    InferenceRequest,
-    OutputConstraint,
-    Tool,
-    ToolChoiceMode,
-    ToolSyntax,
-)
 
 PYTHON_TAG = "<|python_tag|>"
 MISTRAL_CALLS = "[TOOL_CALLS]"

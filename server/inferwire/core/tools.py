@@ -19,16 +19,10 @@ from typing import Any
 
 import jsonschema
 
+from inferwire.core.chat import ChatMessage, Tool, ToolChoice, ToolChoiceMode, ToolSyntax
 from inferwire.core.errors import FieldViolation
+from inferwire.core.requests import InferenceRequest
 from inferwire.core.schema_refs import definitions_under_all_of, embedded, reference_problem
-from inferwire.core.types import (
-    ChatMessage,
-    InferenceRequest,
-    Tool,
-    ToolChoice,
-    ToolChoiceMode,
-    ToolSyntax,
-)
 
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"

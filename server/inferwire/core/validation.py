@@ -12,9 +12,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from inferwire.core.chat import CHAT_ROLES, ChatMessage
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.sampling import MAX_TOP_LOGPROBS
 from inferwire.core.tools import tool_violations
-from inferwire.core.types import CHAT_ROLES, MAX_TOP_LOGPROBS, ChatMessage, InferenceRequest
 
 MAX_STOP_SEQUENCES = 16
 MAX_CONTEXT_ENTRIES = 64

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from inferwire.core.auth import UNRESTRICTED, Principal, Scope
 from inferwire.core.metrics import MetricsListener
 from inferwire.core.record import RequestRecord
-from inferwire.core.types import Priority
+from inferwire.core.requests import Priority
 from inferwire.edge.access import access_logged, write_access_line
 from inferwire.edge.authentication import Authenticator
 from inferwire.edge.errors import Code

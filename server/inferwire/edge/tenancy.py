@@ -16,7 +16,7 @@ import logging
 
 from inferwire.config import GatewaySettings
 from inferwire.core.auth import Principal, Scope
-from inferwire.core.types import Priority
+from inferwire.core.requests import Priority
 
 log = logging.getLogger(__name__)
 

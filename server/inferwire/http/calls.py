@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from inferwire.core.auth import Scope
-from inferwire.core.types import Priority
+from inferwire.core.requests import Priority
 from inferwire.edge.calls import Call, Method, Reception
 from inferwire.edge.errors import Code
 from inferwire.http.bodies import ClientGone

@@ -21,15 +21,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
-from inferwire.core.types import (
-    ChatMessage,
-    ConstraintKind,
-    GenerationParams,
-    InferenceRequest,
-    OutputConstraint,
-    Priority,
-)
+from inferwire.core.requests import InferenceRequest, Priority
+from inferwire.core.sampling import ConstraintKind, GenerationParams, OutputConstraint
 from inferwire.http.tools import (
     MessageToolCall,
     ToolChoiceBody,

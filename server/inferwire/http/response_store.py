@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from inferwire.core.types import ChatMessage
+from inferwire.core.chat import ChatMessage
 
 # A stored entry's own overhead (ids, the objects that hold it), so that a store of
 # empty responses is bounded in bytes too.

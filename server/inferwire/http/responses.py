@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from json.encoder import encode_basestring
 from typing import Any
 
-from inferwire.core.types import FinishReason, InferenceResult, StreamChunk, TokenLogprob, Usage
+from inferwire.core.results import FinishReason, InferenceResult, StreamChunk, TokenLogprob, Usage
 from inferwire.http.tools import calls_json, deltas_json
 
 FINISH_REASON = {

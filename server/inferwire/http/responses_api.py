@@ -21,9 +21,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
-from inferwire.core.types import ChatMessage
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import Code
 from inferwire.http.calls import generation_call

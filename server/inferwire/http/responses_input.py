@@ -22,17 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from inferwire.core.chat import ChatMessage, Tool, ToolChoice, ToolChoiceMode
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
-from inferwire.core.types import (
-    ChatMessage,
-    GenerationParams,
-    InferenceRequest,
-    OutputConstraint,
-    Priority,
-    Tool,
-    ToolChoice,
-    ToolChoiceMode,
-)
+from inferwire.core.requests import InferenceRequest, Priority
+from inferwire.core.sampling import GenerationParams, OutputConstraint
 from inferwire.http.requests import (
     json_schema_constraint,
     log_ignored,

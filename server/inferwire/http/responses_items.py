@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from inferwire.core.chat import ChatMessage, ToolCall
 from inferwire.core.errors import FieldViolation
-from inferwire.core.types import ChatMessage, ToolCall
 from inferwire.http.requests import validation_error
 from inferwire.http.response_store import StoredResponse
 

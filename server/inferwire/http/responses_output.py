@@ -26,15 +26,8 @@ from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any
 
-from inferwire.core.types import (
-    ChatMessage,
-    FinishReason,
-    InferenceResult,
-    StreamChunk,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from inferwire.core.chat import ChatMessage, ToolCall, ToolCallDelta
+from inferwire.core.results import FinishReason, InferenceResult, StreamChunk, Usage
 
 _text = encode_basestring  # a string as JSON, non-ASCII kept (as responses.py)
 

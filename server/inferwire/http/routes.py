@@ -26,9 +26,10 @@ from starlette.types import ASGIApp
 from inferwire import __version__
 from inferwire.config import ResponsesSettings
 from inferwire.core.auth import Scope
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
-from inferwire.core.types import ChatMessage, ModelStatus
+from inferwire.core.status import ModelStatus
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import INTERNAL_MESSAGE, Code
 from inferwire.http.bodies import read_json

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferwire.core.errors import InvalidArgumentError
-from inferwire.core.types import StreamChunk
+from inferwire.core.results import StreamChunk
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import Code
 from inferwire.http.bodies import ClientGone

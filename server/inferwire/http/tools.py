@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from inferwire.core.chat import Tool, ToolCall, ToolCallDelta, ToolChoice, ToolChoiceMode
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
-from inferwire.core.types import Tool, ToolCall, ToolCallDelta, ToolChoice, ToolChoiceMode
 
 
 class _Body(BaseModel):

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from inferwire.core.types import PromptCacheStats
+from inferwire.core.facts import PromptCacheStats
 
 
 class PromptCacheMetrics(Collector):

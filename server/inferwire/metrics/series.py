@@ -20,8 +20,8 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from inferwire.core.quotas import LIMITS
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.requests import Priority
 from inferwire.core.tenants import UNCONFIGURED_LABEL
-from inferwire.core.types import Priority
 
 FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)

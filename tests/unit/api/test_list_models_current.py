@@ -12,9 +12,10 @@ import pytest
 
 from inferwire.config import load_settings
 from inferwire.core.errors import BackendUnavailableError
+from inferwire.core.facts import PromptCacheStats
 from inferwire.core.manager import ModelSpec
 from inferwire.core.memory import Footprint
-from inferwire.core.types import BackendHealth, PromptCacheStats
+from inferwire.core.status import BackendHealth
 from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc

@@ -7,8 +7,9 @@ import pytest
 
 from inferwire.api.health import SERVICE_NAME
 from inferwire.core.errors import InvalidArgumentError
+from inferwire.core.facts import ModelLimits
 from inferwire.core.generation import check_prompt_fits
-from inferwire.core.types import GenerationRequest, ModelLimits
+from inferwire.core.requests import GenerationRequest
 from inferwire.v1 import inference_pb2 as pb
 from tests.support.status import bad_request_fields
 

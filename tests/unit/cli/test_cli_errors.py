@@ -18,7 +18,8 @@ from typer.testing import CliRunner, Result
 from inferwire.cli import app
 from inferwire.config import load_settings
 from inferwire.core.errors import InvalidArgumentError
-from inferwire.core.types import GenerationParams, InferenceRequest
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.sampling import GenerationParams
 from inferwire.core.validation import RequestLimits, validate_inference_request
 from inferwire.server import InferwireServer
 from tests.support.auth import start_server, tokens_yaml

@@ -16,7 +16,11 @@ from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.backends.ort_genai.generator import guidance_data
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
 from inferwire.backends.ort_genai.sampling import Sampling
-from inferwire.core import types
+from inferwire.core.chat import ChatMessage
+from inferwire.core.facts import Capabilities
+from inferwire.core.results import TokenLogprob, TopLogprob
+from inferwire.core.sampling import ConstraintKind, GenerationParams, OutputConstraint
+from inferwire.core.status import ModelState, ModelStatus
 from inferwire.v1 import inference_pb2 as pb
 from scripts.demo_model import chat
 from scripts.demo_model.card import TEMPLATE as CARD_TEMPLATE
@@ -43,12 +47,12 @@ def test_request_conversion_carries_messages_logprobs_and_the_constraint(kind):
     )
     request = request_from_proto(message, None)
     assert request.messages == (
-        types.ChatMessage("system", "Verona."),
-        types.ChatMessage("user", "Hello"),
+        ChatMessage("system", "Verona."),
+        ChatMessage("user", "Hello"),
     )
     assert (request.params.logprobs, request.params.top_logprobs) == (True, 4)
     constraint = request.params.constraint
-    assert constraint == types.OutputConstraint(types.ConstraintKind(kind), "x+")
+    assert constraint == OutputConstraint(ConstraintKind(kind), "x+")
     assert constraint is not None and constraint.field == f"parameters.constraint.{kind}"
 
 
@@ -61,11 +65,11 @@ def test_request_without_the_new_fields_converts_to_their_defaults():
 
 def test_logprobs_convert_with_their_alternatives_in_order():
     entries = [
-        types.TokenLogprob(
+        TokenLogprob(
             " lord",
             464,
             -0.25,
-            (types.TopLogprob(" lord", 464, -0.25), types.TopLogprob(" liege", 900, -2.5)),
+            (TopLogprob(" lord", 464, -0.25), TopLogprob(" liege", 900, -2.5)),
         )
     ]
     (converted,) = logprobs_to_proto(entries)
@@ -78,11 +82,11 @@ def test_logprobs_convert_with_their_alternatives_in_order():
 
 
 def test_capabilities_convert():
-    status = types.ModelStatus(
+    status = ModelStatus(
         "m",
         "fake",
-        types.ModelState.READY,
-        capabilities=types.Capabilities(
+        ModelState.READY,
+        capabilities=Capabilities(
             streaming=True, max_concurrency=1, on_premises=True, chat=True, logprobs=True
         ),
     )
@@ -275,20 +279,20 @@ def test_sampler_settings_follow_the_engines_choice_of_greedy_or_sampling(
 @pytest.mark.parametrize(
     ("params", "do_sample_default", "expected"),
     [
-        (types.GenerationParams(), False, {"do_sample": False}),
-        (types.GenerationParams(), True, {"do_sample": True}),
+        (GenerationParams(), False, {"do_sample": False}),
+        (GenerationParams(), True, {"do_sample": True}),
         (
-            types.GenerationParams(temperature=0, top_p=0.5, top_k=3, seed=7),
+            GenerationParams(temperature=0, top_p=0.5, top_k=3, seed=7),
             True,
             {"do_sample": False, "random_seed": 7},
         ),
         (
-            types.GenerationParams(temperature=0.7, top_p=0.9, top_k=20, seed=7),
+            GenerationParams(temperature=0.7, top_p=0.9, top_k=20, seed=7),
             False,
             {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "random_seed": 7},
         ),
-        (types.GenerationParams(top_k=0), True, {"do_sample": True, "top_k": 100}),
-        (types.GenerationParams(top_k=500), True, {"do_sample": True, "top_k": 100}),
+        (GenerationParams(top_k=0), True, {"do_sample": True, "top_k": 100}),
+        (GenerationParams(top_k=500), True, {"do_sample": True, "top_k": 100}),
     ],
     ids=[
         "greedy-default",
@@ -312,24 +316,24 @@ def test_sampling_maps_params_onto_the_options_both_ort_paths_take(
 
 def test_a_generator_without_a_requested_seed_gets_a_fresh_one_not_the_engines_own() -> None:
     # ORT GenAI's own seeding (std::random_device) costs 12 ms a generator on a VM.
-    sampling = Sampling.of(types.GenerationParams(temperature=0.8), False, vocab_size=100)
+    sampling = Sampling.of(GenerationParams(temperature=0.8), False, vocab_size=100)
     seeds = {sampling.search_options(64)["random_seed"] for _ in range(20)}
     assert len(seeds) > 1
     assert all(0 <= seed < 2**31 for seed in seeds)
 
 
 def test_json_schemas_get_compact_json_unless_they_choose_their_whitespace():
-    schema = types.OutputConstraint(types.ConstraintKind.JSON_SCHEMA, '{"type": "object"}')
+    schema = OutputConstraint(ConstraintKind.JSON_SCHEMA, '{"type": "object"}')
     assert json.loads(guidance_data(schema)) == {
         "x-guidance": {"whitespace_flexible": False},
         "type": "object",
     }
     chosen = '{"x-guidance": {"whitespace_flexible": true}, "type": "object"}'
-    own = types.OutputConstraint(types.ConstraintKind.JSON_SCHEMA, chosen)
+    own = OutputConstraint(ConstraintKind.JSON_SCHEMA, chosen)
     assert guidance_data(own) == chosen
-    broken = types.OutputConstraint(types.ConstraintKind.JSON_SCHEMA, "{oops")
+    broken = OutputConstraint(ConstraintKind.JSON_SCHEMA, "{oops")
     assert guidance_data(broken) == "{oops"
-    regex = types.OutputConstraint(types.ConstraintKind.REGEX, '{"a"}')
+    regex = OutputConstraint(ConstraintKind.REGEX, '{"a"}')
     assert guidance_data(regex) == '{"a"}'
 
 

@@ -9,7 +9,8 @@ import pytest
 from inferwire.api.converters import request_from_proto
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelSpec
-from inferwire.core.types import GenerationParams, GenerationRequest, InferenceRequest
+from inferwire.core.requests import GenerationRequest, InferenceRequest
+from inferwire.core.sampling import GenerationParams
 from inferwire.core.validation import RequestLimits, validate_inference_request
 from inferwire.v1 import inference_pb2 as pb
 from tests.support.fake_backend import FAKE_BACKEND

@@ -20,14 +20,10 @@ from inferwire.core.errors import (
     QueueFullError,
 )
 from inferwire.core.manager import ModelManager, ModelSpec
-from inferwire.core.types import (
-    BackendHealth,
-    FinishReason,
-    GenerationParams,
-    InferenceRequest,
-    ModelState,
-    StreamChunk,
-)
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.results import FinishReason, StreamChunk
+from inferwire.core.sampling import GenerationParams
+from inferwire.core.status import BackendHealth, ModelState
 from inferwire.core.validation import RequestLimits
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 

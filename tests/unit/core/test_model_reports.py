@@ -8,7 +8,7 @@ import asyncio
 from inferwire.core.model_reports import backend_health_reports, model_health_report
 from inferwire.core.models import ManagedModel
 from inferwire.core.specs import ModelSpec
-from inferwire.core.types import BackendHealth, ModelState
+from inferwire.core.status import BackendHealth, ModelState
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackend
 
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from inferwire.core.facts import ModelLimits
 from inferwire.core.manager import ModelSpec
 from inferwire.core.memory import Footprint
 from inferwire.core.models import ManagedModel
-from inferwire.core.types import BackendHealth, ModelLimits, ModelState
+from inferwire.core.status import BackendHealth, ModelState
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackend
 
 

@@ -11,13 +11,10 @@ from collections.abc import AsyncIterator
 from inferwire.core.errors import BackendUnavailableError
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.memory import Footprint, MemorySettings
-from inferwire.core.types import (
-    BackendHealth,
-    GenerationParams,
-    InferenceRequest,
-    ModelState,
-    StreamChunk,
-)
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.results import StreamChunk
+from inferwire.core.sampling import GenerationParams
+from inferwire.core.status import BackendHealth, ModelState
 from inferwire.core.validation import RequestLimits
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 

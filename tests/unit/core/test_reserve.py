@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Callable
 import pytest
 from pydantic import ValidationError
 
+from inferwire.core.facts import ModelLimits
 from inferwire.core.manager import ModelManager, ModelSpec
+from inferwire.core.requests import InferenceRequest, Priority
 from inferwire.core.reserve import Reservation, ReservedConcurrency
+from inferwire.core.sampling import GenerationParams
 from inferwire.core.scheduling import Claim, FairQueue, Grant
 from inferwire.core.tenants import TenantConfig, Tenants, TenantSettings
-from inferwire.core.types import GenerationParams, InferenceRequest, ModelLimits, Priority
 from inferwire.core.validation import RequestLimits
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 

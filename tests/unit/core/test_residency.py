@@ -25,7 +25,8 @@ from inferwire.core.errors import (
 from inferwire.core.lifecycle import Trigger
 from inferwire.core.manager import ModelManager, ModelSpec
 from inferwire.core.memory import Footprint, MemorySettings
-from inferwire.core.types import InferenceRequest, ModelState
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.status import ModelState
 from inferwire.core.validation import RequestLimits
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 

@@ -14,9 +14,10 @@ import pytest
 import referencing
 import referencing.jsonschema
 
+from inferwire.core.chat import Tool
+from inferwire.core.requests import InferenceRequest
 from inferwire.core.schema_refs import definitions_under_all_of, embedded, reference_problem
 from inferwire.core.tools import call_schema, closed, tool_violations
-from inferwire.core.types import InferenceRequest, Tool
 
 CHARACTER = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 SCENE = {

@@ -1,8 +1,8 @@
 from inferwire.core.backend import GenerationEvents
 from inferwire.core.generation import stop_at_sequences
 from inferwire.core.record import RequestRecord
+from inferwire.core.results import FinishReason, GenerationEnd, TextDelta, TokenLogprob, Usage
 from inferwire.core.stop_sequences import StopSequenceMatcher
-from inferwire.core.types import FinishReason, GenerationEnd, TextDelta, TokenLogprob, Usage
 
 
 def feed_all(stops: tuple[str, ...], pieces: list[str]) -> tuple[list[str], bool]:

@@ -21,9 +21,9 @@ from inferwire.core.quotas import (
     MAX_CONCURRENCY,
     REQUESTS_PER_MINUTE,
 )
+from inferwire.core.requests import InferenceRequest, Priority
 from inferwire.core.scheduling import Claim, FairQueue
 from inferwire.core.tenants import SchedulingSettings, TenantConfig, Tenants, TenantSettings
-from inferwire.core.types import InferenceRequest, Priority
 from inferwire.core.validation import RequestLimits
 from tests.support.fake_backend import FAKE_BACKEND, FakeBackends
 
@@ -331,8 +331,8 @@ def test_names_made_up_on_first_use_are_bounded_then_share_one_tenant():
 
 
 def test_a_gateway_s_priority_hint_never_raises_a_tenant():
+    from inferwire.core.requests import Priority
     from inferwire.core.tenants import TenantConfig, Tenants
-    from inferwire.core.types import Priority
 
     tenants = Tenants(
         [

@@ -10,9 +10,10 @@ import json
 import jsonschema
 import pytest
 
+from inferwire.core.chat import Tool
+from inferwire.core.results import FinishReason
 from inferwire.core.tool_calls import ToolCallParser, joined
 from inferwire.core.tools import closed
-from inferwire.core.types import FinishReason, Tool
 
 NOTE = Tool("note", parameters=json.dumps({"type": "object", "properties": {"t": {}}}))
 OUTPUT = (

@@ -9,19 +9,12 @@ import json
 
 import pytest
 
+from inferwire.core.chat import ChatMessage, Tool, ToolCall, ToolChoice, ToolChoiceMode, ToolSyntax
+from inferwire.core.requests import InferenceRequest
+from inferwire.core.results import FinishReason
 from inferwire.core.tool_calls import ToolCallParser, joined
 from inferwire.core.tool_syntax import template_syntax, tool_grammar
 from inferwire.core.tools import hf_messages
-from inferwire.core.types import (
-    ChatMessage,
-    FinishReason,
-    InferenceRequest,
-    Tool,
-    ToolCall,
-    ToolChoice,
-    ToolChoiceMode,
-    ToolSyntax,
-)
 
 # Template snippets written for these tests, each with the markers of its family.
 HERMES_TEMPLATE = (

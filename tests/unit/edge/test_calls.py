@@ -17,7 +17,7 @@ from inferwire.core.errors import (
     PermissionDeniedError,
     UnauthenticatedError,
 )
-from inferwire.core.types import Priority
+from inferwire.core.requests import Priority
 from inferwire.edge.authentication import Authenticator
 from inferwire.edge.calls import Call, Method, Reception, current_call
 from inferwire.edge.errors import Code

@@ -4,7 +4,7 @@ response found by its own tenant only."""
 
 from __future__ import annotations
 
-from inferwire.core.types import ChatMessage, ToolCall
+from inferwire.core.chat import ChatMessage, ToolCall
 from inferwire.http.response_store import ENTRY_OVERHEAD_BYTES, ResponseStore, StoredResponse
 
 

@@ -10,14 +10,9 @@ from typing import Any
 
 import pytest
 
+from inferwire.core.chat import ChatMessage, ToolCall, ToolChoice, ToolChoiceMode
 from inferwire.core.errors import InvalidArgumentError
-from inferwire.core.types import (
-    ChatMessage,
-    ConstraintKind,
-    ToolCall,
-    ToolChoice,
-    ToolChoiceMode,
-)
+from inferwire.core.sampling import ConstraintKind
 from inferwire.http.response_store import StoredResponse
 from inferwire.http.responses_input import read_body, to_request
 

@@ -10,16 +10,8 @@ from typing import Any
 import pydantic
 from openai.types.responses import Response, ResponseStreamEvent
 
-from inferwire.core.types import (
-    ChatMessage,
-    FinishReason,
-    InferenceResult,
-    StreamChunk,
-    Timing,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from inferwire.core.chat import ChatMessage, ToolCall, ToolCallDelta
+from inferwire.core.results import FinishReason, InferenceResult, StreamChunk, Timing, Usage
 from inferwire.http.responses_output import ResponseEvents, ResponseShape
 
 EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)

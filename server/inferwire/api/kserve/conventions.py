@@ -21,7 +21,8 @@ from tritonclient.grpc import service_pb2 as oip
 
 from inferwire.api.kserve.tensors import MODEL_VERSION, DecodedInput, input_tensors, invalid
 from inferwire.core.errors import ModelNotFoundError
-from inferwire.core.types import GenerationParams, InferenceRequest, Priority
+from inferwire.core.requests import InferenceRequest, Priority
+from inferwire.core.sampling import GenerationParams
 from inferwire.wire.oip import (
     ENABLE_EMPTY_FINAL_RESPONSE,
     EXCLUDE_INPUT_IN_OUTPUT,

@@ -9,7 +9,8 @@ from tritonclient.grpc import service_pb2 as oip
 from inferwire import __version__
 from inferwire.api.kserve.conventions import ACCEPTED_VLLM_INPUTS, SERVED_OUTPUTS
 from inferwire.api.kserve.tensors import MODEL_VERSION
-from inferwire.core.types import Capabilities, InferenceStatistics, ModelState, ModelStatus
+from inferwire.core.facts import Capabilities
+from inferwire.core.status import InferenceStatistics, ModelState, ModelStatus
 from inferwire.wire.oip import FINISH_REASON, TEXT_INPUT, TEXT_OUTPUT
 
 SERVER_NAME = "inferwire"

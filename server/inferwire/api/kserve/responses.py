@@ -6,7 +6,7 @@ from tritonclient.grpc import service_pb2 as oip
 
 from inferwire.api.kserve.conventions import ParsedRequest
 from inferwire.api.kserve.tensors import Output, bytes_output, infer_response, uint32_output
-from inferwire.core.types import FinishReason, InferenceResult, StreamChunk
+from inferwire.core.results import FinishReason, InferenceResult, StreamChunk
 from inferwire.wire.oip import (
     FINISH_LENGTH,
     FINISH_REASON,

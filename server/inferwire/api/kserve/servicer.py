@@ -23,8 +23,9 @@ from inferwire.api.kserve.streaming import StreamSession
 from inferwire.api.kserve.tensors import invalid
 from inferwire.api.status import serves_every_rpc
 from inferwire.core.errors import InvalidArgumentError, ModelNotReadyError, NotSupportedError
+from inferwire.core.facts import Capabilities
 from inferwire.core.manager import ModelManager
-from inferwire.core.types import Capabilities, ModelState, ModelStatus
+from inferwire.core.status import ModelState, ModelStatus
 from inferwire.edge.calls import current_call
 from inferwire.wire.oip import STREAM
 

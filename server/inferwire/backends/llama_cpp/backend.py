@@ -26,19 +26,14 @@ from inferwire.backends.llama_cpp.model import ContextShape, GgufModel
 from inferwire.backends.llama_cpp.sampling import MAX_SEED, PreparedRequest, Sampling
 from inferwire.backends.llama_cpp.scheduler import Scheduler
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ModelNotReadyError
+from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits, PromptCacheStats
 from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.status import BackendHealth
 from inferwire.core.tracing import TOKENIZE
-from inferwire.core.types import (
-    BackendHealth,
-    Capabilities,
-    ChatMessage,
-    GenerationRequest,
-    ModelFacts,
-    ModelLimits,
-    PromptCacheStats,
-)
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024

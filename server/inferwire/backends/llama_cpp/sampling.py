@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import llama_cpp as llama
 import numpy as np
 
-from inferwire.core.types import GenerationParams
+from inferwire.core.sampling import GenerationParams
 
 _SEEDS = random.Random()
 MAX_SEED = 2**32 - 2  # llama.cpp's seed is a uint32; 2**32 - 1 means "draw one"

@@ -55,8 +55,9 @@ from inferwire.backends.threaded.shared_thread import (
     SharedThreadRequest,
 )
 from inferwire.core.backend import GenerationEvents, GenerationProgress
+from inferwire.core.facts import PromptCacheStats
+from inferwire.core.results import FinishReason, TextDelta
 from inferwire.core.threads import name_this_thread
-from inferwire.core.types import FinishReason, PromptCacheStats, TextDelta
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from inferwire.core.adapters import AdapterBackend
 from inferwire.core.backend import BackendOptions, GenerationEvents, GenerationProgress
 from inferwire.core.errors import ModelNotReadyError
 from inferwire.core.memory import Footprint
-from inferwire.core.types import GenerationRequest
+from inferwire.core.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from inferwire.backends.ort_genai.backend import OrtGenAIBackend

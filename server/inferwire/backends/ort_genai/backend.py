@@ -59,27 +59,21 @@ from inferwire.core.backend import (
     GenerationEvents,
     GenerationProgress,
 )
+from inferwire.core.chat import ChatMessage, Tool, ToolSyntax
 from inferwire.core.errors import (
     ConfigurationError,
     FieldViolation,
     InvalidArgumentError,
     ModelNotReadyError,
 )
+from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
 from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.status import BackendHealth
 from inferwire.core.tool_syntax import template_syntax
 from inferwire.core.tools import hf_messages, hf_tools
 from inferwire.core.tracing import TOKENIZE
-from inferwire.core.types import (
-    BackendHealth,
-    Capabilities,
-    ChatMessage,
-    GenerationRequest,
-    ModelFacts,
-    ModelLimits,
-    Tool,
-    ToolSyntax,
-)
 
 log = logging.getLogger(__name__)
 

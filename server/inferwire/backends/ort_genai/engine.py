@@ -81,8 +81,9 @@ from inferwire.backends.threaded.shared_thread import (
     SharedThreadRequest,
 )
 from inferwire.core.backend import GenerationEvents, GenerationProgress
+from inferwire.core.results import FinishReason, TextDelta
+from inferwire.core.sampling import GenerationParams
 from inferwire.core.threads import name_this_thread
-from inferwire.core.types import FinishReason, GenerationParams, TextDelta
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from inferwire.backends.threaded.shared_thread import (
     SharedThreadRequest,
     deliver,
 )
+from inferwire.core.results import GenerationEnd, TextDelta
 from inferwire.core.tracing import NO_TRACER, Tracer
-from inferwire.core.types import GenerationEnd, TextDelta
 
 # What one item of a message from this process is: (row id, kind, value, extra).
 DELTA, END, ERROR, RELEASED, FIRST_TOKEN, AFTER_CANCEL = range(6)

@@ -40,8 +40,9 @@ from inferwire.backends.threaded.delivery import Outbox
 from inferwire.backends.threaded.shared_thread import RESUME_AT
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import BackendUnavailableError
+from inferwire.core.results import FinishReason, GenerationEnd, TextDelta, Usage
+from inferwire.core.sampling import GenerationParams
 from inferwire.core.threads import name_this_thread
-from inferwire.core.types import FinishReason, GenerationEnd, GenerationParams, TextDelta, Usage
 
 log = logging.getLogger(__name__)
 

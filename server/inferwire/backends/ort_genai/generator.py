@@ -27,14 +27,9 @@ from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTall
 from inferwire.backends.threaded.delivery import Outbox
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.results import FinishReason, TextDelta, TokenLogprob
+from inferwire.core.sampling import ConstraintKind, OutputConstraint
 from inferwire.core.threads import name_this_thread
-from inferwire.core.types import (
-    ConstraintKind,
-    FinishReason,
-    OutputConstraint,
-    TextDelta,
-    TokenLogprob,
-)
 
 # How many deltas the generator may run ahead of the consumer. Bounded so a slow
 # or vanished client costs little memory and little wasted compute.

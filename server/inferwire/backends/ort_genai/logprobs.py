@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from inferwire.core.types import TokenLogprob, TopLogprob
+from inferwire.core.results import TokenLogprob, TopLogprob
 
 
 @dataclass(frozen=True)

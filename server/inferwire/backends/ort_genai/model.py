@@ -17,7 +17,7 @@ from inferwire.backends.ort_genai.logprobs import TokenTexts
 from inferwire.backends.ort_genai.sampling import Sampling
 from inferwire.core.errors import ConfigurationError, FieldViolation, InvalidArgumentError
 from inferwire.core.memory import Footprint, format_size
-from inferwire.core.types import GenerationParams
+from inferwire.core.sampling import GenerationParams
 
 # Prompts up to this many characters are tokenized on the event loop: that takes under
 # ~150 us (1,024 characters of 4-byte text), less than the hop to a worker thread and back

@@ -14,7 +14,7 @@ from typing import Any
 
 import onnxruntime_genai as og
 
-from inferwire.core.types import GenerationParams
+from inferwire.core.sampling import GenerationParams
 
 # The engine's setter for each search option (the generator's names).
 _TURN_SETTERS: dict[str, Callable[[og.TurnOptions, Any], None]] = {

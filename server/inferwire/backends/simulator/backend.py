@@ -32,20 +32,13 @@ from inferwire.backends.simulator.schedule import (
     token_ids,
 )
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
+from inferwire.core.chat import ChatMessage
+from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
 from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
-from inferwire.core.types import (
-    BackendHealth,
-    Capabilities,
-    ChatMessage,
-    FinishReason,
-    GenerationEnd,
-    GenerationRequest,
-    ModelFacts,
-    ModelLimits,
-    TextDelta,
-    Usage,
-)
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.results import FinishReason, GenerationEnd, TextDelta, Usage
+from inferwire.core.status import BackendHealth
 
 log = logging.getLogger(__name__)
 

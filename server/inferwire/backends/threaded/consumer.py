@@ -21,7 +21,7 @@ from typing import Protocol
 
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.generation import coalesce_deltas
-from inferwire.core.types import FinishReason, GenerationEnd, TextDelta, Usage
+from inferwire.core.results import FinishReason, GenerationEnd, TextDelta, Usage
 
 # What a request's producer hands its consumer: a delta, the end, or an error to re-raise.
 StreamEvent = TextDelta | GenerationEnd | BaseException

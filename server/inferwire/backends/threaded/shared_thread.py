@@ -17,7 +17,7 @@ from typing import Literal
 
 from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally
 from inferwire.backends.threaded.delivery import Outbox
-from inferwire.core.types import TextDelta
+from inferwire.core.results import TextDelta
 
 BUFFERED_DELTAS = 64
 RESUME_AT = 16

@@ -20,7 +20,7 @@ from inferwire.backends.triton.errors import UnknownLoraError
 from inferwire.core.adapters import AdapterBackend
 from inferwire.core.backend import BackendOptions, GenerationEvents, GenerationProgress
 from inferwire.core.errors import ModelNotFoundError, ModelNotReadyError
-from inferwire.core.types import GenerationRequest
+from inferwire.core.requests import GenerationRequest
 
 if TYPE_CHECKING:
     from inferwire.backends.triton.backend import TritonBackend

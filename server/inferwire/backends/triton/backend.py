@@ -40,20 +40,13 @@ from inferwire.backends.triton.options import TritonOptions
 from inferwire.backends.triton.streaming import DeltaTracker, ResponseReader
 from inferwire.backends.triton.tensors import ReportedCounts
 from inferwire.core.backend import Backend, GenerationEvents, GenerationProgress
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import BackendUnavailableError, DeadlineExceededError
+from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
 from inferwire.core.memory import Footprint
-from inferwire.core.types import (
-    BackendHealth,
-    Capabilities,
-    ChatMessage,
-    FinishReason,
-    GenerationEnd,
-    GenerationRequest,
-    ModelFacts,
-    ModelLimits,
-    TextDelta,
-    Usage,
-)
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.results import FinishReason, GenerationEnd, TextDelta, Usage
+from inferwire.core.status import BackendHealth
 from inferwire.wire.oip import FINISH_LENGTH
 
 # One logger for the package, named as when the backend was a single module.

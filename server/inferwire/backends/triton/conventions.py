@@ -21,7 +21,8 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inferwire.backends.triton.tensors import InputMetadata, add_input
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
-from inferwire.core.types import ConstraintKind, GenerationRequest, OutputConstraint
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.sampling import ConstraintKind, OutputConstraint
 from inferwire.wire.oip import (
     ENABLE_EMPTY_FINAL_RESPONSE,
     END_ID,

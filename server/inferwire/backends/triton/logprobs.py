@@ -17,7 +17,7 @@ from tritonclient.grpc import InferResult
 
 from inferwire.backends.triton.errors import TritonError
 from inferwire.backends.triton.tensors import first_text
-from inferwire.core.types import TokenLogprob, TopLogprob
+from inferwire.core.results import TokenLogprob, TopLogprob
 from inferwire.wire.oip import LOGPROBS
 
 

@@ -18,8 +18,9 @@ import numpy as np
 
 from inferwire.backends.chat_template import ChatTemplate
 from inferwire.backends.triton.options import TritonOptions
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
-from inferwire.core.types import ChatMessage, Usage
+from inferwire.core.results import Usage
 
 
 class ModelText:

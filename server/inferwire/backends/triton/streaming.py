@@ -17,7 +17,8 @@ from inferwire.backends.triton.tensors import (
     raw_first_text,
 )
 from inferwire.core.backend import GenerationProgress
-from inferwire.core.types import GenerationRequest, TextDelta, TokenLogprob
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.results import TextDelta, TokenLogprob
 from inferwire.wire.oip import FINISH_REASON, NUM_INPUT_TOKENS, NUM_OUTPUT_TOKENS, TEXT_OUTPUT
 
 log = logging.getLogger(__package__)

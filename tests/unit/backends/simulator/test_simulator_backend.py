@@ -20,7 +20,9 @@ from inferwire.backends.simulator import SimulatorBackend
 from inferwire.config import load_settings
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.record import RequestRecord
-from inferwire.core.types import GenerationEnd, GenerationParams, GenerationRequest, TextDelta
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.results import GenerationEnd, TextDelta
+from inferwire.core.sampling import GenerationParams
 from inferwire.server import InferwireServer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc

@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("jinja2")
 
 from inferwire.backends.chat_template import MAX_REASON_CHARS, ChatTemplate
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ConfigurationError, InvalidArgumentError
-from inferwire.core.types import ChatMessage
 
 TEMPLATES = Path(__file__).resolve().parents[4] / "tests" / "triton" / "chat_templates"
 CHAT = (ChatMessage("system", "Be brief."), ChatMessage("user", 'Hi <there> & "you"'))

@@ -18,12 +18,8 @@ from inferwire.backends.triton.conventions import (
 )
 from inferwire.backends.triton.tensors import InputMetadata
 from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
-from inferwire.core.types import (
-    ConstraintKind,
-    GenerationParams,
-    GenerationRequest,
-    OutputConstraint,
-)
+from inferwire.core.requests import GenerationRequest
+from inferwire.core.sampling import ConstraintKind, GenerationParams, OutputConstraint
 from inferwire.wire.oip import CONTENTS
 
 

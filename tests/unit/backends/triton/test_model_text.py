@@ -15,8 +15,8 @@ pytest.importorskip("jinja2")
 from inferwire.backends.ort_genai.backend import builtin_model_path
 from inferwire.backends.triton.model_text import ModelText
 from inferwire.backends.triton.options import TritonOptions
+from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
-from inferwire.core.types import ChatMessage
 
 TEMPLATES = Path(__file__).resolve().parents[4] / "tests" / "triton" / "chat_templates"
 HI = (ChatMessage("user", "Hi"),)

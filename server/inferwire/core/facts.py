@@ -1,0 +1,60 @@
+"""What is fixed for a loaded model: its limits and capabilities, as `Backend.load` reports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a loaded model can do; reported in ModelStatus."""
+
+    streaming: bool
+    max_concurrency: int
+    on_premises: bool
+    modalities: tuple[str, ...] = ("text",)
+    context_length: int = 0
+    max_output_tokens: int = 0
+    chat: bool = False  # takes chat messages (has a chat template)
+    logprobs: bool = False  # returns log-probabilities
+    constrained_output: bool = False  # takes an output constraint
+    tools: bool = False  # takes tools (calls parsed from its output)
+    tools_constrained: bool = False  # its calls are constrained: valid by construction
+
+
+@dataclass(frozen=True)
+class PromptCacheStats:
+    """What a backend that keeps finished requests' KV for reuse holds (llama-cpp's slots)."""
+
+    cached_conversations: int  # free slots that hold a previous request's tokens
+    cached_tokens: int
+    cached_bytes: int
+    prompt_tokens_total: int  # since load
+    reused_tokens_total: int  # prompt tokens read from the cache, not computed
+
+    @property
+    def hit_rate(self) -> float:
+        """Tokens reused / prompt tokens."""
+        total = self.prompt_tokens_total
+        return self.reused_tokens_total / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """Limits a backend enforces on requests for a loaded model."""
+
+    context_length: int  # 0: not known; the model enforces its own
+    max_output_tokens: int
+    max_seed: int | None = None  # the largest seed the engine takes, if it has a limit
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What is fixed for a loaded model. `Backend.load` returns it, the core keeps it on the
+    model until the model unloads, and no request asks the backend again (TGI's router
+    reads its model's `Info` once, the same way)."""
+
+    limits: ModelLimits
+    capabilities: Capabilities  # `chat`: the model has a chat template
+    default_max_tokens: int  # for requests that leave max_tokens unset
+    context_separator: str  # joins context passages, and separates them from the prompt
