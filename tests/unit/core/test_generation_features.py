@@ -15,7 +15,7 @@ from inferwire.api.converters import logprobs_to_proto, model_status_to_proto, r
 from inferwire.backends.ort_genai import builtin_model_path
 from inferwire.backends.ort_genai.generator import guidance_data
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
-from inferwire.backends.ort_genai.sampling import Sampling
+from inferwire.backends.ort_genai.sampling import SearchOptions
 from inferwire.core.chat import ChatMessage
 from inferwire.core.facts import Capabilities
 from inferwire.core.results import TokenLogprob, TopLogprob
@@ -306,7 +306,7 @@ def test_sampler_settings_follow_the_engines_choice_of_greedy_or_sampling(
 def test_sampling_maps_params_onto_the_options_both_ort_paths_take(
     params, do_sample_default, expected
 ):
-    sampling = Sampling.of(params, do_sample_default, vocab_size=100)
+    sampling = SearchOptions.of(params, do_sample_default, vocab_size=100)
     assert sampling.options() == expected
     search = sampling.search_options(64)
     seed = search["random_seed"]  # the request's, else a fresh one
@@ -316,7 +316,7 @@ def test_sampling_maps_params_onto_the_options_both_ort_paths_take(
 
 def test_a_generator_without_a_requested_seed_gets_a_fresh_one_not_the_engines_own() -> None:
     # ORT GenAI's own seeding (std::random_device) costs 12 ms a generator on a VM.
-    sampling = Sampling.of(GenerationParams(temperature=0.8), False, vocab_size=100)
+    sampling = SearchOptions.of(GenerationParams(temperature=0.8), False, vocab_size=100)
     seeds = {sampling.search_options(64)["random_seed"] for _ in range(20)}
     assert len(seeds) > 1
     assert all(0 <= seed < 2**31 for seed in seeds)

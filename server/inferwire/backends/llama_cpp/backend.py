@@ -23,17 +23,16 @@ from pydantic import ConfigDict, Field
 
 from inferwire.backends.chat_template import ChatTemplate
 from inferwire.backends.llama_cpp.model import ContextShape, GgufModel
-from inferwire.backends.llama_cpp.sampling import MAX_SEED, PreparedRequest, Sampling
+from inferwire.backends.llama_cpp.sampling import MAX_SEED, ChainSettings
 from inferwire.backends.llama_cpp.scheduler import Scheduler
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
 from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ModelNotReadyError
 from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits, PromptCacheStats
-from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
+from inferwire.core.prepared import prepare
 from inferwire.core.requests import GenerationRequest
 from inferwire.core.status import BackendHealth
-from inferwire.core.tracing import TOKENIZE
 
 log = logging.getLogger(__name__)
 MIB = 1024 * 1024
@@ -220,20 +219,13 @@ class LlamaCppBackend(Backend):
     async def infer_stream(
         self, request: GenerationRequest, progress: GenerationProgress
     ) -> GenerationEvents:
-        model, scheduler = self._loaded()
-        with progress.tracer.span(TOKENIZE):
-            prompt_ids = model.tokenize(request.prompt)
-        progress.counted(prompt_tokens=len(prompt_ids))
+        scheduler = self._loaded()[1]
         assert self.facts is not None
-        check_prompt_fits(request, len(prompt_ids), self.model_name, self.facts.limits)
-        slot = self.options.slot_tokens
-        max_tokens = min(request.max_tokens, slot - len(prompt_ids))
-        prepared = PreparedRequest(
-            prompt_ids,
-            max_tokens,
-            min(request.min_tokens, max_tokens),
-            Sampling.of(request.params, self.options.repetition_penalty, slot),
-            coalesce=not request.params.stop,
+        settings = ChainSettings.of(
+            request.params, self.options.repetition_penalty, self.options.slot_tokens
+        )
+        prepared = await prepare(
+            request, progress, self.tokenize, self.model_name, self.facts.limits, settings
         )
         events = scheduler.stream(prepared, progress)
         async with contextlib.aclosing(events):

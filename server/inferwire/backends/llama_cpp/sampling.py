@@ -1,4 +1,5 @@
-"""A request's sampling (a `TokenPicker`), and the request as the scheduler runs it.
+"""A request's sampling: its settings in llama.cpp's terms, and the `TokenPicker` that
+chooses its tokens.
 
 A greedy request without a repetition penalty takes the argmax of its logits row with
 numpy (the end-of-generation tokens masked while a minimum length holds): llama.cpp's
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import llama_cpp as llama
 import numpy as np
 
+from inferwire.core.prepared import PreparedRequest
 from inferwire.core.sampling import GenerationParams
 
 _SEEDS = random.Random()
@@ -26,7 +28,7 @@ MAX_SEED = 2**32 - 2  # llama.cpp's seed is a uint32; 2**32 - 1 means "draw one"
 
 
 @dataclass(frozen=True)
-class Sampling:
+class ChainSettings:
     """How one request samples (None: unset)."""
 
     temperature: float  # 0: greedy
@@ -37,7 +39,7 @@ class Sampling:
     penalty_window: int  # tokens the penalty looks back over (the slot's length)
 
     @classmethod
-    def of(cls, params: GenerationParams, repetition_penalty: float, window: int) -> Sampling:
+    def of(cls, params: GenerationParams, repetition_penalty: float, window: int) -> ChainSettings:
         seed = params.seed if params.seed is not None else _SEEDS.randrange(MAX_SEED)
         return cls(
             params.temperature or 0.0,
@@ -56,7 +58,9 @@ class Sampling:
 class SamplerChain:
     """A llama.cpp sampler chain, freed with the request."""
 
-    def __init__(self, sampling: Sampling, eog_tokens: frozenset[int], vocab_size: int) -> None:
+    def __init__(
+        self, sampling: ChainSettings, eog_tokens: frozenset[int], vocab_size: int
+    ) -> None:
         params = llama.llama_sampler_chain_default_params()
         self.chain = llama.llama_sampler_chain_init(params)
         if eog_tokens:
@@ -100,7 +104,12 @@ class TokenPicker:
     """Chooses a request's tokens from the logits llama_decode left; freed with the request."""
 
     def __init__(
-        self, sampling: Sampling, min_tokens: int, max_tokens: int, eog: frozenset[int], vocab: int
+        self,
+        sampling: ChainSettings,
+        min_tokens: int,
+        max_tokens: int,
+        eog: frozenset[int],
+        vocab: int,
     ) -> None:
         self._vocab = vocab
         self._eog = np.fromiter(sorted(eog), dtype=np.int64)
@@ -144,12 +153,4 @@ class TokenPicker:
                 chain.free()
 
 
-@dataclass(frozen=True)
-class PreparedRequest:
-    """A request ready for the scheduler: its prompt checked against the slot's length."""
-
-    prompt_ids: list[int]
-    max_tokens: int  # bounded by the slot's room too
-    min_tokens: int  # end-of-generation tokens are masked until this many were generated
-    sampling: Sampling
-    coalesce: bool  # a consumer that is behind may take ready deltas as one (no stop strings)
+SlotRequest = PreparedRequest[ChainSettings]  # what the scheduler is handed

@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import collections
 import ctypes
 import logging
-import threading
 from dataclasses import dataclass, field
 
 import llama_cpp as llama
 
 from inferwire.backends.llama_cpp.model import ContextShape, GgufModel
-from inferwire.backends.llama_cpp.sampling import PreparedRequest, TokenPicker
+from inferwire.backends.llama_cpp.sampling import SlotRequest, TokenPicker
 from inferwire.backends.llama_cpp.saved_prompts import (
     SavedPrompts,
     read_sequence,
@@ -47,17 +45,16 @@ from inferwire.backends.llama_cpp.saved_prompts import (
     write_sequence,
 )
 from inferwire.backends.llama_cpp.step_plan import Runner, plan_step
-from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
+from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally
 from inferwire.backends.threaded.shared_thread import (
     BUFFERED_DELTAS,
-    Command,
     Handover,
     SharedThreadRequest,
 )
+from inferwire.backends.threaded.step_loop import StepLoop
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.facts import PromptCacheStats
 from inferwire.core.results import FinishReason, TextDelta
-from inferwire.core.threads import name_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +81,7 @@ class _Slot:
 class _Job(SharedThreadRequest):
     """One request on the context."""
 
-    prepared: PreparedRequest
+    prepared: SlotRequest
     slot: _Slot | None = None
     pending: list[int] = field(default_factory=list)  # prompt tokens still to read
     next_token: int | None = None  # sampled, not yet in the KV stream
@@ -94,8 +91,10 @@ class _Job(SharedThreadRequest):
     )
 
 
-class Scheduler:
+class Scheduler(StepLoop[_Job]):
     """Drives one llama.cpp context from one thread; `stream` runs a request on it."""
+
+    what = "llama.cpp scheduler"
 
     def __init__(
         self,
@@ -106,20 +105,14 @@ class Scheduler:
         reuse_prompts: bool = True,
         saved_prompt_bytes: int = 0,
     ) -> None:
+        super().__init__(f"llama-cpp-{name}", f"llama-{name}", Handover(stream_interval_s))
         self._model = model
         self._reuse_prompts = reuse_prompts
         self.shape = shape
-        self._name = name
-        self._wakeup = threading.Condition()
-        self._inbox: list[tuple[Command, _Job]] = []
-        self._closing = False
-        self._waiting: collections.deque[_Job] = collections.deque()
         self._slots = [_Slot(seq_id) for seq_id in range(shape.slots)]
         self._uses = 0
         self._prompt_tokens_total = 0
         self._reused_tokens_total = 0
-        self._handover = Handover(stream_interval_s)
-        self.failure: BaseException | None = None
         self._context = model.new_context(shape)
         self._memory = llama.llama_get_memory(self._context)
         self._batch = llama.llama_batch_init(shape.batch_tokens, 0, 1)
@@ -129,19 +122,9 @@ class Scheduler:
             else None
         )
         self._warm_up()
-        self._thread = threading.Thread(target=self._run, name=f"llama-cpp-{name}", daemon=True)
-        self._thread.start()
+        self.start()
 
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def close(self) -> None:
-        """Stop the thread and free the context; called once no request is in flight."""
-        with self._wakeup:
-            self._closing = True
-            self._wakeup.notify()
-        self._thread.join()
+    def _closed(self) -> None:
         llama.llama_batch_free(self._batch)
         llama.llama_free(self._context)
 
@@ -163,9 +146,7 @@ class Scheduler:
     def running(self) -> int:
         return sum(1 for slot in self._slots if slot.job is not None)
 
-    # ---- the event-loop side --------------------------------------------
-
-    def stream(self, request: PreparedRequest, progress: GenerationProgress) -> GenerationEvents:
+    def stream(self, request: SlotRequest, progress: GenerationProgress) -> GenerationEvents:
         loop = asyncio.get_running_loop()
         job = _Job(
             send=self.send,
@@ -174,52 +155,12 @@ class Scheduler:
             channel=Channel(loop),
             released=loop.create_future(),
         )
-        return consume(job.channel, job, job.tally, request.coalesce)
+        return self._consume(job, request.coalesce)
 
-    def send(self, command: Command, job: SharedThreadRequest) -> None:
-        assert isinstance(job, _Job)
-        with self._wakeup:
-            if self.failure is None:
-                self._inbox.append((command, job))
-                self._wakeup.notify()
-                return
-        # The thread is gone: nothing will run this request; its consumer hears so now.
-        job.channel.loop.call_soon_threadsafe(self._refuse, job)
+    # ---- the step loop's thread -----------------------------------------
 
-    def _refuse(self, job: _Job) -> None:
-        job.channel.put(RuntimeError(f"the llama.cpp scheduler stopped: {self.failure!r}"))
-        if not job.released.done():
-            job.released.set_result(None)
-
-    # ---- the scheduler thread -------------------------------------------
-
-    def _run(self) -> None:
-        name_this_thread(f"llama-{self._name}")
-        try:
-            while True:
-                with self._wakeup:
-                    while not (self._inbox or self._runnable() or self._closing):
-                        self._wakeup.wait()
-                    inbox, self._inbox = self._inbox, []
-                    if self._closing and not inbox and not self._runnable():
-                        return
-                for command, job in inbox:
-                    self._apply(command, job)
-                self._admit()
-                if self._runnable():
-                    self._step()
-                self._handover.flush(force=not self._runnable())
-        except BaseException as exc:  # a bug here must not leave consumers waiting
-            log.exception("llama.cpp scheduler stopped")
-            with self._wakeup:
-                self.failure = exc
-                inbox, self._inbox = self._inbox, []
-            stopped = RuntimeError(f"the llama.cpp scheduler stopped: {exc!r}")
-            jobs = {*self._waiting, *(s.job for s in self._slots if s.job is not None)}
-            for job in jobs | {job for _, job in inbox}:
-                self._emit(job, stopped)
-                self._release(job)
-            self._handover.flush(force=True)
+    def _holding(self) -> list[_Job]:
+        return [*self._waiting, *(s.job for s in self._slots if s.job is not None)]
 
     def _runnable(self) -> bool:
         return any(s.job is not None and not s.job.paused for s in self._slots) or bool(
@@ -229,20 +170,12 @@ class Scheduler:
     def _free_slot_exists(self) -> bool:
         return any(slot.job is None for slot in self._slots)
 
-    def _apply(self, command: Command, job: _Job) -> None:
-        if command == "start":
-            if job.closed:
-                self._release(job)
-            else:
-                self._waiting.append(job)
-        elif command == "resume":
-            job.paused = job.resume_sent = False
-        elif command == "cancel":
-            if job in self._waiting:
-                self._waiting.remove(job)
-                self._release(job)
-            elif job.slot is not None:
-                self._finish(job, None)
+    def _resume(self, job: _Job) -> None:
+        job.paused = job.resume_sent = False  # its KV stayed in its slot
+
+    def _cancel(self, job: _Job) -> None:
+        if job.slot is not None:
+            self._finish(job, None)
 
     def _admit(self) -> None:
         while self._waiting and self._free_slot_exists():
@@ -401,12 +334,6 @@ class Scheduler:
                 self._emit(job, TextDelta(tail, job.tally.generated))
             self._emit(job, item)
         self._release(job)
-
-    def _emit(self, job: _Job, item: StreamEvent) -> None:
-        self._handover.emit(job, item)
-
-    def _release(self, job: _Job) -> None:
-        self._handover.release(job)
 
     def _warm_up(self) -> None:
         """One decode, so the first request does not pay the context's first graph."""

@@ -5,8 +5,8 @@ Modules:
 - `backend.py`: the `Backend` (options, load, health, chat, Tokenize); prepares each
   request (tokenize, check it fits, map its sampling) and hands it to one path.
 - `model.py`: `LoadedModel`, the engine objects and configuration read at load.
-- `sampling.py`: `Sampling`, the one mapping of GenerationParams onto ORT GenAI's
-  sampling options for both paths, and `PreparedRequest`, what a path is handed.
+- `sampling.py`: `SearchOptions`, the one mapping of GenerationParams onto ORT GenAI's
+  sampling options for both paths, and `PathRequest`, what a path is handed.
 - `generator.py`: the per-request path, one `og.Generator` per request in a thread.
 - `engine.py`: the engine path, one `og.Engine` batching requests, driven by one thread.
 - `inferwire.backends.threaded` (shared with the llama.cpp backend): the hand-over of

@@ -52,7 +52,7 @@ from inferwire.backends.ort_genai.model import (
     load_model,
     read_config,
 )
-from inferwire.backends.ort_genai.sampling import PreparedRequest
+from inferwire.backends.ort_genai.sampling import PathRequest
 from inferwire.core.backend import (
     Backend,
     BackendOptions,
@@ -67,13 +67,12 @@ from inferwire.core.errors import (
     ModelNotReadyError,
 )
 from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
-from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
+from inferwire.core.prepared import prepare
 from inferwire.core.requests import GenerationRequest
 from inferwire.core.status import BackendHealth
 from inferwire.core.tool_syntax import template_syntax
 from inferwire.core.tools import hf_messages, hf_tools
-from inferwire.core.tracing import TOKENIZE
 
 log = logging.getLogger(__name__)
 
@@ -335,23 +334,14 @@ class OrtGenAIBackend(Backend):
 
     async def prepare(
         self, model: LoadedModel, request: GenerationRequest, progress: GenerationProgress
-    ) -> PreparedRequest:
+    ) -> PathRequest:
         """The request as a path takes it: refused here if the model cannot serve it."""
         self._refuse_logprobs_with_constraint(request)
         self._refuse_minimum_with_constraint(request)
-        with progress.tracer.span(TOKENIZE):
-            prompt_ids = await model.encode(request.prompt)
-        progress.counted(prompt_tokens=len(prompt_ids))
         assert self.facts is not None  # set with the model by `load`
-        check_prompt_fits(request, len(prompt_ids), self.model_name, self.facts.limits)
-        # The context window bounds generation too; reaching it ends with LENGTH.
-        max_tokens = min(request.max_tokens, model.context_length - len(prompt_ids))
-        return PreparedRequest(
-            prompt_ids,
-            max_tokens,
-            request.params,
-            model.sampling(request.params),
-            min_tokens=min(request.min_tokens, max_tokens),
+        sampling = model.sampling(request.params)
+        return await prepare(
+            request, progress, model.encode, self.model_name, self.facts.limits, sampling
         )
 
     def _refuse_minimum_with_constraint(self, request: GenerationRequest) -> None:

@@ -62,28 +62,25 @@ How this scheduler uses that:
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 import onnxruntime_genai as og
 
 from inferwire.backends.ort_genai.model import LoadedModel
-from inferwire.backends.ort_genai.sampling import PreparedRequest
-from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
+from inferwire.backends.ort_genai.sampling import PathRequest
+from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally
 from inferwire.backends.threaded.shared_thread import (
     BUFFERED_DELTAS,
     RESUME_AT,
-    Command,
     Handover,
     SharedThreadRequest,
 )
+from inferwire.backends.threaded.step_loop import StepLoop
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.results import FinishReason, TextDelta
 from inferwire.core.sampling import GenerationParams
-from inferwire.core.threads import name_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +114,7 @@ class _Row(SharedThreadRequest):
     """One request on the engine, across any number of preemptions (`paused`: preempted
     for a slow consumer, begun again once it catches up)."""
 
-    prepared: PreparedRequest
+    prepared: PathRequest
     detokenizer: og.TokenizerStream
     generated: list[int] = field(default_factory=list)
     # Scheduler side.
@@ -135,72 +132,47 @@ def engine_serves(dynamic: bool, params: GenerationParams, reserved: bool) -> bo
     return (params.seed is None and not reserved) or dynamic
 
 
-class EngineScheduler:
+class EngineScheduler(StepLoop[_Row]):
     """Drives one `og.Engine` from one thread; `stream` runs a request on it."""
+
+    what = "engine scheduler"
 
     def __init__(
         self, model: LoadedModel, settings: EngineSettings, handover: Handover | None = None
     ) -> None:
+        # Where rows' items go: this process's event loops, or a pipe (engine_host.py).
+        super().__init__(
+            f"ortgenai-engine-{settings.name}",
+            f"engine-{settings.name}",
+            handover or Handover(settings.stream_interval_s),
+        )
         self.dynamic = model.dynamic_batching
         self.max_batch_size = settings.max_batch_size
         self._model = model
         self._static_batch_steps = settings.static_batch_steps
         self._name = settings.name
-        self._wakeup = threading.Condition()
-        self._inbox: list[tuple[Command, _Row]] = []
-        self._closing = False
         self._running: dict[og.Request, _Row] = {}
-        self._waiting: collections.deque[_Row] = collections.deque()
         self._paused: set[_Row] = set()
         self._batch_steps = 0
         # The rows one step really takes (_warm_up): og.Engine 0.18's static scheduler
         # steps 4 rows whatever max_batch_size says and queues the rest in order.
         self.step_width = self.max_batch_size
-        # Where rows' items go: this process's event loops, or a pipe (engine_host.py).
-        self._handover = handover or Handover(settings.stream_interval_s)
-        self.failure: BaseException | None = None
-        # The engine must be used from the thread that made it, so that thread makes it.
-        started = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(started,),
-            name=f"ortgenai-engine-{settings.name}",
-            daemon=True,
-        )
-        self._thread.start()
-        started.wait()
-        if self.failure is not None:
-            raise self.failure
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def wait(self) -> None:
-        """Until the thread ends: closed, or stopped by a failure (`failure`)."""
-        self._thread.join()
-
-    def close(self) -> None:
-        """Stop the thread; called once no request is in flight."""
-        with self._wakeup:
-            self._closing = True
-            self._wakeup.notify()
-        self._thread.join()
+        self.start()  # the engine must be used from the thread that made it: `_open`
 
     # ---- the event-loop side --------------------------------------------
 
     def serves(self, params: GenerationParams, reserved: bool = False) -> bool:
         return engine_serves(self.dynamic, params, reserved)
 
-    def stream(self, request: PreparedRequest, progress: GenerationProgress) -> GenerationEvents:
+    def stream(self, request: PathRequest, progress: GenerationProgress) -> GenerationEvents:
         """Run one request on the engine: its deltas, then its end."""
         loop = asyncio.get_running_loop()
         row = self.new_row(request, TokenTally(progress, len(request.prompt_ids)), loop)
-        return consume(row.channel, row, row.tally, request.coalesce)
+        return self._consume(row, request.coalesce)
 
     def new_row(
-        self, request: PreparedRequest, tally: TokenTally, loop: asyncio.AbstractEventLoop
-    ) -> SharedThreadRequest:
+        self, request: PathRequest, tally: TokenTally, loop: asyncio.AbstractEventLoop
+    ) -> _Row:
         """A request for this scheduler, its items for `loop`; `start()` submits it."""
         return _Row(
             send=self.send,
@@ -211,71 +183,32 @@ class EngineScheduler:
             released=loop.create_future(),
         )
 
-    def send(self, command: Command, row: SharedThreadRequest) -> None:
-        assert isinstance(row, _Row)
-        with self._wakeup:
-            self._inbox.append((command, row))
-            self._wakeup.notify()
+    # ---- the step loop's thread -----------------------------------------
 
-    # ---- the scheduler thread -------------------------------------------
+    def _open(self) -> None:
+        self._engine = og.Engine(self._model.model)
+        self._buffer = self._engine.create_event_buffer(max(64, 4 * self.max_batch_size))
+        self._warm_up()
 
-    def _run(self, started: threading.Event) -> None:
-        name_this_thread(f"engine-{self._name}")
-        try:
-            self._engine = og.Engine(self._model.model)
-            self._buffer = self._engine.create_event_buffer(max(64, 4 * self.max_batch_size))
-            self._warm_up()
-        except BaseException as exc:
-            self.failure = exc
-            return
-        finally:
-            started.set()
-        self._loop()
+    def _runnable(self) -> bool:
+        return bool(self._running or self._waiting)
 
-    def _loop(self) -> None:
-        try:
-            while True:
-                with self._wakeup:
-                    while not (self._inbox or self._running or self._waiting or self._closing):
-                        self._wakeup.wait()
-                    inbox, self._inbox = self._inbox, []
-                    if self._closing and not (inbox or self._running or self._waiting):
-                        return
-                for command, row in inbox:
-                    self._apply(command, row)
-                self._admit()
-                if self._running:
-                    self._step()
-                self._flush()
-        except BaseException as exc:  # a bug here must not leave consumers waiting
-            log.exception("engine scheduler stopped")
-            self.failure = exc
-            for row in [*self._running.values(), *self._waiting, *self._paused]:
-                self._emit(row, RuntimeError(f"the engine scheduler stopped: {exc}"))
-                self._release(row)
-            self._flush()
+    def _holding(self) -> list[_Row]:
+        return [*self._running.values(), *self._waiting, *self._paused]
 
-    def _apply(self, command: str, row: _Row) -> None:
-        if command == "start":
-            if row.closed:
-                self._release(row)
-            else:
-                self._waiting.append(row)
-        elif command == "resume":
-            if row in self._paused and not row.closed:
-                self._paused.discard(row)
-                row.paused = row.resume_sent = False
-                self._waiting.append(row)
-        elif command == "cancel":
-            if row in self._paused:
-                self._paused.discard(row)
-                self._release(row)
-            elif row in self._waiting:
-                self._waiting.remove(row)
-                self._release(row)
-            elif row.engine_request is not None and not row.cancel_sent:
-                row.engine_request.cancel_turn(row.turn_id)
-                row.cancel_sent = True
+    def _resume(self, row: _Row) -> None:
+        if row in self._paused and not row.closed:
+            self._paused.discard(row)
+            row.paused = row.resume_sent = False
+            self._waiting.append(row)
+
+    def _cancel(self, row: _Row) -> None:
+        if row in self._paused:
+            self._paused.discard(row)
+            self._release(row)
+        elif row.engine_request is not None and not row.cancel_sent:
+            row.engine_request.cancel_turn(row.turn_id)
+            row.cancel_sent = True
 
     def _admit(self) -> None:
         """Begin waiting rows: at once on a dynamic engine, as a new batch on a static one."""
@@ -391,7 +324,7 @@ class EngineScheduler:
             row.paused = True
             self._paused.add(row)
             if row.unread <= RESUME_AT:  # the consumer caught up meanwhile
-                self._apply("resume", row)
+                self._resume(row)
 
     def _end(self, row: _Row, item: StreamEvent | None) -> None:
         self._detach(row)
@@ -404,16 +337,6 @@ class EngineScheduler:
             del self._running[row.engine_request]
             row.engine_request.close()
             row.engine_request = None
-
-    def _emit(self, row: _Row, item: StreamEvent) -> None:
-        self._handover.emit(row, item)
-
-    def _release(self, row: _Row) -> None:
-        self._handover.release(row)
-
-    def _flush(self) -> None:
-        # Before the thread may wait for work, everything goes out.
-        self._handover.flush(force=not self._running)
 
     def _warm_up(self) -> None:
         """One token per row of a full batch, so the first real request does not pay the

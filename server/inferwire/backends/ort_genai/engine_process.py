@@ -34,7 +34,7 @@ from typing import Any
 
 from inferwire.backends.ort_genai import engine_host
 from inferwire.backends.ort_genai.engine import EngineSettings, engine_serves
-from inferwire.backends.ort_genai.sampling import PreparedRequest
+from inferwire.backends.ort_genai.sampling import PathRequest
 from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
 from inferwire.backends.threaded.delivery import Outbox
 from inferwire.backends.threaded.shared_thread import RESUME_AT
@@ -79,7 +79,7 @@ class _RemoteRow:
     """One request on the host; its consumer's `Producer`."""
 
     row_id: int
-    prepared: PreparedRequest
+    prepared: PathRequest
     tally: TokenTally
     channel: Channel
     released: asyncio.Future[None]
@@ -212,7 +212,7 @@ class EngineProcess:
     def serves(self, params: GenerationParams, reserved: bool = False) -> bool:
         return engine_serves(self.dynamic, params, reserved)
 
-    def stream(self, request: PreparedRequest, progress: GenerationProgress) -> GenerationEvents:
+    def stream(self, request: PathRequest, progress: GenerationProgress) -> GenerationEvents:
         """Run one request on the engine process: its deltas, then its end."""
         loop = asyncio.get_running_loop()
         row = _RemoteRow(

@@ -22,7 +22,7 @@ import onnxruntime_genai as og
 
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
 from inferwire.backends.ort_genai.model import LoadedModel
-from inferwire.backends.ort_genai.sampling import PreparedRequest
+from inferwire.backends.ort_genai.sampling import PathRequest
 from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
 from inferwire.backends.threaded.delivery import Outbox
 from inferwire.core.backend import GenerationEvents, GenerationProgress
@@ -139,7 +139,7 @@ class GeneratorPath:
         """Wait for the worker threads; called once no request is in flight."""
         self._executor.shutdown(wait=True)
 
-    def stream(self, request: PreparedRequest, progress: GenerationProgress) -> GenerationEvents:
+    def stream(self, request: PathRequest, progress: GenerationProgress) -> GenerationEvents:
         """Run one request: its deltas, then its end."""
         channel = Channel(asyncio.get_running_loop())
         tally = TokenTally(progress, len(request.prompt_ids))
@@ -157,7 +157,7 @@ class _GeneratorRun:
     def __init__(
         self,
         model: LoadedModel,
-        request: PreparedRequest,
+        request: PathRequest,
         tally: TokenTally,
         channel: Channel,
         outbox: Outbox[StreamEvent],
@@ -292,7 +292,7 @@ def guidance_data(constraint: OutputConstraint) -> str:
     return json.dumps({"x-guidance": {"whitespace_flexible": False}, **schema})
 
 
-def _next_token(generator: Any, request: PreparedRequest) -> None:
+def _next_token(generator: Any, request: PathRequest) -> None:
     """Generate one token; a constraint the model cannot go on satisfying is the request's
     fault (INVALID_ARGUMENT naming the constraint), not the server's."""
     try:
@@ -307,7 +307,7 @@ def _next_token(generator: Any, request: PreparedRequest) -> None:
         raise InvalidArgumentError([FieldViolation(constraint.field, why)]) from None
 
 
-def _make_generator(model: og.Model, request: PreparedRequest, options: dict[str, Any]) -> Any:
+def _make_generator(model: og.Model, request: PathRequest, options: dict[str, Any]) -> Any:
     generator_params = og.GeneratorParams(model)
     generator_params.set_search_options(**options)
     constraint = request.params.constraint

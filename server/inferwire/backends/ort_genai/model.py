@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime_genai as og
 
 from inferwire.backends.ort_genai.logprobs import TokenTexts
-from inferwire.backends.ort_genai.sampling import Sampling
+from inferwire.backends.ort_genai.sampling import SearchOptions
 from inferwire.core.errors import ConfigurationError, FieldViolation, InvalidArgumentError
 from inferwire.core.memory import Footprint, format_size
 from inferwire.core.sampling import GenerationParams
@@ -40,9 +40,9 @@ class LoadedModel:
     chat_template: str | None
     token_texts: TokenTexts
 
-    def sampling(self, params: GenerationParams) -> Sampling:
+    def sampling(self, params: GenerationParams) -> SearchOptions:
         do_sample_default = bool(self.search_defaults.get("do_sample", False))
-        return Sampling.of(params, do_sample_default, self.vocab_size)
+        return SearchOptions.of(params, do_sample_default, self.vocab_size)
 
     async def encode(self, text: str) -> list[int]:
         """The token ids of `text`; a long text is tokenized off the event loop."""

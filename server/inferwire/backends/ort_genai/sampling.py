@@ -1,8 +1,9 @@
-"""A request as the backend hands it to a path, and its sampling settings, mapped once.
+"""A request's sampling settings in ORT GenAI's terms, mapped once.
 
-`Sampling.of` is the one place that turns `GenerationParams` into ORT GenAI's sampling
+`SearchOptions.of` is the one place that turns `GenerationParams` into ORT GenAI's sampling
 options; the generator path takes them as search options, the engine path as turn
-options, so the two paths cannot drift apart.
+options, so the two paths cannot drift apart. What a path is handed, `PathRequest`, is the
+core's prepared request (core/prepared.py) with these options.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import onnxruntime_genai as og
 
+from inferwire.core.prepared import PreparedRequest
 from inferwire.core.sampling import GenerationParams
 
 # The engine's setter for each search option (the generator's names).
@@ -30,7 +32,7 @@ _SEED_LIMIT = 2**31  # ORT GenAI takes a signed 32-bit seed
 
 
 @dataclass(frozen=True)
-class Sampling:
+class SearchOptions:
     """How a request samples, in ORT GenAI's terms; None keeps the model's default."""
 
     do_sample: bool
@@ -40,7 +42,9 @@ class Sampling:
     seed: int | None = None
 
     @classmethod
-    def of(cls, params: GenerationParams, do_sample_default: bool, vocab_size: int) -> Sampling:
+    def of(
+        cls, params: GenerationParams, do_sample_default: bool, vocab_size: int
+    ) -> SearchOptions:
         """The settings for `params` on a model whose configuration samples or not by default."""
         do_sample = do_sample_default if params.temperature is None else params.temperature != 0
         if not do_sample:
@@ -91,20 +95,4 @@ class Sampling:
         return turn
 
 
-@dataclass(frozen=True)
-class PreparedRequest:
-    """A request ready for a path: its prompt checked against the context window."""
-
-    prompt_ids: list[int]
-    max_tokens: int  # to generate at most; the context window bounds it too
-    params: GenerationParams
-    sampling: Sampling
-    # To generate before an end-of-sequence token may end the output (min_tokens, or all of
-    # max_tokens with ignore_eos); at most max_tokens. The engine masks those tokens.
-    min_tokens: int = 0
-
-    @property
-    def coalesce(self) -> bool:
-        """Whether a consumer that is behind may take ready deltas as one; not with stop
-        strings, whose match reports its own delta's token count."""
-        return not self.params.stop
+PathRequest = PreparedRequest[SearchOptions]  # what either path is handed

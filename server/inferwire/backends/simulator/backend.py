@@ -27,15 +27,14 @@ from inferwire.backends.simulator.schedule import (
     TokenPace,
     Words,
     natural_length,
-    prompt_tokens,
     request_seed,
     token_ids,
 )
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
 from inferwire.core.chat import ChatMessage
 from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
-from inferwire.core.generation import check_prompt_fits
 from inferwire.core.memory import Footprint
+from inferwire.core.prepared import prepare
 from inferwire.core.requests import GenerationRequest
 from inferwire.core.results import FinishReason, GenerationEnd, TextDelta, Usage
 from inferwire.core.status import BackendHealth
@@ -137,13 +136,16 @@ class SimulatorBackend(Backend):
     ) -> GenerationEvents:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        prompt = prompt_tokens(request.prompt)
-        progress.counted(prompt_tokens=prompt)
         assert self.facts is not None  # set by `load`
-        check_prompt_fits(request, prompt, self.model_name, self.facts.limits)
+        prepared = await prepare(
+            request, progress, self.tokenize, self.model_name, self.facts.limits, None
+        )
         # The context window bounds generation too; reaching it ends with LENGTH.
-        room = min(request.max_tokens, self.options.context_length - prompt)
-        minimum = min(request.min_tokens, room)  # min_tokens; all of it with ignore_eos
+        prompt, room, minimum = (
+            len(prepared.prompt_ids),
+            prepared.max_tokens,
+            prepared.min_tokens,  # min_tokens; all of it with ignore_eos
+        )
         script = self.options.script
         natural = len(script) if script is not None else self.options.output_tokens
         length, ends_by_itself = natural_length(natural, room, minimum)

@@ -1,0 +1,316 @@
+"""OpenVINO GenAI as a peer engine, driven directly (no server), on a GGUF file.
+
+Builds `openvino_genai.ContinuousBatchingPipeline` on the CPU from the GGUF (OpenVINO GenAI
+reads GGUF itself; Q4_1 weights stay u4 with f16 scales), prefix caching on, a KV cache
+sized for the largest concurrency at --seq-tokens per sequence, compute pinned to --threads
+threads. For each concurrency C it runs a closed loop: C requests always in flight (a
+finished one is replaced at once), each a 56-64 token prompt (token ids, no chat template)
+from a pool of distinct English prompts, --new-tokens output tokens, greedy, EOS ignored;
+a warm-up on other prompts first, then at least 2*C+8 requests and --min-seconds of
+submitting. Per cell it reports output tokens/s (all output tokens over first submit to
+last finish), TTFT p50/p99 (add_request to the step after which the request's first token
+can be read), CPU ms per output token (this process's utime+stime from /proc/self/stat, all
+threads), CPU the rest of the machine used meanwhile (/proc/stat), and the load average
+before the cell. --llm-single adds plain `LLMPipeline` on one stream per attention backend.
+It also reports the CPU's ISA flags, OpenVINO's CPU properties, and the kernels the CPU
+plugin picked for this model (the IR the GGUF converts to, compiled stateful beside the
+pipeline: the CB pipeline does not expose its own compiled model).
+
+Runs in its own venv (`pip install openvino-genai`), never imports inferwire:
+
+    taskset -c 1 .cache/peers/openvino-venv/bin/python bench/peers_openvino.py \\
+        --gguf .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
+        --concurrency 1 8 32 --threads 1 --repeat 2 --llm-single --out FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import openvino_genai as ov_genai
+
+SENTENCES = [
+    "The river bends twice before it reaches the old stone mill at the edge of town.",
+    "Most bakeries start their ovens long before the first bus leaves the depot.",
+    "A good map shows not only the roads but also the places where they flood in spring.",
+    "She kept a notebook of every bird she saw from the kitchen window.",
+    "The committee postponed the vote until the budget figures were checked again.",
+    "He learned to sail on a lake so small that every tack felt like a turn.",
+    "The recipe calls for two cups of flour, a pinch of salt, and patience.",
+    "Engineers tested the bridge by driving loaded trucks across it one by one.",
+    "Our neighbour grows tomatoes against the south wall, where the bricks stay warm.",
+    "A steady rain fell through the night and filled the gutters by morning.",
+    "The train was late, so the passengers shared stories on the cold platform.",
+    "The lighthouse keeper wrote down the weather at noon and at midnight.",
+    "The market sells fresh fish in the morning and flowers in the afternoon.",
+    "Please describe, in a few short paragraphs, what happens next in this story.",
+    "Summarise the main points above and suggest one question worth asking.",
+    "Explain the situation to a child who has never visited such a place.",
+    "Write a short reply that a helpful neighbour might send after reading this.",
+    "List three things a visitor should know before arriving for the first time.",
+]
+FLAGS = re.compile(r"avx2|avx512f|avx512_(bf16|vnni)|avx_vnni|amx_\w+")  # amx_*: whichever exist
+KV_BLOCK_TOKENS = 32  # the CPU plugin's paged-attention block size
+REQUEST_IDS = itertools.count()
+
+
+def own_cpu_s() -> float:
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_s() -> tuple[float, float]:
+    """(busy, steal) seconds of all CPUs since boot, from /proc/stat."""
+    user, nice, system, _idle, _io, irq, softirq, steal = map(
+        int, Path("/proc/stat").read_text().split()[1:9]
+    )
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+def machine() -> dict:
+    info = dict(
+        line.split(":", 1)
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+        if ":" in line
+    )
+    flags = info.get("Flags", "").split()
+    return {
+        "model_name": info.get("Model name", "").strip(),
+        "cpus": os.cpu_count(),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "flags": [flag for flag in flags if FLAGS.fullmatch(flag)],
+        "amx": any(flag.startswith("amx") for flag in flags),
+    }
+
+
+def make_prompts(tokenizer: ov_genai.Tokenizer, count: int, seed: int) -> list[np.ndarray]:
+    """`count` distinct prompts of 56-64 tokens, each a run of shuffled sentences."""
+    rng, seen, prompts = random.Random(seed), set(), []
+    while len(prompts) < count:
+        order, text = rng.sample(SENTENCES, len(SENTENCES)), ""
+        for sentence in order:
+            text = f"{text} {sentence}".strip()
+            ids = tokenizer.encode(text).input_ids.data[0]
+            if len(ids) >= 56:
+                break
+        if len(ids) <= 64 and text not in seen:
+            seen.add(text)
+            prompts.append(np.asarray(ids, dtype=np.int64).reshape(1, -1))
+    return prompts
+
+
+def greedy(new_tokens: int) -> ov_genai.GenerationConfig:
+    return ov_genai.GenerationConfig(
+        max_new_tokens=new_tokens, min_new_tokens=new_tokens, ignore_eos=True, do_sample=False
+    )
+
+
+def run_cell(pipe, prompts, next_prompt, concurrency, new_tokens, min_seconds) -> tuple[dict, int]:
+    """The closed loop at one concurrency; returns the cell and the next prompt index."""
+    config, minimum = greedy(new_tokens), 2 * concurrency + 8
+    active, ttfts, tokens, submitted, finished = {}, [], 0, 0, 0
+    cpu0, (busy0, steal0) = own_cpu_s(), machine_busy_s()
+    start = time.perf_counter()
+
+    def submit() -> None:
+        nonlocal submitted, next_prompt
+        ids = prompts[next_prompt % len(prompts)]
+        handle = pipe.add_request(next(REQUEST_IDS), ov.Tensor(ids), config)
+        active[handle] = [time.perf_counter(), None]
+        submitted, next_prompt = submitted + 1, next_prompt + 1
+
+    for _ in range(concurrency):
+        submit()
+    steps = 0
+    while active:
+        pipe.step()
+        steps += 1
+        now = time.perf_counter()
+        for handle in list(active):
+            done = handle.get_status() != ov_genai.GenerationStatus.RUNNING
+            if handle.can_read():
+                tokens += sum(len(out.generated_ids) for out in handle.read().values())
+                if active[handle][1] is None:
+                    active[handle][1] = now
+                    ttfts.append(now - active[handle][0])
+            if done:
+                del active[handle]
+                finished += 1
+                if submitted < minimum or now - start < min_seconds:
+                    submit()
+    duration = time.perf_counter() - start
+    cpu, (busy, steal) = own_cpu_s() - cpu0, machine_busy_s()
+    ttft_ms = np.asarray(ttfts) * 1000
+    metrics = pipe.get_metrics()
+    return {
+        "concurrency": concurrency,
+        "requests": finished,
+        "output_tokens": tokens,
+        "expected_tokens": finished * new_tokens,
+        "duration_s": round(duration, 3),
+        "tokens_per_s": round(tokens / duration, 2),
+        "ttft_p50_ms": round(float(np.percentile(ttft_ms, 50)), 1),
+        "ttft_p99_ms": round(float(np.percentile(ttft_ms, 99)), 1),
+        "cpu_ms_per_token": round(cpu * 1000 / tokens, 3),
+        "cpu_s": round(cpu, 2),
+        "other_cpu_s": round(busy - busy0 - cpu, 2),
+        "steal_s": round(steal - steal0, 2),
+        "steps": steps,
+        "max_cache_usage_pct": round(metrics.max_cache_usage, 1),
+    }, next_prompt
+
+
+def kernels(gguf: Path, props: dict) -> dict:
+    """The CPU plugin's choices for the IR the GGUF converts to, after a prefill and a decode."""
+    with tempfile.TemporaryDirectory() as folder:
+        link = Path(folder) / gguf.name
+        link.symlink_to(gguf.resolve())
+        ov_genai.LLMPipeline(str(link), "CPU", enable_save_ov_model=True, ATTENTION_BACKEND="SDPA")
+        compiled = ov.Core().compile_model(str(Path(folder) / "openvino_model.xml"), "CPU", props)
+    request, ids = compiled.create_infer_request(), np.arange(1, 9, dtype=np.int64)[None]
+    beam = np.zeros(1, dtype=np.int32)
+    for past, step in ((0, ids), (8, ids[:, :1])):  # a prefill of 8 tokens, then a decode
+        positions = np.arange(past, past + step.shape[1])[None]
+        mask = np.ones((1, past + step.shape[1]), np.int64)
+        feed = {"input_ids": step, "attention_mask": mask, "position_ids": positions}
+        request.infer({**feed, "beam_idx": beam})
+    chosen = collections.Counter()
+    for op in compiled.get_runtime_model().get_ops():
+        rt = op.get_rt_info()
+        kind = rt["layerType"].astype(str)
+        if kind in ("FullyConnected", "MatMul", "ScaledDotProductAttention", "RMS", "RoPE"):
+            primitive, precision = rt["primitiveType"].astype(str), rt["runtimePrecision"]
+            chosen[f"{kind} {primitive} {precision.astype(str)}"] += 1
+    names = [
+        name
+        for name in compiled.get_property("SUPPORTED_PROPERTIES")
+        if name not in ("WEIGHTS_PATH", "SUPPORTED_PROPERTIES")
+    ]
+    compiled_properties = {name: str(compiled.get_property(name)) for name in names}
+    return {"compiled": compiled_properties, "primitives": dict(chosen.most_common())}
+
+
+def llm_single(gguf: Path, props: dict, prompt: np.ndarray, new_tokens: int, reps: int) -> dict:
+    """Plain LLMPipeline, one stream, per attention backend: tokens/s over each whole call."""
+    results = {}
+    for backend in ("SDPA", "PA"):
+        pipe = ov_genai.LLMPipeline(str(gguf), "CPU", ATTENTION_BACKEND=backend, **props)
+        pipe.generate(ov.Tensor(prompt), greedy(16))  # warm-up
+        runs = []
+        for _ in range(reps):
+            cpu0, t0 = own_cpu_s(), time.perf_counter()
+            out = pipe.generate(ov.Tensor(prompt), greedy(new_tokens))
+            wall, tokens = time.perf_counter() - t0, len(out.tokens[0])
+            perf = out.perf_metrics
+            runs.append(
+                {
+                    "tokens": tokens,
+                    "tokens_per_s": round(tokens / wall, 2),
+                    "ttft_ms": round(perf.get_ttft().mean, 1),
+                    "tpot_ms": round(perf.get_tpot().mean, 2),
+                    "cpu_ms_per_token": round((own_cpu_s() - cpu0) * 1000 / tokens, 3),
+                }
+            )
+        results[backend] = runs
+        del pipe
+    return results
+
+
+def wait_for_load(max_load: float, max_wait_s: float) -> list[float]:
+    deadline = time.monotonic() + max_wait_s
+    while os.getloadavg()[0] > max_load and time.monotonic() < deadline:
+        time.sleep(10)
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gguf", type=Path, required=True)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--min-seconds", type=float, default=20.0)
+    parser.add_argument("--repeat", type=int, default=1, help="rounds over the concurrency list")
+    parser.add_argument("--prompt-pool", type=int, default=64, help="prompts, used in turn")
+    parser.add_argument("--seq-tokens", type=int, default=224, help="KV cache room per sequence")
+    parser.add_argument("--max-load", type=float, default=1.5, help="wait above this load")
+    parser.add_argument("--max-wait", type=float, default=120.0)
+    parser.add_argument("--llm-single", action="store_true", help="also LLMPipeline, one stream")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    core, props = ov.Core(), {"INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1}
+    props.update(PERFORMANCE_HINT="LATENCY", ENABLE_HYPER_THREADING=False, ENABLE_CPU_PINNING=True)
+    plugin = {
+        name: str(core.get_property("CPU", name))
+        for name in ("FULL_DEVICE_NAME", "OPTIMIZATION_CAPABILITIES", "INFERENCE_PRECISION_HINT")
+    }
+    scheduler = ov_genai.SchedulerConfig()
+    scheduler.enable_prefix_caching = True
+    scheduler.max_num_seqs = max(args.concurrency)
+    scheduler.num_kv_blocks = max(args.concurrency) * math.ceil(args.seq_tokens / KV_BLOCK_TOKENS)
+    t0 = time.perf_counter()
+    pipe = ov_genai.ContinuousBatchingPipeline(str(args.gguf), scheduler, "CPU", props, props)
+    load_s = time.perf_counter() - t0
+    prompts = make_prompts(pipe.get_tokenizer(), args.prompt_pool, seed=1)
+    warmups = make_prompts(pipe.get_tokenizer(), 8, seed=2)
+    report = {
+        "engine": "openvino_genai.ContinuousBatchingPipeline",
+        "versions": {
+            "python": sys.version.split()[0],
+            "openvino": ov.get_version(),
+            "openvino_genai": ov_genai.get_version(),
+        },
+        "machine": machine(),
+        "gguf": str(args.gguf),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "properties": props,
+        "cpu_plugin": plugin,
+        "scheduler": scheduler.to_string(),
+        "pipeline_load_s": round(load_s, 2),
+        "prompt_tokens": sorted({p.shape[1] for p in prompts}),
+        "threads_in_process": len(os.listdir("/proc/self/task")),
+        "cells": [],
+    }
+    header = ("versions", "machine", "cpu_plugin", "properties", "threads_in_process")
+    print(json.dumps({k: report[k] for k in header}, indent=1), flush=True)
+    next_prompt = 0
+    for round_index in range(args.repeat):
+        for concurrency in args.concurrency:
+            load = wait_for_load(args.max_load, args.max_wait)
+            run_cell(pipe, warmups, 0, min(concurrency, 8), 16, 0)  # warm-up
+            cell, next_prompt = run_cell(
+                pipe, prompts, next_prompt, concurrency, args.new_tokens, args.min_seconds
+            )
+            cell.update(round=round_index, load_before=load)
+            report["cells"].append(cell)
+            print(json.dumps(cell), flush=True)
+    report["kv_cache_bytes"] = pipe.get_metrics().cache_size_in_bytes
+    del pipe
+    report["kernels"] = kernels(args.gguf, props)
+    if args.llm_single:
+        report["llm_pipeline_single"] = llm_single(
+            args.gguf, props, prompts[0], args.new_tokens, reps=3
+        )
+    print(json.dumps(report["kernels"], indent=1))
+    print(json.dumps(report.get("llm_pipeline_single"), indent=1))
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
