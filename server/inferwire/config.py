@@ -7,7 +7,6 @@ by `__`), the YAML file given with `--config`, then the defaults below.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +16,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -31,11 +29,10 @@ from pydantic_settings import (
 )
 
 from inferwire.addresses import is_unix_socket, split_host_port
-from inferwire.backends import backend_class
-from inferwire.core.adapters import AdapterSettings, adapter_spec, check_adapter_options
+from inferwire.core.adapters import AdapterSettings
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.memory import ByteSize, MemorySettings
-from inferwire.core.specs import ModelSpec, duplicate_name
+from inferwire.core.specs import duplicate_name
 from inferwire.core.tenants import (
     SchedulingSettings,
     TenantConfig,
@@ -43,10 +40,13 @@ from inferwire.core.tenants import (
     TenantSettings,
     duplicate_tenant,
 )
-
-DEFAULT_MODEL_NAME = "demo"
-DEFAULT_ADAPTER_NAME = "demo-sonnets"
-DEFAULT_ADAPTER_FILE = "sonnets.onnx_adapter"
+from inferwire.model_config import (
+    BACKENDS,
+    BackendLookup,
+    ModelConfig,
+    default_models,
+    on_base_backend,
+)
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
@@ -292,44 +292,6 @@ def _require_host_and_port(address: str) -> str:
     return address
 
 
-class ModelConfig(ModelSpec):
-    """One entry of the `models:` list (the fields: `inferwire.core.models.ModelSpec`)."""
-
-    @field_validator("options")
-    @classmethod
-    def _valid_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        """Check the options against the backend's options type now, so their mistakes are
-        reported with every other key's, in the same words. A backend that cannot be
-        resolved here (unknown, or its SDK missing) is reported when the server starts."""
-        try:
-            backend = backend_class(info.data["backend"])
-        except (KeyError, ConfigurationError):
-            return options
-        if info.data.get("adapter_of") is not None:
-            return options  # an adapter's options: checked against its base's backend
-        backend.options_type.model_validate(options)  # its ValidationError nests under here
-        return options
-
-
-def default_models() -> list[ModelConfig]:
-    """The bundled model, and its bundled Sonnets adapter as the model `demo-sonnets`."""
-    adapter = resources.files("inferwire") / "models" / "demo" / DEFAULT_ADAPTER_FILE
-    return [
-        ModelConfig(
-            name=DEFAULT_MODEL_NAME,
-            backend="onnxruntime-genai",
-            load_on_startup=True,
-            options={"path": "builtin", "device": "cpu"},
-        ),
-        ModelConfig(
-            name=DEFAULT_ADAPTER_NAME,
-            adapter_of=DEFAULT_MODEL_NAME,
-            load_on_startup=True,
-            options={"adapter_file": str(adapter)},
-        ),
-    ]
-
-
 class Settings(BaseSettings):
     """All of inferwire's settings."""
 
@@ -347,7 +309,7 @@ class Settings(BaseSettings):
     def _unique_names(cls, models: list[ModelConfig]) -> list[ModelConfig]:
         if (problem := duplicate_name(models)) is not None:
             raise ValueError(problem)
-        return [_on_base_backend(model, models) for model in models]
+        return [on_base_backend(model, models) for model in models]
 
     @classmethod
     def settings_customise_sources(
@@ -361,35 +323,11 @@ class Settings(BaseSettings):
         return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
 
 
-def _on_base_backend(model: ModelConfig, models: list[ModelConfig]) -> ModelConfig:
-    """An adapter model on its base's backend, its options checked as that backend's
-    adapter options."""
-    if model.adapter_of is None:
-        return model
-    base = next((m for m in models if m.name == model.adapter_of), None)
-    if base is None:
-        raise ValueError(
-            f"model {model.name!r}: adapter_of names {model.adapter_of!r}, which is not a "
-            "configured model"
-        )
-    try:
-        adapter = adapter_spec(base, model)
-    except ConfigurationError as exc:
-        raise ValueError(str(exc)) from None
-    try:
-        backend = backend_class(adapter.backend)
-    except ConfigurationError:
-        backend = None  # reported when the server starts, as for any model
-    if backend is not None:
-        try:
-            check_adapter_options(backend, adapter)
-        except ConfigurationError as exc:
-            raise ValueError(str(exc)) from None
-    return ModelConfig.model_validate(adapter.model_dump())
-
-
-def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build settings from an optional YAML file, the environment and explicit overrides.
+def load_settings(
+    config_file: Path | None = None, backends: BackendLookup | None = None, **overrides: Any
+) -> Settings:
+    """Build settings from an optional YAML file, the environment and explicit overrides;
+    with `backends` (a name's backend class), each model's options are checked too.
 
     Raises ConfigurationError with a one-line message naming each bad key and why.
     """
@@ -399,6 +337,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     class FileSettings(Settings):
         model_config = SettingsConfigDict(yaml_file=config_file)
 
+    token = BACKENDS.set(backends)
     try:
         return FileSettings(**overrides)
     except ValidationError as exc:
@@ -406,6 +345,8 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     except SettingsError as exc:  # e.g. INFERWIRE_MODELS that is not JSON
         cause = f": {exc.__cause__}" if exc.__cause__ else ""
         raise ConfigurationError(f"{exc}{cause}") from None
+    finally:
+        BACKENDS.reset(token)
 
 
 def _check_yaml_file(config_file: Path) -> None:

@@ -50,7 +50,7 @@ SCHEMA = {
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    from inferwire.config import default_models
+    from inferwire.model_config import default_models
 
     adapter = default_models()[1].options["adapter_file"]
     config = CONFIG.replace("ADAPTER", adapter)

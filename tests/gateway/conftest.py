@@ -27,7 +27,7 @@ import httpx
 import pytest
 import yaml
 
-from inferwire.config import default_models
+from inferwire.model_config import default_models
 from inferwire.core.auth import hash_token
 from tests.support import envoy as envoy_support
 from tests.support import epp

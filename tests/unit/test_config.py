@@ -77,14 +77,23 @@ def test_unknown_backend_is_a_startup_error_listing_the_available_ones():
 
 def test_unknown_backend_option_is_a_configuration_error_naming_the_key():
     with pytest.raises(ConfigurationError) as error:
-        load_settings(models=[{"name": "m", "options": {"pth": "builtin"}}])
+        load_settings(models=[{"name": "m", "options": {"pth": "builtin"}}], backends=backend_class)
     assert str(error.value) == "models[0].options.pth: unknown key"
+
+
+def test_without_a_backend_lookup_options_wait_for_the_server():
+    """Settings import no backend (the doors import settings): the CLI hands the lookup in,
+    and without it a model's options are the backend's to check when the server starts."""
+    settings = load_settings(models=[{"name": "m", "options": {"pth": "builtin"}}])
+    with pytest.raises(ConfigurationError, match=r"options\.pth"):
+        InferwireServer(settings, address="127.0.0.1:0")
 
 
 def test_every_unknown_key_is_reported_at_once_in_one_style():
     """Top-level keys, model keys and each backend's options in one error, not in rounds."""
     with pytest.raises(ConfigurationError) as error:
         load_settings(
+            backends=backend_class,
             servr={},
             server={"adress": "x"},
             models=[

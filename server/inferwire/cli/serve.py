@@ -54,6 +54,7 @@ def serve(
     listened on or a start-up model fails to load (unless server.exit_on_startup_failure
     is false); 2 for an invalid configuration.
     """
+    from inferwire.backends import backend_class
     from inferwire.config import load_settings
     from inferwire.core.errors import ConfigurationError
     from inferwire.log import configure_logging
@@ -72,7 +73,9 @@ def serve(
     }
     overrides = {k: v for k, v in given.items() if v is not None}
     try:
-        settings = load_settings(config, **({"server": overrides} if overrides else {}))
+        settings = load_settings(
+            config, backend_class, **({"server": overrides} if overrides else {})
+        )
         # Every line is written before an error below is printed, and before exit.
         with configure_logging(settings.server.log_level, settings.server.log_format):
             asyncio.run(run_server(settings))

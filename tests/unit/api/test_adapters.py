@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
+from inferwire.backends import backend_class
 from inferwire.config import load_settings
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.memory import Footprint
@@ -264,7 +265,7 @@ def test_adapter_configuration_mistakes_are_start_up_errors(
     models: list[dict[str, Any]], phrase: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=phrase):
-        load_settings(models=models)
+        load_settings(models=models, backends=backend_class)
 
 
 async def test_concurrent_streams_over_a_base_and_two_adapters_each_equal_their_solo_run(

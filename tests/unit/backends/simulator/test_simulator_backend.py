@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from inferwire.backends import backend_class
 from inferwire.backends.simulator import SimulatorBackend
 from inferwire.config import load_settings
 from inferwire.core.errors import ConfigurationError
@@ -236,13 +237,14 @@ async def test_list_models_health_and_lifecycle_like_a_real_backend(stub):
 def test_option_errors_name_the_key():
     with pytest.raises(ConfigurationError) as error:
         load_settings(
+            backends=backend_class,
             models=[
                 {
                     "name": "m",
                     "backend": "simulator",
                     "options": {"inter_token_ms": -1, "ttft_ms": 5},
                 }
-            ]
+            ],
         )
     assert str(error.value).split("; ") == [
         "models[0].options.inter_token_ms: Input should be greater than or equal to 0",
