@@ -1,22 +1,21 @@
 """OpenVINO GenAI as a peer engine, driven directly (no server), on a GGUF file.
 
 Builds `openvino_genai.ContinuousBatchingPipeline` on the CPU from the GGUF (OpenVINO GenAI
-reads GGUF itself; Q4_1 weights stay u4 with f16 scales), prefix caching on, a KV cache
-sized for the largest concurrency at --seq-tokens per sequence, compute pinned to --threads
-threads. For each concurrency C it runs a closed loop: C requests always in flight (a
-finished one is replaced at once), each a 56-64 token prompt (token ids, no chat template)
-from a pool of distinct English prompts, --new-tokens output tokens, greedy, EOS ignored;
-a warm-up on other prompts first, then at least 2*C+8 requests and --min-seconds of
-submitting. Per cell it reports output tokens/s (all output tokens over first submit to
-last finish), TTFT p50/p99 (add_request to the step after which the request's first token
-can be read), CPU ms per output token (this process's utime+stime from /proc/self/stat, all
-threads), CPU the rest of the machine used meanwhile (/proc/stat), and the load average
-before the cell. --llm-single adds plain `LLMPipeline` on one stream per attention backend.
-It also reports the CPU's ISA flags, OpenVINO's CPU properties, and the kernels the CPU
-plugin picked for this model (the IR the GGUF converts to, compiled stateful beside the
-pipeline: the CB pipeline does not expose its own compiled model).
+reads GGUF itself; Q4_1 weights stay u4), prefix caching on, KV cache blocks for the largest
+concurrency at --seq-tokens each, --threads compute threads (one stream, pinned). Per
+concurrency C, a closed loop: C requests always in flight, each 56-64 prompt tokens (ids, no
+chat template) from --prompt-pool distinct prompts taken in turn across all cells, then
+--new-tokens greedy tokens with EOS ignored; a warm-up on other prompts, then at least
+2*C+8 requests and --min-seconds of submitting. A cell reports output tokens/s (first submit
+to last finish), TTFT p50/p99 (add_request to the step after which its first token reads),
+this process's CPU ms per output token (/proc/self/stat utime+stime, all threads), and what
+the rest of the machine used meanwhile (/proc/stat); before each cell it waits (bounded) for
+the others to go quiet, and reruns a cell they disturbed (--retries). --llm-single adds plain
+`LLMPipeline` on one stream, both attention backends. Also reported: the CPU's ISA flags,
+OpenVINO's CPU properties, and the kernels the CPU plugin picks for this model (the IR the
+GGUF converts to, compiled stateful: the CB pipeline does not expose its compiled model).
 
-Runs in its own venv (`pip install openvino-genai`), never imports inferwire:
+Runs in its own venv (`pip install openvino-genai`) and never imports inferwire:
 
     taskset -c 1 .cache/peers/openvino-venv/bin/python bench/peers_openvino.py \\
         --gguf .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
@@ -73,21 +72,15 @@ def own_cpu_s() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def machine_busy_s() -> tuple[float, float]:
-    """(busy, steal) seconds of all CPUs since boot, from /proc/stat."""
-    user, nice, system, _idle, _io, irq, softirq, steal = map(
-        int, Path("/proc/stat").read_text().split()[1:9]
-    )
-    tick = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system + irq + softirq) / tick, steal / tick
+def machine_busy_s() -> float:
+    """Busy seconds of all CPUs since boot (user, nice, system, irq, softirq), /proc/stat."""
+    user, nice, system, _idle, _iowait, irq, softirq = Path("/proc/stat").read_text().split()[1:8]
+    return sum(map(int, (user, nice, system, irq, softirq))) / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> dict:
-    info = dict(
-        line.split(":", 1)
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-        if ":" in line
-    )
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+    info = dict(line.split(":", 1) for line in lscpu if ":" in line)
     flags = info.get("Flags", "").split()
     return {
         "model_name": info.get("Model name", "").strip(),
@@ -102,8 +95,8 @@ def make_prompts(tokenizer: ov_genai.Tokenizer, count: int, seed: int) -> list[n
     """`count` distinct prompts of 56-64 tokens, each a run of shuffled sentences."""
     rng, seen, prompts = random.Random(seed), set(), []
     while len(prompts) < count:
-        order, text = rng.sample(SENTENCES, len(SENTENCES)), ""
-        for sentence in order:
+        text = ""
+        for sentence in rng.sample(SENTENCES, len(SENTENCES)):
             text = f"{text} {sentence}".strip()
             ids = tokenizer.encode(text).input_ids.data[0]
             if len(ids) >= 56:
@@ -123,24 +116,21 @@ def greedy(new_tokens: int) -> ov_genai.GenerationConfig:
 def run_cell(pipe, prompts, next_prompt, concurrency, new_tokens, min_seconds) -> tuple[dict, int]:
     """The closed loop at one concurrency; returns the cell and the next prompt index."""
     config, minimum = greedy(new_tokens), 2 * concurrency + 8
-    active, ttfts, tokens, submitted, finished = {}, [], 0, 0, 0
-    cpu0, (busy0, steal0) = own_cpu_s(), machine_busy_s()
-    start = time.perf_counter()
+    active, ttfts, tokens, submitted, steps = {}, [], 0, 0, 0
+    cpu0, busy0, start = own_cpu_s(), machine_busy_s(), time.perf_counter()
 
     def submit() -> None:
         nonlocal submitted, next_prompt
         ids = prompts[next_prompt % len(prompts)]
         handle = pipe.add_request(next(REQUEST_IDS), ov.Tensor(ids), config)
-        active[handle] = [time.perf_counter(), None]
+        active[handle] = [time.perf_counter(), None]  # submitted at, first token at
         submitted, next_prompt = submitted + 1, next_prompt + 1
 
     for _ in range(concurrency):
         submit()
-    steps = 0
     while active:
         pipe.step()
-        steps += 1
-        now = time.perf_counter()
+        steps, now = steps + 1, time.perf_counter()
         for handle in list(active):
             done = handle.get_status() != ov_genai.GenerationStatus.RUNNING
             if handle.can_read():
@@ -150,45 +140,46 @@ def run_cell(pipe, prompts, next_prompt, concurrency, new_tokens, min_seconds) -
                     ttfts.append(now - active[handle][0])
             if done:
                 del active[handle]
-                finished += 1
                 if submitted < minimum or now - start < min_seconds:
                     submit()
     duration = time.perf_counter() - start
-    cpu, (busy, steal) = own_cpu_s() - cpu0, machine_busy_s()
+    cpu = own_cpu_s() - cpu0
+    other = machine_busy_s() - busy0 - cpu
     ttft_ms = np.asarray(ttfts) * 1000
-    metrics = pipe.get_metrics()
     return {
         "concurrency": concurrency,
-        "requests": finished,
+        "requests": submitted,
         "output_tokens": tokens,
-        "expected_tokens": finished * new_tokens,
+        "expected_tokens": submitted * new_tokens,
         "duration_s": round(duration, 3),
         "tokens_per_s": round(tokens / duration, 2),
         "ttft_p50_ms": round(float(np.percentile(ttft_ms, 50)), 1),
         "ttft_p99_ms": round(float(np.percentile(ttft_ms, 99)), 1),
         "cpu_ms_per_token": round(cpu * 1000 / tokens, 3),
-        "cpu_s": round(cpu, 2),
-        "other_cpu_s": round(busy - busy0 - cpu, 2),
-        "steal_s": round(steal - steal0, 2),
+        "own_cores": round(cpu / duration, 2),
+        "other_cores": round(other / duration, 2),
         "steps": steps,
-        "max_cache_usage_pct": round(metrics.max_cache_usage, 1),
+        "max_cache_usage_pct": round(pipe.get_metrics().max_cache_usage, 1),
     }, next_prompt
 
 
 def kernels(gguf: Path, props: dict) -> dict:
     """The CPU plugin's choices for the IR the GGUF converts to, after a prefill and a decode."""
     with tempfile.TemporaryDirectory() as folder:
-        link = Path(folder) / gguf.name
-        link.symlink_to(gguf.resolve())
-        ov_genai.LLMPipeline(str(link), "CPU", enable_save_ov_model=True, ATTENTION_BACKEND="SDPA")
+        (Path(folder) / gguf.name).symlink_to(gguf.resolve())
+        ov_genai.LLMPipeline(
+            str(Path(folder) / gguf.name),
+            "CPU",
+            enable_save_ov_model=True,
+            ATTENTION_BACKEND="SDPA",
+        )
         compiled = ov.Core().compile_model(str(Path(folder) / "openvino_model.xml"), "CPU", props)
     request, ids = compiled.create_infer_request(), np.arange(1, 9, dtype=np.int64)[None]
-    beam = np.zeros(1, dtype=np.int32)
     for past, step in ((0, ids), (8, ids[:, :1])):  # a prefill of 8 tokens, then a decode
         positions = np.arange(past, past + step.shape[1])[None]
         mask = np.ones((1, past + step.shape[1]), np.int64)
         feed = {"input_ids": step, "attention_mask": mask, "position_ids": positions}
-        request.infer({**feed, "beam_idx": beam})
+        request.infer({**feed, "beam_idx": np.zeros(1, dtype=np.int32)})
     chosen = collections.Counter()
     for op in compiled.get_runtime_model().get_ops():
         rt = op.get_rt_info()
@@ -196,12 +187,8 @@ def kernels(gguf: Path, props: dict) -> dict:
         if kind in ("FullyConnected", "MatMul", "ScaledDotProductAttention", "RMS", "RoPE"):
             primitive, precision = rt["primitiveType"].astype(str), rt["runtimePrecision"]
             chosen[f"{kind} {primitive} {precision.astype(str)}"] += 1
-    names = [
-        name
-        for name in compiled.get_property("SUPPORTED_PROPERTIES")
-        if name not in ("WEIGHTS_PATH", "SUPPORTED_PROPERTIES")
-    ]
-    compiled_properties = {name: str(compiled.get_property(name)) for name in names}
+    names = set(compiled.get_property("SUPPORTED_PROPERTIES")) - {"SUPPORTED_PROPERTIES"}
+    compiled_properties = {name: str(compiled.get_property(name)) for name in sorted(names)}
     return {"compiled": compiled_properties, "primitives": dict(chosen.most_common())}
 
 
@@ -211,31 +198,35 @@ def llm_single(gguf: Path, props: dict, prompt: np.ndarray, new_tokens: int, rep
     for backend in ("SDPA", "PA"):
         pipe = ov_genai.LLMPipeline(str(gguf), "CPU", ATTENTION_BACKEND=backend, **props)
         pipe.generate(ov.Tensor(prompt), greedy(16))  # warm-up
-        runs = []
+        results[backend] = []
         for _ in range(reps):
-            cpu0, t0 = own_cpu_s(), time.perf_counter()
+            cpu0, busy0, t0 = own_cpu_s(), machine_busy_s(), time.perf_counter()
             out = pipe.generate(ov.Tensor(prompt), greedy(new_tokens))
-            wall, tokens = time.perf_counter() - t0, len(out.tokens[0])
-            perf = out.perf_metrics
-            runs.append(
+            wall, cpu, tokens = time.perf_counter() - t0, own_cpu_s() - cpu0, len(out.tokens[0])
+            results[backend].append(
                 {
                     "tokens": tokens,
                     "tokens_per_s": round(tokens / wall, 2),
-                    "ttft_ms": round(perf.get_ttft().mean, 1),
-                    "tpot_ms": round(perf.get_tpot().mean, 2),
-                    "cpu_ms_per_token": round((own_cpu_s() - cpu0) * 1000 / tokens, 3),
+                    "ttft_ms": round(out.perf_metrics.get_ttft().mean, 1),
+                    "tpot_ms": round(out.perf_metrics.get_tpot().mean, 2),
+                    "cpu_ms_per_token": round(cpu * 1000 / tokens, 3),
+                    "other_cores": round((machine_busy_s() - busy0 - cpu) / wall, 2),
                 }
             )
-        results[backend] = runs
         del pipe
     return results
 
 
-def wait_for_load(max_load: float, max_wait_s: float) -> list[float]:
+def wait_for_quiet(max_other: float, max_wait_s: float) -> dict:
+    """Wait (bounded) until the rest of the machine uses under `max_other` cores over 3 s."""
     deadline = time.monotonic() + max_wait_s
-    while os.getloadavg()[0] > max_load and time.monotonic() < deadline:
-        time.sleep(10)
-    return [round(x, 2) for x in os.getloadavg()]
+    while True:
+        busy0, t0 = machine_busy_s(), time.perf_counter()
+        time.sleep(3)
+        other = (machine_busy_s() - busy0) / (time.perf_counter() - t0)
+        if other < max_other or time.monotonic() > deadline:
+            loadavg = [round(x, 2) for x in os.getloadavg()]
+            return {"loadavg": loadavg, "other_cores": round(other, 2)}
 
 
 def main() -> None:
@@ -248,18 +239,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="rounds over the concurrency list")
     parser.add_argument("--prompt-pool", type=int, default=64, help="prompts, used in turn")
     parser.add_argument("--seq-tokens", type=int, default=224, help="KV cache room per sequence")
-    parser.add_argument("--max-load", type=float, default=1.5, help="wait above this load")
-    parser.add_argument("--max-wait", type=float, default=120.0)
+    parser.add_argument("--max-other", type=float, default=0.3, help="cores others may use")
+    parser.add_argument("--max-wait", type=float, default=120.0, help="seconds, per wait")
+    parser.add_argument("--retries", type=int, default=2, help="reruns of a disturbed cell")
     parser.add_argument("--llm-single", action="store_true", help="also LLMPipeline, one stream")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
-    core, props = ov.Core(), {"INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1}
-    props.update(PERFORMANCE_HINT="LATENCY", ENABLE_HYPER_THREADING=False, ENABLE_CPU_PINNING=True)
-    plugin = {
-        name: str(core.get_property("CPU", name))
-        for name in ("FULL_DEVICE_NAME", "OPTIMIZATION_CAPABILITIES", "INFERENCE_PRECISION_HINT")
-    }
+    props = {"INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+    props.update(ENABLE_HYPER_THREADING=False, ENABLE_CPU_PINNING=True)
+    core, plugin_names = ov.Core(), ("FULL_DEVICE_NAME", "OPTIMIZATION_CAPABILITIES")
+    plugin = {name: str(core.get_property("CPU", name)) for name in plugin_names}
     scheduler = ov_genai.SchedulerConfig()
     scheduler.enable_prefix_caching = True
     scheduler.max_num_seqs = max(args.concurrency)
@@ -271,13 +261,8 @@ def main() -> None:
     warmups = make_prompts(pipe.get_tokenizer(), 8, seed=2)
     report = {
         "engine": "openvino_genai.ContinuousBatchingPipeline",
-        "versions": {
-            "python": sys.version.split()[0],
-            "openvino": ov.get_version(),
-            "openvino_genai": ov_genai.get_version(),
-        },
+        "versions": {"python": sys.version.split()[0], "openvino": ov.get_version()},
         "machine": machine(),
-        "gguf": str(args.gguf),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "properties": props,
         "cpu_plugin": plugin,
@@ -287,28 +272,30 @@ def main() -> None:
         "threads_in_process": len(os.listdir("/proc/self/task")),
         "cells": [],
     }
-    header = ("versions", "machine", "cpu_plugin", "properties", "threads_in_process")
-    print(json.dumps({k: report[k] for k in header}, indent=1), flush=True)
+    report["versions"]["openvino_genai"] = ov_genai.get_version()
+    print(json.dumps({k: v for k, v in report.items() if k != "cells"}, indent=1), flush=True)
     next_prompt = 0
-    for round_index in range(args.repeat):
-        for concurrency in args.concurrency:
-            load = wait_for_load(args.max_load, args.max_wait)
+    for round_index, concurrency in itertools.product(range(args.repeat), args.concurrency):
+        for attempt in range(args.retries + 1):
+            before = wait_for_quiet(args.max_other, args.max_wait)
             run_cell(pipe, warmups, 0, min(concurrency, 8), 16, 0)  # warm-up
             cell, next_prompt = run_cell(
                 pipe, prompts, next_prompt, concurrency, args.new_tokens, args.min_seconds
             )
-            cell.update(round=round_index, load_before=load)
+            cell.update(round=round_index, attempt=attempt, before=before)
             report["cells"].append(cell)
             print(json.dumps(cell), flush=True)
+            if cell["other_cores"] < args.max_other:
+                break
     report["kv_cache_bytes"] = pipe.get_metrics().cache_size_in_bytes
     del pipe
     report["kernels"] = kernels(args.gguf, props)
+    print(json.dumps(report["kernels"], indent=1), flush=True)
     if args.llm_single:
-        report["llm_pipeline_single"] = llm_single(
-            args.gguf, props, prompts[0], args.new_tokens, reps=3
-        )
-    print(json.dumps(report["kernels"], indent=1))
-    print(json.dumps(report.get("llm_pipeline_single"), indent=1))
+        report["llm_single_before"] = wait_for_quiet(args.max_other, args.max_wait)
+        single = llm_single(args.gguf, props, prompts[0], args.new_tokens, reps=3)
+        report["llm_pipeline_single"] = single
+        print(json.dumps(single, indent=1))
     args.out.write_text(json.dumps(report, indent=1) + "\n")
 
 

@@ -20,7 +20,7 @@ string reach the engine. See docs/backends.md for writing one.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -115,13 +115,23 @@ class Backend(abc.ABC):
         message says why without naming the model again.
         """
 
-    def loaded_facts(self, limits: ModelLimits, capabilities: Capabilities) -> ModelFacts:
-        """The facts of a model just loaded with these limits and capabilities, with what
-        the options every backend shares (`BackendOptions`) make of them; kept as `facts`
-        too, for the adapter models that run on this one."""
+    def loaded_facts(
+        self,
+        limits: ModelLimits,
+        capabilities: Capabilities,
+        sampling_defaults: Mapping[str, Any] | None = None,
+    ) -> ModelFacts:
+        """The facts of a model just loaded with these limits and capabilities (and what an
+        unset sampling parameter means on it), with what the options every backend shares
+        (`BackendOptions`) make of them; kept as `facts` too, for the adapter models that
+        run on this one."""
         default_max_tokens = min(self.options.default_max_tokens, limits.max_output_tokens)
         self.facts = ModelFacts(
-            limits, capabilities, default_max_tokens, self.options.context_separator
+            limits,
+            capabilities,
+            default_max_tokens,
+            self.options.context_separator,
+            dict(sampling_defaults or {}),
         )
         return self.facts
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from inferwire.core.sampling import BASE_PARAMETERS
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,9 @@ class Capabilities:
     constrained_output: bool = False  # takes an output constraint
     tools: bool = False  # takes tools (calls parsed from its output)
     tools_constrained: bool = False  # its calls are constrained: valid by construction
+    # The sampling parameters it takes (core/sampling.py); a request setting another one is
+    # refused naming it.
+    parameters: frozenset[str] = BASE_PARAMETERS
 
 
 @dataclass(frozen=True)
@@ -58,3 +65,7 @@ class ModelFacts:
     capabilities: Capabilities  # `chat`: the model has a chat template
     default_max_tokens: int  # for requests that leave max_tokens unset
     context_separator: str  # joins context passages, and separates them from the prompt
+    # What an unset sampling parameter means on this model (its generation defaults: ORT
+    # GenAI's `search` section; greedy for a GGUF), filled in by the core; a parameter
+    # missing here is left to the engine's own default.
+    sampling_defaults: Mapping[str, Any] = field(default_factory=dict)

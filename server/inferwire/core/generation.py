@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from inferwire.core.backend import GenerationEvents
 from inferwire.core.chat import Tool, ToolSyntax
@@ -40,11 +41,13 @@ def generation_request(
     params = request.params
     violations = list(_limit_violations(model.name, params, facts.limits))
     violations += _capability_violations(model.name, params, facts.capabilities)
+    violations += _parameter_violations(model, params, facts.capabilities)
     tools = offered(request)
     if tools and not facts.capabilities.tools:
         violations.append(FieldViolation("tools", f"model {model.name!r} does not take tools"))
     if violations:
         raise InvalidArgumentError(violations)
+    params = _with_defaults(params, facts.sampling_defaults)
     # Asked only when tools are offered: a request enters the backend only for what it needs.
     syntax = model.backend.tool_syntax() if tools else ToolSyntax.HERMES
     if tools and facts.capabilities.tools_constrained:
@@ -84,6 +87,26 @@ def _max_tokens(params: GenerationParams, default: int) -> int:
     if params.max_tokens is not None:
         return params.max_tokens
     return max(default, params.min_tokens or 0)
+
+
+def _parameter_violations(
+    model: ManagedModel, params: GenerationParams, capabilities: Capabilities
+) -> list[FieldViolation]:
+    """A sampling parameter set that the model's backend does not take."""
+    return [
+        FieldViolation(
+            f"parameters.{name}",
+            f"model {model.name!r} (backend {model.spec.backend!r}) does not take it",
+        )
+        for name in params.parameters_set()
+        if name not in capabilities.parameters
+    ]
+
+
+def _with_defaults(params: GenerationParams, defaults: Mapping[str, Any]) -> GenerationParams:
+    """`params` with each unset parameter the model has a default for set to it."""
+    unset = {name: value for name, value in defaults.items() if getattr(params, name) is None}
+    return dataclasses.replace(params, **unset) if unset else params
 
 
 def _capability_violations(

@@ -7,7 +7,6 @@ context window) are checked by the model manager and the backend.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from inferwire.core.chat import CHAT_ROLES, ChatMessage
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.requests import InferenceRequest
-from inferwire.core.sampling import MAX_TOP_LOGPROBS
+from inferwire.core.sampling import sampling_violations
 from inferwire.core.tools import tool_violations
 
 MAX_STOP_SEQUENCES = 16
@@ -149,38 +148,7 @@ def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[Fi
             yield FieldViolation(field, NUL_PROBLEM)
 
     params = request.params
-    if params.max_tokens is not None and params.max_tokens < 1:
-        yield FieldViolation(
-            "parameters.max_tokens", f"must be at least 1, got {params.max_tokens}"
-        )
-    if params.min_tokens is not None:
-        if params.min_tokens < 0:
-            yield FieldViolation(
-                "parameters.min_tokens",
-                f"must be >= 0 (0 means no minimum), got {params.min_tokens}",
-            )
-        elif (
-            params.max_tokens is not None
-            and params.max_tokens >= 1  # else max_tokens is the field to fix
-            and params.min_tokens > params.max_tokens
-        ):
-            yield FieldViolation(
-                "parameters.min_tokens",
-                f"is {params.min_tokens}; it must not exceed parameters.max_tokens "
-                f"({params.max_tokens})",
-            )
-    if params.temperature is not None and not (
-        math.isfinite(params.temperature) and params.temperature >= 0
-    ):
-        yield FieldViolation(
-            "parameters.temperature", f"must be finite and >= 0, got {params.temperature}"
-        )
-    if params.top_p is not None and not (0 < params.top_p <= 1):
-        yield FieldViolation("parameters.top_p", f"must be in (0, 1], got {params.top_p}")
-    if params.top_k is not None and params.top_k < 0:
-        yield FieldViolation(
-            "parameters.top_k", f"must be >= 0 (0 means no limit), got {params.top_k}"
-        )
+    yield from sampling_violations(params)
     if len(params.stop) > MAX_STOP_SEQUENCES:
         yield FieldViolation(
             "parameters.stop",
@@ -189,13 +157,6 @@ def _violations(request: InferenceRequest, limits: RequestLimits) -> Iterator[Fi
     for index, stop in enumerate(params.stop):
         if not stop:
             yield FieldViolation(f"parameters.stop[{index}]", "must be a non-empty string")
-    if not 0 <= params.top_logprobs <= MAX_TOP_LOGPROBS:
-        yield FieldViolation(
-            "parameters.top_logprobs",
-            f"must be in 0..{MAX_TOP_LOGPROBS}, got {params.top_logprobs}",
-        )
-    elif params.top_logprobs and not params.logprobs:
-        yield FieldViolation("parameters.top_logprobs", "needs parameters.logprobs set to true")
     yield from tool_violations(request)
     if request.tools and params.logprobs:
         yield FieldViolation("parameters.logprobs", "is not returned with tools")

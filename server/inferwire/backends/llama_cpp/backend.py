@@ -160,7 +160,9 @@ class LlamaCppBackend(Backend):
             # llama.cpp's grammars are not driven from JSON schemas here, so not constrained.
             tools=template is not None,
         )
-        return self.loaded_facts(limits, capabilities)
+        # A GGUF carries no generation defaults: unset, a request is greedy, as the ORT
+        # GenAI import of the same file is (`do_sample: false`).
+        return self.loaded_facts(limits, capabilities, {"temperature": 0.0})
 
     def _chat_template(self, model: GgufModel) -> ChatTemplate | None:
         if self.options.chat_template is not None:

@@ -248,7 +248,7 @@ class OrtGenAIBackend(Backend):
             tools=chat,
             tools_constrained=chat and generator,  # llguidance decodes calls under their grammar
         )
-        return self.loaded_facts(limits, capabilities)
+        return self.loaded_facts(limits, capabilities, model.sampling_defaults())
 
     async def unload(self) -> None:
         loaded, self._loaded, self.facts = self._loaded, None, None

@@ -40,6 +40,17 @@ class LoadedModel:
     chat_template: str | None
     token_texts: TokenTexts
 
+    def sampling_defaults(self) -> dict[str, Any]:
+        """What an unset temperature, top_p and top_k mean: the configuration's `search`
+        block (do_sample false: greedy), with ORT GenAI's own defaults under it."""
+        search = self.search_defaults
+        temperature = float(search.get("temperature", 1.0)) if search.get("do_sample") else 0.0
+        return {
+            "temperature": temperature,
+            "top_p": float(search.get("top_p", 1.0)),
+            "top_k": int(search.get("top_k", 50)),
+        }
+
     def sampling(self, params: GenerationParams) -> SearchOptions:
         do_sample_default = bool(self.search_defaults.get("do_sample", False))
         return SearchOptions.of(params, do_sample_default, self.vocab_size)
