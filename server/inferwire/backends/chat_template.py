@@ -139,12 +139,23 @@ class ChatTemplate:
 
         A template that refuses the conversation or fails is INVALID_ARGUMENT on `messages`.
         """
+        return self.render_with(
+            [{"role": m.role, "content": m.content} for m in messages], tools=None
+        )
+
+    def render_with(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> str:
+        """The prompt for messages as Hugging Face's templates take them (calls, tool
+        results), and `tools` (OpenAI's function objects) where the template renders them."""
+        extra = {} if tools is None else {"tools": tools}
         try:
             prompt: str = self.template.render(
-                messages=[{"role": m.role, "content": m.content} for m in messages],
+                messages=messages,
                 add_generation_prompt=True,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
+                **extra,
             )
         except Exception as exc:  # a template is code: any failure is the request's
             reason = str(exc) or type(exc).__name__

@@ -1,0 +1,417 @@
+"""Continuous batching on one ONNX Runtime session, driven by one thread (the step loop).
+
+Each iteration reads one chunk of one prompt (`prefill_tokens` at most) and then takes
+one decode step of every running request together, so a request joins the running batch
+as soon as its prompt is read and leaves it when it ends; 32 streams read the weights once
+a step. A step's rows are contiguous (decoder.py binds rows 0..n-1), so the slots are
+kept packed:
+
+    rows 0 .. D-1   the requests decoding
+    row D           the request whose prompt is being read, if any
+    rows after      free slots, each holding the tokens its last request left (a cache)
+
+A request that ends trades rows with the last decoding one, so its tokens stay as a free
+slot's cache; a new request takes the free slot whose cache shares the longest prefix
+with its prompt (more than a tenth of it, else the least recently used: llama-server's
+slot choice) and reads only the rest of its prompt, so a conversation's next turn reads
+only its new messages. A request whose consumer has `BUFFERED_DELTAS` undelivered deltas
+stays in the step but does not advance (its row recomputes the same position) until its
+consumer reads down to `RESUME_AT`.
+
+Exactness. A decode step's rows do not depend on each other (decoder.py), and a prompt
+read in chunks of two or more tokens, from its start or after a prefix read the same way,
+is bit for bit the prompt read at once. A one-token read is not: ONNX Runtime's attention
+takes its decode kernel for it, which rounds differently (on the SmolLM2 int4 import a
+logit moved by 0.5). So a prompt's last two tokens are always read together, and a seeded
+request takes from a cache only the prefix a prompt read (`_Slot.exact`), never another
+answer's tokens, which were decoded one at a time: its tokens then depend on nothing but
+its own inputs, whatever else runs. An unseeded request takes the whole cached
+conversation; its greedy answer can differ from a fresh read's at a near-tie, as
+llama-server's can (docs/generation.md has the measured rate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import llguidance
+import numpy as np
+from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
+
+from inferwire.backends.ort_genai.continuous.decoder import Decoder
+from inferwire.backends.ort_genai.continuous.guidance import Grammars, allowed, apply_mask
+from inferwire.backends.ort_genai.continuous.sampler import RowSampler, greedy_tokens
+from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally
+from inferwire.backends.threaded.shared_thread import (
+    BUFFERED_DELTAS,
+    Handover,
+    SharedThreadRequest,
+)
+from inferwire.backends.threaded.step_loop import StepLoop
+from inferwire.core.backend import GenerationEvents, GenerationProgress
+from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.core.facts import PromptCacheStats
+from inferwire.core.prepared import PreparedRequest
+from inferwire.core.results import FinishReason, TextDelta, TokenLogprob
+
+log = logging.getLogger(__name__)
+
+SLOT_SIMILARITY = 0.1  # as the llama-cpp backend's (llama-server's --slot-prompt-similarity)
+
+
+@dataclass(frozen=True)
+class RowSetup:
+    """What a request brings besides its prompt: its constraint's matcher, compiled before
+    it is sent (a grammar that does not compile is refused first), and its adapter."""
+
+    matcher: llguidance.LLMatcher | None = None
+    adapter: str = ""  # "" for the base model
+    constraint_field: str = ""
+
+
+ContinuousRequest = PreparedRequest[RowSetup]
+
+
+@dataclass(eq=False)
+class _Slot:
+    row: int  # its row in the KV buffers (changes as slots are packed)
+    tokens: list[int] = field(default_factory=list)  # what its KV holds, in order
+    # How many first tokens were read as a prompt is (in chunks of two or more from the
+    # start): their KV is bit for bit what a request reading them afresh computes.
+    exact: int = 0
+    adapter: str = ""  # under which adapter those tokens were read
+    job: _Job | None = None
+    last_used: int = 0
+
+
+@dataclass(eq=False, kw_only=True)
+class _Job(SharedThreadRequest):
+    prepared: ContinuousRequest
+    sampler: RowSampler
+    detokenizer: DecodeStream
+    slot: _Slot | None = None
+    pending: list[int] = field(default_factory=list)  # prompt tokens still to read
+    next_token: int = -1  # chosen, not yet in the KV
+    held: list[TokenLogprob] = field(default_factory=list)  # logprobs awaiting their text
+
+
+@dataclass(frozen=True)
+class LoopShape:
+    slots: int
+    slot_tokens: int
+    prefill_tokens: int  # the most prompt tokens one iteration reads
+    name: str  # the model's, for the thread's name
+    stream_interval_s: float
+
+
+class ContinuousLoop(StepLoop[_Job]):
+    """One model's session and slots, stepped by one thread; `stream` runs a request."""
+
+    what = "continuous batching loop"
+
+    def __init__(
+        self,
+        decoder: Decoder,
+        tokenizer: Tokenizer,
+        grammars: Grammars | None,
+        eos_ids: frozenset[int],
+        shape: LoopShape,
+        reuse_prompts: bool = True,
+    ) -> None:
+        super().__init__(
+            f"ortgenai-continuous-{shape.name}",
+            f"batch-{shape.name}",
+            Handover(shape.stream_interval_s),
+        )
+        self._decoder, self._tokenizer, self._grammars = decoder, tokenizer, grammars
+        self._eos = eos_ids
+        self.shape = shape
+        self._reuse = reuse_prompts
+        self._slots = [_Slot(row) for row in range(shape.slots)]
+        self._decoding = 0  # rows 0..decoding-1
+        self._reading: _Job | None = None  # at row `decoding`
+        self._uses = self._prompt_tokens_total = self._reused_tokens_total = 0
+        self._token_texts: dict[int, str] = {}
+        self.start()
+
+    # ---- the event-loop side --------------------------------------------
+
+    def stream(self, request: ContinuousRequest, progress: GenerationProgress) -> GenerationEvents:
+        loop = asyncio.get_running_loop()
+        params = request.params
+        job = _Job(
+            send=self.send,
+            prepared=request,
+            tally=TokenTally(progress, len(request.prompt_ids)),
+            channel=Channel(loop),
+            released=loop.create_future(),
+            sampler=RowSampler(
+                params, request.prompt_ids, self._eos, request.min_tokens, self.token_text
+            ),
+            detokenizer=DecodeStream(skip_special_tokens=True),
+        )
+        return self._consume(job, request.coalesce)
+
+    def token_text(self, token: int) -> str:
+        """A token's own text (for log-probabilities); decoded once per id."""
+        text = self._token_texts.get(token)
+        if text is None:
+            text = self._token_texts[token] = self._tokenizer.decode([token])
+        return text
+
+    def running(self) -> int:
+        return self._decoding + (self._reading is not None)
+
+    def cache_stats(self) -> PromptCacheStats:
+        cached = [s.tokens for s in list(self._slots) if s.job is None and s.tokens]
+        tokens = sum(len(t) for t in cached)
+        size = tokens * self._decoder.layout.kv_bytes_per_token(self._decoder.kv_dtype)
+        return PromptCacheStats(
+            len(cached), tokens, size, self._prompt_tokens_total, self._reused_tokens_total
+        )
+
+    # ---- the step loop's thread -----------------------------------------
+
+    def _open(self) -> None:
+        """One read and one step, so the first request does not pay ORT's first runs."""
+        self._decoder.prefill(0, [0], 0)
+        self._decoder.decode(np.zeros(1, np.int64), np.ones(1, np.int64))
+
+    def _holding(self) -> list[_Job]:
+        running = [s.job for s in self._slots if s.job is not None]
+        return [*self._waiting, *running]
+
+    def _runnable(self) -> bool:
+        stepping = any(not self._slots[r].job.paused for r in range(self._decoding))  # type: ignore[union-attr]
+        return stepping or self._reading is not None or bool(self._waiting and self._room())
+
+    def _room(self) -> bool:
+        return self._reading is None and self.running() < self.shape.slots
+
+    def _resume(self, job: _Job) -> None:
+        job.paused = job.resume_sent = False
+
+    def _cancel(self, job: _Job) -> None:
+        if job.slot is not None:
+            self._finish(job, None)
+
+    def _admit(self) -> None:
+        while self._waiting and self._room():
+            job = self._waiting.popleft()
+            try:
+                self._seat(job)
+            except Exception as exc:
+                self._emit(job, exc)
+                self._release(job)
+
+    def _seat(self, job: _Job) -> None:
+        """Put `job` at row D, on the free slot whose cache its prompt continues."""
+        prompt, adapter = job.prepared.prompt_ids, job.prepared.sampling.adapter
+        free = self._slots[self._decoding :]
+        holder, shared = self._cache_holder(prompt, adapter, free)
+        if job.prepared.params.seed is not None:
+            # A seed reproduces beside any other traffic: only a prefix read as this
+            # request would read it is taken, not another answer's tokens, which were
+            # computed one at a time (differently rounded; see the module's docstring).
+            shared = min(shared, holder.exact)
+        # At least the last two prompt tokens are read: their logits are needed, and a
+        # read of one token is rounded as a decode step is, not as a prompt.
+        reused = max(0, min(shared, len(prompt) - 2))
+        del holder.tokens[reused:]
+        holder.exact = len(prompt) if reused <= holder.exact else holder.exact
+        holder.adapter = adapter
+        self._place(holder, self._decoding)
+        self._prompt_tokens_total += len(prompt)
+        self._reused_tokens_total += reused
+        self._uses += 1
+        holder.job, holder.last_used = job, self._uses
+        job.slot, job.pending = holder, prompt[reused:]
+        self._reading = job
+
+    def _cache_holder(
+        self, prompt: list[int], adapter: str, free: list[_Slot]
+    ) -> tuple[_Slot, int]:
+        least_used = min(free, key=lambda s: s.last_used)
+        if not self._reuse:
+            return least_used, 0
+        scored = [(_shared(s.tokens, prompt) if s.adapter == adapter else 0, s) for s in free]
+        shared, slot = max(scored, key=lambda pair: (pair[0], -pair[1].last_used))
+        if shared <= SLOT_SIMILARITY * len(prompt):
+            slot = least_used
+            shared = _shared(slot.tokens, prompt) if slot.adapter == adapter else 0
+        return slot, shared
+
+    def _place(self, slot: _Slot, row: int) -> None:
+        """Move `slot` to `row`, and what was there to `slot`'s row."""
+        other = self._slots[row]
+        if other is slot:
+            return
+        self._decoder.kv.swap(slot.row, row, len(slot.tokens), len(other.tokens))
+        self._slots[slot.row], self._slots[row] = other, slot
+        other.row, slot.row = slot.row, row
+
+    def _step(self) -> None:
+        if self._reading is not None:
+            self._read()
+        if self._decoding:
+            self._decode()
+
+    def _read(self) -> None:
+        job = self._reading
+        assert job is not None and job.slot is not None
+        slot, count = job.slot, self.shape.prefill_tokens
+        if len(job.pending) - count == 1:  # never leave one token: see _seat
+            count -= 1
+        chunk, job.pending = job.pending[:count], job.pending[count:]
+        try:
+            logits = self._decoder.prefill(slot.row, chunk, len(slot.tokens), slot.adapter)
+        except Exception as exc:
+            del slot.tokens[:]  # its KV no longer matches its tokens
+            self._finish(job, exc)
+            return
+        slot.tokens.extend(chunk)
+        if job.pending:
+            return
+        self._reading = None
+        self._decoding += 1  # its row is the first after the decoding ones
+        self._chose(job, *self._choose(job, logits))
+
+    def _decode(self) -> None:
+        jobs: list[_Job] = [self._slots[r].job for r in range(self._decoding)]  # type: ignore[misc]
+        tokens = np.fromiter((job.next_token for job in jobs), np.int64, len(jobs))
+        lengths = np.fromiter((len(self._slots[r].tokens) for r in range(len(jobs))), np.int64)
+        rows = self._logits(tokens, lengths, jobs)
+        if rows is None:
+            return
+        # Every row's new position is in its slot before any slot moves (a job that ends
+        # below moves another slot, which carries only the positions it counts).
+        for job in jobs:
+            assert job.slot is not None
+            if not job.paused:
+                job.slot.tokens.append(job.next_token)
+        greedy = greedy_tokens(rows)
+        for index, job in enumerate(jobs):
+            if job.paused:
+                continue
+            if self._plain(job):
+                self._chose(job, int(greedy[index]), None)
+            else:
+                self._chose(job, *self._choose(job, rows[index]))
+
+    @staticmethod
+    def _plain(job: _Job) -> bool:
+        """Whether the argmax of the raw logits is the job's choice."""
+        sampler = job.sampler
+        return sampler.plain and not sampler.masks_eos() and job.prepared.sampling.matcher is None
+
+    def _logits(
+        self, tokens: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], jobs: list[_Job]
+    ) -> np.ndarray[Any, Any] | None:
+        """The step's logits, one run per stretch of rows under the same adapter."""
+        stretches = []
+        start = 0
+        while start < len(jobs):
+            adapter, stop = self._slots[start].adapter, start + 1
+            while stop < len(jobs) and self._slots[stop].adapter == adapter:
+                stop += 1
+            stretches.append((start, stop, adapter))
+            start = stop
+        try:
+            if len(stretches) == 1:
+                return self._decoder.decode(tokens, lengths, stretches[0][2])
+            out = np.empty((len(jobs), self._decoder.layout.vocab_size), np.float32)
+            for start, stop, adapter in stretches:
+                out[start:stop] = self._decoder.decode(
+                    tokens[start:stop], lengths[start:stop], adapter, first=start
+                )
+            return out
+        except Exception as exc:
+            log.exception("decode step failed")
+            for job in jobs:
+                assert job.slot is not None
+                del job.slot.tokens[:]  # its KV no longer matches its tokens
+                self._finish(job, exc)
+            return None
+
+    def _choose(self, job: _Job, logits: np.ndarray[Any, Any]) -> tuple[int, TokenLogprob | None]:
+        sampler, matcher = job.sampler, job.prepared.sampling.matcher
+        if self._plain(job):
+            return int(np.argmax(logits)), None
+        constrain = None
+        if matcher is not None:
+            assert self._grammars is not None
+            mask = self._grammars.bitmask(1)
+            allowed(matcher, mask, 0)
+
+            def constrain(scores: np.ndarray[Any, Any]) -> None:
+                apply_mask(scores, mask, 0)
+
+        return sampler.choose(sampler.scores(logits, constrain))
+
+    def _chose(self, job: _Job, token: int, logprob: TokenLogprob | None) -> None:
+        """`token` is `job`'s next: emit its text, or end the job."""
+        prepared, slot = job.prepared, job.slot
+        assert slot is not None
+        generated = job.tally.count(after_cancel=False)
+        job.sampler.taken(token)
+        if logprob is not None:
+            job.held.append(logprob)
+        matcher = prepared.sampling.matcher
+        if token in self._eos:
+            self._finish(job, job.tally.end(FinishReason.STOP))
+            return
+        if matcher is not None and not matcher.consume_token(token):
+            why = f"the model's tokens cannot spell text that satisfies it: {matcher.get_error()}"
+            field_name = prepared.sampling.constraint_field
+            self._finish(job, InvalidArgumentError([FieldViolation(field_name, why)]))
+            return
+        text = job.detokenizer.step(self._tokenizer, token)
+        if text:
+            self._emit(job, TextDelta(text, generated, tuple(job.held)))
+            job.held = []
+        if matcher is not None and matcher.is_stopped():
+            self._finish(job, job.tally.end(FinishReason.STOP))
+            return
+        if generated >= prepared.max_tokens or len(slot.tokens) >= self.shape.slot_tokens:
+            self._finish(job, job.tally.end(FinishReason.LENGTH))
+            return
+        job.next_token = token
+        if job.unread >= BUFFERED_DELTAS:
+            job.paused = True
+
+    def _finish(self, job: _Job, item: StreamEvent | None) -> None:
+        """End `job` with `item` (None: its consumer left); its slot keeps its tokens."""
+        slot = job.slot
+        if slot is not None:
+            job.slot, slot.job = None, None
+            if job is self._reading:
+                self._reading = None  # its row, D, is the first free one already
+            else:
+                self._unpack(slot)
+        if not job.closed and item is not None:
+            if job.held and not isinstance(item, BaseException):
+                self._emit(job, TextDelta("", job.tally.generated, tuple(job.held)))
+            self._emit(job, item)
+        self._release(job)
+
+    def _unpack(self, slot: _Slot) -> None:
+        """A decoding slot just freed: the last decoding row takes its place, and the
+        request being read, if any, moves down beside them."""
+        last = self._decoding - 1
+        self._place(slot, last)
+        self._decoding = last
+        if self._reading is not None and self._reading.slot is not None:
+            self._place(self._reading.slot, last)
+
+
+def _shared(cached: list[int], prompt: list[int]) -> int:
+    """How many first tokens `cached` and `prompt` have in common."""
+    count = min(len(cached), len(prompt))
+    for index in range(count):
+        if cached[index] != prompt[index]:
+            return index
+    return count
