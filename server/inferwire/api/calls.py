@@ -3,7 +3,7 @@
 `CallInterceptor` is the server's outermost interceptor, so it sees every RPC, refused
 ones too (no token, undecodable). For each it makes the edge's one call (edge/calls.py)
 from what only gRPC shows: the method, the peer, the metadata, the client certificate and
-the deadline. The call admits the caller, keeps its span current and, when the RPC ends,
+the deadline. The call authenticates the caller, keeps its span current and, when the RPC ends,
 counts it (api/metrics.py), ends the span and writes the access line. Here is what is
 gRPC's alone: counting messages, turning whatever a handler raised into a status through
 the one table (`client_status`), and telling the code the RPC ended with.
@@ -104,7 +104,7 @@ def _unary(
         try:
             with call.served():
                 try:
-                    call.admit()
+                    call.authenticate()
                     response = await behaviour(request, context)
                 except grpc.aio.AbortError:
                     raise
@@ -170,7 +170,7 @@ def _streaming(
         try:
             with call.served():
                 try:
-                    call.admit()
+                    call.authenticate()
                     if generator:
                         async with contextlib.aclosing(behaviour(requests, writer)) as responses:
                             async for each in responses:

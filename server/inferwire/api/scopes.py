@@ -1,6 +1,6 @@
 """The scope each gRPC method needs, and what a gRPC call shows of its client certificate.
 
-The call interceptor (api/calls.py) admits every call of every service through the edge's
+The call interceptor (api/calls.py) authenticates every call of every service through the edge's
 one call (edge/calls.py): a call without the scope its method needs is refused before
 its handler runs. The open services (health, reflection, by default) and KServe's live
 and ready RPCs need none. The per-model check needs the request's `model`, so the

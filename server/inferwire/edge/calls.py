@@ -4,7 +4,7 @@ Every RPC and every HTTP route is served as a `Call`, which the house's `Recepti
 as the call arrives. A door hands over only what it alone can read (its `Method`, the
 peer, the call's headers or metadata, the client certificate's subjects) and writes its
 own answer; the call does the rest, alike for every door:
-- `admit`: who is calling (edge/authentication.py: the principal, the scope its method
+- `authenticate`: who is calling (edge/authentication.py: the principal, the scope its method
   needs, a client certificate's tenant);
 - `tenancy`: the tenant and priority hint it runs as (edge/tenancy.py: the inference
   gateway's headers, from a gateway principal only);
@@ -114,7 +114,7 @@ class Call:
         assert self._reception.tracing is not None
         return self._reception.tracing.current(self._span)
 
-    def admit(self) -> None:
+    def authenticate(self) -> None:
         """Find the caller; raise UnauthenticatedError or PermissionDeniedError when its
         credentials do not allow the method."""
         authenticator = self._reception.authenticator

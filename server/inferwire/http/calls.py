@@ -2,7 +2,7 @@
 
 `HttpCalls.route` makes a route's Starlette endpoint. For each request it makes the edge's
 call (edge/calls.py) from what only HTTP shows (the route, the peer, the headers, the
-client certificate's subjects, from the TLS connection), which admits the caller and
+client certificate's subjects, from the TLS connection), which authenticates the caller and
 keeps its span current; the handler gets the call. What is HTTP's alone stays here: a
 refusal or error as OpenAI's error body with its status (through the one table,
 http/errors.py), and when the call ends: at once for a whole answer, at the stream's end
@@ -77,7 +77,7 @@ class HttpCalls:
             )
             with call.served():
                 try:
-                    call.admit()
+                    call.authenticate()
                     response = await handler(call, request)
                 except ClientGone:
                     finish_http(call, HTTP_STATUS[Code.CANCELLED], Code.CANCELLED)

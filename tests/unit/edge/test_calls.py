@@ -1,4 +1,4 @@
-"""The edge's one call, without a door: who it admits, which tenant it runs as, and that it
+"""The edge's one call, without a door: who it authenticates, which tenant it runs as, and that it
 ends once, however many times a door says it has ended."""
 
 from __future__ import annotations
@@ -58,17 +58,19 @@ def method(series: Counted, scope: Scope | None = Scope.INFER) -> Method:
 
 def test_without_credentials_configured_every_call_is_unrestricted_and_current():
     call = reception().call(method(Counted()), "peer", {})
-    call.admit()
+    call.authenticate()
     assert call.principal is UNRESTRICTED
     assert current_call() is call
 
 
-def test_a_call_is_admitted_by_its_token_and_its_models_are_checked_before_any_lookup(tmp_path):
+def test_a_call_is_authenticated_by_its_token_and_its_models_are_checked_before_any_lookup(
+    tmp_path,
+):
     desk = reception(tmp_path)
     with pytest.raises(UnauthenticatedError):
-        desk.call(method(Counted()), "peer", {}).admit()
+        desk.call(method(Counted()), "peer", {}).authenticate()
     call = desk.call(method(Counted()), "peer", {"authorization": "Bearer app-token-0123"})
-    call.admit()
+    call.authenticate()
     call.require_model("mine")
     with pytest.raises(PermissionDeniedError):
         call.require_model("other")
@@ -84,10 +86,10 @@ def test_gateway_headers_count_only_from_a_gateway_principal(tmp_path):
     gateway = desk.call(
         method(Counted()), "p", {"authorization": "Bearer gw-token-0123", **headers}
     )
-    gateway.admit()
+    gateway.authenticate()
     assert gateway.tenancy() == ("team-a", Priority.INTERACTIVE)
     app = desk.call(method(Counted()), "p", {"authorization": "Bearer app-token-0123", **headers})
-    app.admit()
+    app.authenticate()
     assert app.tenancy() == ("app", None)
 
 
