@@ -9,9 +9,10 @@ package imports neither `inferwire.api` nor grpc. `inferwire/server.py` assemble
 doors on one event loop (docs/http.md).
 
 - `requests.py`: an OpenAI request body as the core's InferenceRequest, and what is refused;
-- `responses.py`: results and chunks as OpenAI's JSON;
+- `completion_output.py`: Completions' and Chat Completions' results and chunks as JSON;
+- `responses_api/`: OpenAI's Responses API (its routes, input, output and store);
 - `bodies.py`: reading a body (size, type, JSON, slow senders);
 - `errors.py`: an error as OpenAI's error body with the HTTP status of its code;
 - `calls.py`: every request's principal, access line and span;
-- `routes.py`: the routes; `server.py`: uvicorn on the server's loop, TLS, shutdown.
+- `routes.py`: the routes; `listener.py`: uvicorn on the server's loop, TLS, shutdown.
 """

@@ -17,6 +17,7 @@ import json
 import re
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import ClientDisconnect, Request
 
 from inferwire.edge.errors import Code
@@ -25,6 +26,14 @@ from inferwire.http.errors import HttpError
 _JSON_TYPES = ("application/json",)
 # A `\uD800`..`\uDFFF` escape: only then can a decoded string hold a lone surrogate.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+class BodyModel(BaseModel):
+    """The shape of a JSON body, or of a part of one, as pydantic reads it."""
+
+    # strict: a number where a string belongs (or the reverse) is refused, not coerced;
+    # a field no shape names is kept aside, logged and ignored (requests.py log_ignored).
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class ClientGone(Exception):

@@ -69,7 +69,7 @@ class RouteSeries:
 
 class ResponseStoreGauges(Collector):
     """The Responses API's stored responses and their bytes per model, read at every
-    scrape (http/response_store.py)."""
+    scrape (http/responses_api/store.py)."""
 
     def __init__(self, usage: Callable[[], dict[str, tuple[int, int]]]) -> None:
         self._usage = usage

@@ -19,12 +19,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.requests import InferenceRequest, Priority
 from inferwire.core.sampling import ConstraintKind, GenerationParams, OutputConstraint
+from inferwire.http.bodies import BodyModel
 from inferwire.http.tools import (
     MessageToolCall,
     ToolChoiceBody,
@@ -44,32 +45,27 @@ _PRIORITIES = {p.label: p for p in Priority}
 _HEADER_TEXT = re.compile(r"[\x20-\x7e]*")  # what a header value may carry, spelled plainly
 
 
-class _Body(BaseModel):
-    # strict: a number where a string belongs (or the reverse) is refused, not coerced.
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class StreamOptions(_Body):
+class StreamOptions(BodyModel):
     include_usage: bool = False
 
 
-class JsonSchemaFormat(_Body):
+class JsonSchemaFormat(BodyModel):
     name: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormat(_Body):
+class ResponseFormat(BodyModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
 
-class ContentPart(_Body):
+class ContentPart(BodyModel):
     type: str
     text: str | None = None
 
 
-class Message(_Body):
+class Message(BodyModel):
     role: str
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -77,7 +73,7 @@ class Message(_Body):
     tool_call_id: str | None = None
 
 
-class _Generation(_Body):
+class _Generation(BodyModel):
     """What both endpoints take."""
 
     model: str

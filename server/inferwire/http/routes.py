@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -32,14 +32,14 @@ from inferwire.core.manager import ModelManager
 from inferwire.core.status import ModelStatus
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import INTERNAL_MESSAGE, Code
-from inferwire.http.bodies import read_json
+from inferwire.http.bodies import BodyModel, read_json
 from inferwire.http.calls import HttpCalls, generation_call
+from inferwire.http.completion_output import EventStream, unary_json
 from inferwire.http.errors import error_body
 from inferwire.http.metrics import ResponseStoreGauges
 from inferwire.http.requests import ParsedRequest, parse, validation_error
-from inferwire.http.response_store import ResponseStore
-from inferwire.http.responses import EventStream, unary_json
-from inferwire.http.responses_api import ResponsesApi
+from inferwire.http.responses_api.routes import ResponsesApi
+from inferwire.http.responses_api.store import ResponseStore
 from inferwire.http.streams import (
     EventStreamResponse,
     chunk_events,
@@ -51,15 +51,13 @@ from inferwire.http.streams import (
 _STARTED = int(time.time())
 
 
-class TokenizeBody(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+class TokenizeBody(BodyModel):
     model: str
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
 
 
-class DetokenizeBody(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+class DetokenizeBody(BodyModel):
     model: str
     tokens: list[int] = Field(max_length=1 << 20)
 

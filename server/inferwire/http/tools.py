@@ -13,43 +13,38 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from inferwire.core.chat import Tool, ToolCall, ToolCallDelta, ToolChoice, ToolChoiceMode
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
+from inferwire.http.bodies import BodyModel
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class FunctionDefinition(_Body):
+class FunctionDefinition(BodyModel):
     name: str = ""
     description: str | None = None
     parameters: Any = None
     strict: bool | None = None
 
 
-class ToolDefinition(_Body):
+class ToolDefinition(BodyModel):
     type: Literal["function"]
     function: FunctionDefinition
 
 
-class FunctionName(_Body):
+class FunctionName(BodyModel):
     name: str
 
 
-class NamedToolChoice(_Body):
+class NamedToolChoice(BodyModel):
     type: Literal["function"]
     function: FunctionName
 
 
-class CalledFunction(_Body):
+class CalledFunction(BodyModel):
     name: str
     arguments: str
 
 
-class MessageToolCall(_Body):
+class MessageToolCall(BodyModel):
     id: str
     type: Literal["function"] = "function"
     function: CalledFunction

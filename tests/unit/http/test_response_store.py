@@ -1,11 +1,11 @@
-"""The Responses API's store (http/response_store.py): each model's bounded in entries and
+"""The Responses API's store (http/responses_api/store.py): each model's bounded in entries and
 in bytes, the oldest evicted first, a response too large for it not kept, and each
 response found by its own tenant only."""
 
 from __future__ import annotations
 
 from inferwire.core.chat import ChatMessage, ToolCall
-from inferwire.http.response_store import ENTRY_OVERHEAD_BYTES, ResponseStore, StoredResponse
+from inferwire.http.responses_api.store import ENTRY_OVERHEAD_BYTES, ResponseStore, StoredResponse
 
 
 def stored(

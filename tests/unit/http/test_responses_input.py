@@ -1,5 +1,5 @@
-"""A Responses request body as the core's request (http/responses_input.py and
-responses_items.py): items as chat messages, the chained conversation after the
+"""A Responses request body as the core's request (http/responses_api/input.py
+and items.py): items as chat messages, the chained conversation after the
 instructions, tools and text.format as Chat Completions' core fields, the refusals
 naming the body's field, and the core's violations renamed to the item they came from."""
 
@@ -13,8 +13,8 @@ import pytest
 from inferwire.core.chat import ChatMessage, ToolCall, ToolChoice, ToolChoiceMode
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.sampling import ConstraintKind
-from inferwire.http.response_store import StoredResponse
-from inferwire.http.responses_input import read_body, to_request
+from inferwire.http.responses_api.input import read_body, to_request
+from inferwire.http.responses_api.store import StoredResponse
 
 CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
 TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}

@@ -1,4 +1,4 @@
-"""The `response` object and its stream's events (http/responses_output.py), each checked
+"""The `response` object and its stream's events (http/responses_api/output.py), each checked
 against the `openai` SDK's own pydantic types (validated, not merely constructed), and
 the events in the order its `responses.stream` helper accumulates."""
 
@@ -12,7 +12,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from inferwire.core.chat import ChatMessage, ToolCall, ToolCallDelta
 from inferwire.core.results import FinishReason, InferenceResult, StreamChunk, Timing, Usage
-from inferwire.http.responses_output import ResponseEvents, ResponseShape
+from inferwire.http.responses_api.output import ResponseEvents, ResponseShape
 
 EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)
 ECHO = {"instructions": None, "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}

@@ -2,11 +2,11 @@
 /v1/responses/{response_id}`.
 
 A thin adapter over the same core as Chat Completions: the body becomes the core's
-InferenceRequest (http/responses_input.py), its result or stream the `response` object
-and its events (http/responses_output.py). Each route is served as the edge's one call
+InferenceRequest (responses_api/input.py), its result or stream the `response` object
+and its events (responses_api/output.py). Each route is served as the edge's one call
 (http/calls.py), so tokens, tenants, quotas, priorities, metrics, the access line and
 traces are the other routes'. A response made with `store: true` is kept in its model's
-store (http/response_store.py) under the tenant the call runs as; `previous_response_id`,
+store (responses_api/store.py) under the tenant the call runs as; `previous_response_id`,
 GET and DELETE find only that tenant's, and anything else (never made, `store: false`,
 evicted, deleted, another tenant's, a model the caller's token may not use) is the same
 404 naming the id.
@@ -28,9 +28,9 @@ from inferwire.edge.calls import Call
 from inferwire.edge.errors import Code
 from inferwire.http.calls import generation_call
 from inferwire.http.errors import HttpError
-from inferwire.http.response_store import ResponseStore, StoredResponse
-from inferwire.http.responses_input import ResponsesRequest, read_body, to_request
-from inferwire.http.responses_output import ResponseEvents, ResponseShape
+from inferwire.http.responses_api.input import ResponsesRequest, read_body, to_request
+from inferwire.http.responses_api.output import ResponseEvents, ResponseShape
+from inferwire.http.responses_api.store import ResponseStore, StoredResponse
 from inferwire.http.streams import EventStreamResponse, chunk_events, first_chunk, unless_gone
 
 

@@ -12,40 +12,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from inferwire.core.chat import ChatMessage, ToolCall
 from inferwire.core.errors import FieldViolation
+from inferwire.http.bodies import BodyModel
 from inferwire.http.requests import validation_error
-from inferwire.http.response_store import StoredResponse
+from inferwire.http.responses_api.store import StoredResponse
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = {"input_text", "output_text", "refusal"}
 _ITEM_TYPES = "message, function_call and function_call_output"
 
 
-class _Item(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class Part(_Item):
+class Part(BodyModel):
     type: str
     text: str | None = None
     refusal: str | None = None
 
 
-class MessageItem(_Item):
+class MessageItem(BodyModel):
     role: str
     content: str | list[Part]
 
 
-class FunctionCallItem(_Item):
+class FunctionCallItem(BodyModel):
     call_id: str
     name: str
     arguments: str
 
 
-class FunctionCallOutputItem(_Item):
+class FunctionCallOutputItem(BodyModel):
     call_id: str
     output: str | list[Part]
 

@@ -20,12 +20,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from inferwire.core.chat import ChatMessage, Tool, ToolChoice, ToolChoiceMode
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.requests import InferenceRequest, Priority
 from inferwire.core.sampling import GenerationParams, OutputConstraint
+from inferwire.http.bodies import BodyModel
 from inferwire.http.requests import (
     json_schema_constraint,
     log_ignored,
@@ -33,19 +34,15 @@ from inferwire.http.requests import (
     request_id_violation,
     validation_error,
 )
-from inferwire.http.response_store import StoredResponse
-from inferwire.http.responses_items import Conversation
+from inferwire.http.responses_api.items import Conversation
+from inferwire.http.responses_api.store import StoredResponse
 from inferwire.http.tools import FunctionDefinition, tool_of
 
 # OpenAI's bounds on `metadata`.
 MAX_METADATA_KEYS, MAX_METADATA_KEY_CHARS, MAX_METADATA_VALUE_CHARS = 16, 64, 512
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-class TextFormat(_Body):
+class TextFormat(BodyModel):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
@@ -53,18 +50,18 @@ class TextFormat(_Body):
     description: str | None = None
 
 
-class TextConfig(_Body):
+class TextConfig(BodyModel):
     format: TextFormat | None = None
     verbosity: str | None = None  # a hint to OpenAI's models; ignored
 
 
-class Reasoning(_Body):
+class Reasoning(BodyModel):
     effort: str | None = None
     summary: str | None = None
     generate_summary: str | None = None
 
 
-class ResponsesBody(_Body):
+class ResponsesBody(BodyModel):
     model: str
     input: str | list[Any]
     instructions: str | None = None

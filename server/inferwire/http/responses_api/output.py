@@ -29,7 +29,7 @@ from typing import Any
 from inferwire.core.chat import ChatMessage, ToolCall, ToolCallDelta
 from inferwire.core.results import FinishReason, InferenceResult, StreamChunk, Usage
 
-_text = encode_basestring  # a string as JSON, non-ASCII kept (as responses.py)
+_text = encode_basestring  # a string as JSON, non-ASCII kept (as completion_output.py)
 
 
 def new_id(prefix: str) -> str:
@@ -37,7 +37,7 @@ def new_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex
 
 
-def usage_json(usage: Usage | None) -> dict[str, Any] | None:
+def response_usage_json(usage: Usage | None) -> dict[str, Any] | None:
     if usage is None:
         return None
     return {
@@ -100,7 +100,7 @@ class ResponseShape:
             else None,
             "model": self.model,
             "output": output,
-            "usage": usage_json(usage),
+            "usage": response_usage_json(usage),
             **self._echo,
         }
 
