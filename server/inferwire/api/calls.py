@@ -2,11 +2,13 @@
 
 `CallInterceptor` is the server's outermost interceptor, so it sees every RPC, refused
 ones too (no token, undecodable). For each it makes the edge's one call (edge/calls.py)
-from what only gRPC shows: the method, the peer, the metadata, the client certificate and
-the deadline. The call authenticates the caller, keeps its span current and, when the RPC ends,
-counts it (api/metrics.py), ends the span and writes the access line. Here is what is
-gRPC's alone: counting messages, turning whatever a handler raised into a status through
-the one table (`client_status`), and telling the code the RPC ended with.
+from what only gRPC shows: the method (its facts are its row of the edge's one table,
+edge/methods.py; a service in `server.auth.open_services` is open), the peer, the
+metadata, the client certificate and the deadline. The call authenticates the caller,
+keeps its span current and, when the RPC ends, counts it (api/metrics.py), ends the span
+and writes the access line. Here is what is gRPC's alone: counting messages, turning
+whatever a handler raised into a status through the one table (`client_status`), and
+telling the code the RPC ended with.
 
 The rule of api/handlers.py holds: a streaming handler's generator is driven here and
 closed in the call's task, and the call is finished there, however it ends.
@@ -30,19 +32,12 @@ from inferwire.api.handlers import (
 )
 from inferwire.api.metrics import GRPC_TYPE, GrpcMetrics, MethodSeries
 from inferwire.api.peer_gone import write_or_await_cancellation
-from inferwire.api.scopes import certificate_subjects, scope_of
 from inferwire.api.status import client_status, deadline_of, rpc_code
 from inferwire.core.record import Outcome
 from inferwire.edge.access import access_logged
 from inferwire.edge.calls import Call, Method, Reception
 from inferwire.edge.errors import Code
-from inferwire.wire.oip import SERVICE_NAME as OIP_SERVICE_NAME
-
-# Their access line says `request finished`, whether or not the core saw the request;
-# every other RPC's says `rpc finished`.
-INFERENCE_METHODS = frozenset(
-    f"/inferwire.v1.InferenceService/{name}" for name in ("Infer", "InferStream")
-) | frozenset(f"/{OIP_SERVICE_NAME}/{n}" for n in ("ModelInfer", "ModelStreamInfer"))
+from inferwire.edge.methods import facts_of
 
 
 class CallInterceptor(RebuildingInterceptor):
@@ -66,8 +61,7 @@ class CallInterceptor(RebuildingInterceptor):
         method = Method(
             name=name,
             what=short,
-            scope=scope_of(service, short, self._open),
-            inference=name in INFERENCE_METHODS,
+            facts=facts_of(name, open_service=service in self._open),
             series=series,
             span_name=f"{service}/{short}",
             span_attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": short},
@@ -78,6 +72,16 @@ class CallInterceptor(RebuildingInterceptor):
         else:
             wrap = lambda b: _streaming(b, reception, method, series, kind)  # noqa: E731
         return self._rebuilt.put(name, handler, rebuild_handler(handler, wrap))
+
+
+def certificate_subjects(context: Any) -> list[str]:
+    """The client certificate's subject CN and URI SANs (mutual TLS), or none."""
+    properties = context.auth_context() or {}
+    subjects = []
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        for value in properties.get(key, ()):
+            subjects.append(value.decode() if isinstance(value, bytes) else str(value))
+    return subjects
 
 
 def _arrived(reception: Reception, method: Method, series: MethodSeries, context: Any) -> Call:

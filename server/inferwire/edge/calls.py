@@ -29,13 +29,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from inferwire.core.auth import UNRESTRICTED, Principal, Scope
+from inferwire.core.auth import UNRESTRICTED, Principal
 from inferwire.core.metrics import MetricsListener
 from inferwire.core.record import RequestRecord
 from inferwire.core.requests import Priority
 from inferwire.edge.access import access_logged, write_access_line
 from inferwire.edge.authentication import Authenticator
 from inferwire.edge.errors import Code
+from inferwire.edge.methods import MethodFacts
 from inferwire.edge.tenancy import FAIRNESS_HEADER, OBJECTIVE_HEADER, Tenancy
 from inferwire.edge.tracing import ServerTracing, current_trace_id
 
@@ -53,8 +54,7 @@ class Method:
 
     name: str  # the access line's: `/inferwire.v1.InferenceService/Infer`, `POST /v1/models`
     what: str  # a refusal's words: `Infer`, `POST /v1/models`
-    scope: Scope | None  # what the caller needs; None: open to anyone
-    inference: bool  # an inference method: its access line says `request finished`
+    facts: MethodFacts  # its row of the one table (edge/methods.py): scope, inference, model
     series: CallSeries
     span_name: str
     span_attributes: Mapping[str, Any] = field(default_factory=dict)
@@ -121,7 +121,7 @@ class Call:
         if authenticator.checks_anything:
             self.principal = authenticator.principal(
                 self._headers.get("authorization"),
-                self.method.scope,
+                self.method.facts.scope,
                 self.method.what,
                 self._subjects,
             )
@@ -167,7 +167,7 @@ class Call:
                 self.principal,
                 self.record,
                 elapsed,
-                inference=self.method.inference,
+                inference=self.method.facts.inference,
                 request_id=self.request_id,
                 model=self.model,
                 trace_id=self.trace_id,

@@ -17,10 +17,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from inferwire.core.auth import Scope
 from inferwire.core.requests import Priority
 from inferwire.edge.calls import Call, Method, Reception
 from inferwire.edge.errors import Code
+from inferwire.edge.methods import facts_of
 from inferwire.http.bodies import ClientGone
 from inferwire.http.errors import HTTP_STATUS, http_error
 from inferwire.http.metrics import HttpMetrics
@@ -53,15 +53,15 @@ class HttpCalls:
         self._reception, self._metrics = reception, metrics
 
     def route(
-        self, method: str, path: str, scope: Scope | None, handler: Handler, inference: bool = False
+        self, method: str, path: str, handler: Handler
     ) -> Callable[[Request], Awaitable[Response]]:
-        """The Starlette endpoint of `handler`; `scope`: what the caller needs (None: open)."""
+        """The Starlette endpoint of `handler`, served with the facts of `method path` in
+        the edge's one table (edge/methods.py)."""
         name = f"{method} {path}"
         spec = Method(
             name=name,
             what=name,
-            scope=scope,
-            inference=inference,
+            facts=facts_of(name),
             series=self._metrics.route(method, path),
             span_name=name,
             span_attributes={"http.request.method": method, "http.route": path},

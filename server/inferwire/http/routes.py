@@ -1,9 +1,10 @@
 """The HTTP routes: OpenAI's Completions, Chat Completions, Responses and Models, vLLM's
 /tokenize and /detokenize, and /health, /version and /metrics.
 
-Generation, models and tokens need the `infer` scope (a token, or an anonymous scope);
-/health, /version and /metrics stay open with a tokens file, as grpc.health.v1 and
-reflection do on gRPC: probes and the gateway's endpoint picker call them. A path that
+What each route needs is its row of the edge's one table (edge/methods.py): generation,
+models and tokens the `infer` scope (a token, or an anonymous scope); /health, /version
+and /metrics stay open with a tokens file, as grpc.health.v1 and reflection do on gRPC:
+probes and the gateway's endpoint picker call them. A path that
 is no route (404), a method a route does not take (405) and anything that escaped a
 handler (500) get OpenAI's error body too.
 """
@@ -25,7 +26,6 @@ from starlette.types import ASGIApp
 
 from inferwire import __version__
 from inferwire.config import ResponsesSettings
-from inferwire.core.auth import Scope
 from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
@@ -33,7 +33,7 @@ from inferwire.core.status import ModelStatus
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import INTERNAL_MESSAGE, Code
 from inferwire.http.bodies import BodyModel, read_json
-from inferwire.http.calls import HttpCalls, generation_call
+from inferwire.http.calls import Handler, HttpCalls, generation_call
 from inferwire.http.completion_output import EventStream, unary_json
 from inferwire.http.errors import error_body
 from inferwire.http.metrics import ResponseStoreGauges
@@ -83,26 +83,29 @@ class Routes:
         registry.register(ResponseStoreGauges(store.usage))
         self._responses = ResponsesApi(manager, store, self._body)
 
+    def table(self) -> list[tuple[str, str, Handler]]:
+        """Every route: its method, path and handler. Its scope, inference and model field
+        are its row of the edge's one table (edge/methods.py), under `METHOD path`."""
+        return [
+            ("POST", "/v1/completions", self._completions),
+            ("POST", "/v1/chat/completions", self._chat),
+            ("POST", "/v1/responses", self._responses.create),
+            ("GET", "/v1/responses/{response_id}", self._responses.retrieve),
+            ("DELETE", "/v1/responses/{response_id}", self._responses.delete),
+            ("GET", "/v1/models", self._models),
+            ("GET", "/v1/models/{model}", self._model),
+            ("POST", "/tokenize", self._tokenize),
+            ("POST", "/detokenize", self._detokenize),
+            ("GET", "/health", self._health),
+            ("GET", "/version", self._version),
+            ("GET", "/metrics", self._metrics),
+        ]
+
     def app(self) -> ASGIApp:
         route = self._calls.route
-        infer = Scope.INFER
-        table: list[tuple[str, str, Scope | None, Any, bool]] = [
-            ("POST", "/v1/completions", infer, self._completions, True),
-            ("POST", "/v1/chat/completions", infer, self._chat, True),
-            ("POST", "/v1/responses", infer, self._responses.create, True),
-            ("GET", "/v1/responses/{response_id}", infer, self._responses.retrieve, False),
-            ("DELETE", "/v1/responses/{response_id}", infer, self._responses.delete, False),
-            ("GET", "/v1/models", infer, self._models, False),
-            ("GET", "/v1/models/{model}", infer, self._model, False),
-            ("POST", "/tokenize", infer, self._tokenize, False),
-            ("POST", "/detokenize", infer, self._detokenize, False),
-            ("GET", "/health", None, self._health, False),
-            ("GET", "/version", None, self._version, False),
-            ("GET", "/metrics", None, self._metrics, False),
-        ]
         routes = [
-            Route(path, route(method, path, scope, handler, inference), methods=[method])
-            for method, path, scope, handler, inference in table
+            Route(path, route(method, path, handler), methods=[method])
+            for method, path, handler in self.table()
         ]
         handlers = {HTTPException: _no_such_route, Exception: _escaped}
         app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]

@@ -20,10 +20,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inferwire.api.reflection import V1, V1ALPHA
-from inferwire.api.scopes import INFERENCE_SERVICE, SCOPE_BY_RPC
 from inferwire.core import auth
 from inferwire.core.auth import TokenStore
 from inferwire.core.errors import ConfigurationError
+from inferwire.edge.methods import METHODS
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.auth import bearer, start_server, tokens_yaml
@@ -117,8 +117,12 @@ async def test_every_rpc_gets_the_exact_code_for_each_kind_of_caller(
     assert await code_of(channel, rpc, CALLER_TOKEN[caller]) == expected
 
 
-def test_every_rpc_of_the_service_has_a_scope():
-    assert set(SCOPE_BY_RPC) == {m.name for m in INFERENCE_SERVICE.methods}
+INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
+
+
+def test_every_rpc_of_the_service_has_its_facts():
+    listed = {name for name in METHODS if name.startswith(f"/{INFERENCE_SERVICE.full_name}/")}
+    assert listed == {f"/{INFERENCE_SERVICE.full_name}/{m.name}" for m in INFERENCE_SERVICE.methods}
 
 
 async def test_refusals_name_the_missing_scope_or_model_never_the_token(channel):

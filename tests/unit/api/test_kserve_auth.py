@@ -13,7 +13,8 @@ from tritonclient.grpc import service_pb2 as oip
 from tritonclient.grpc import service_pb2_grpc
 
 from inferwire.api.kserve.servicer import SERVICE
-from inferwire.api.scopes import KSERVE_OPEN_RPCS, KSERVE_SCOPE_BY_RPC, KSERVE_SERVICE
+from inferwire.edge.methods import METHODS, Operation
+from inferwire.wire.oip import SERVICE_NAME as KSERVE_SERVICE
 from tests.support.auth import bearer, start_server, tokens_yaml
 from tests.support.waiting import wait_until
 
@@ -43,6 +44,7 @@ REQUESTS = {
     "RepositoryModelUnload": oip.RepositoryModelUnloadRequest(model_name="idle"),
     "SystemSharedMemoryStatus": oip.SystemSharedMemoryStatusRequest(),
 }
+KSERVE_OPEN_RPCS = ("ServerLive", "ServerReady", "ModelReady")
 ADMIN = ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")
 MODEL_RPCS = ("ModelMetadata", "ModelConfig", "ModelStatistics", "ModelInfer")
 MATRIX = {
@@ -110,9 +112,11 @@ def test_every_rpc_of_the_service_is_open_or_has_a_scope_or_is_not_offered():
     assert SERVICE.full_name == KSERVE_SERVICE
     not_offered = {m.name for m in SERVICE.methods if "SharedMemory" in m.name}
     not_offered |= {"TraceSetting", "LogSettings"}
-    listed = set(KSERVE_SCOPE_BY_RPC) | KSERVE_OPEN_RPCS
+    listed = {n.rsplit("/", 1)[1] for n in METHODS if n.startswith(f"/{KSERVE_SERVICE}/")}
     assert listed | not_offered == {m.name for m in SERVICE.methods}
     assert not listed & not_offered
+    probes = {n for n in listed if METHODS[f"/{KSERVE_SERVICE}/{n}"].operation is Operation.PROBE}
+    assert probes == set(KSERVE_OPEN_RPCS)
 
 
 async def test_a_refused_model_infer_is_logged_with_its_model_and_id(channel, caplog):

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from inferwire.config import AuthSettings, GatewaySettings
-from inferwire.core.auth import UNRESTRICTED, Scope, hash_token
+from inferwire.core.auth import UNRESTRICTED, hash_token
 from inferwire.core.errors import (
     BackendInvalidArgumentError,
     FieldViolation,
@@ -21,6 +21,7 @@ from inferwire.core.requests import Priority
 from inferwire.edge.authentication import Authenticator
 from inferwire.edge.calls import Call, Method, Reception, current_call
 from inferwire.edge.errors import Code
+from inferwire.edge.methods import MethodFacts, Operation
 
 
 class Counted:
@@ -52,8 +53,8 @@ def reception(tmp_path: Path | None = None) -> Reception:
     return Reception(Authenticator(auth), Tenancy(objectives), None)
 
 
-def method(series: Counted, scope: Scope | None = Scope.INFER) -> Method:
-    return Method("POST /v1/x", "POST /v1/x", scope, False, series, "POST /v1/x")
+def method(series: Counted, operation: Operation = Operation.READ) -> Method:
+    return Method("POST /v1/x", "POST /v1/x", MethodFacts(operation), series, "POST /v1/x")
 
 
 def test_without_credentials_configured_every_call_is_unrestricted_and_current():
@@ -95,7 +96,7 @@ def test_gateway_headers_count_only_from_a_gateway_principal(tmp_path):
 
 def test_a_call_ends_once_in_its_series():
     series = Counted()
-    call: Call = reception().call(method(series, scope=None), "peer", {})
+    call: Call = reception().call(method(series, Operation.PROBE), "peer", {})
     call.finish(Code.CANCELLED, status=499)
     call.finish(Code.OK, status=200)  # the stream's own end, after the client left
     assert series.ended == [(Code.CANCELLED, 499)]

@@ -17,14 +17,21 @@ from tritonclient.grpc import service_pb2 as oip
 from tritonclient.grpc import service_pb2_grpc
 
 from inferwire.config import load_settings
-from inferwire.core.auth import hash_token
+from inferwire.core.auth import Principal, Scope, hash_token
+from inferwire.edge.methods import METHODS, Operation
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
-from tests.support.fake_backend import FAKE_BACKEND, serving_fakes
+from tests.support.fake_backend import FAKE_BACKEND, serving_fakes, switched
 from tests.support.oip import kserve_request
 from tests.support.waiting import wait_until
 
-TOKENS = {"gateway": "iwt_gateway_0123", "plain": "iwt_plain_0123", "narrow": "iwt_narrow_0123"}
+TOKENS = {
+    "gateway": "iwt_gateway_0123",
+    "plain": "iwt_plain_0123",
+    "narrow": "iwt_narrow_0123",
+    "reader": "iwt_reader_0123",
+    "speaker": "iwt_speaker_0123",
+}
 GATEWAY_HEADERS = {
     "x-gateway-inference-fairness-id": "team-a",
     "x-gateway-inference-objective": "critical",
@@ -39,6 +46,9 @@ def settings(tmp_path: Path) -> Any:
             "scopes": ["infer", "gateway"],
         },
         {"name": "plain", "sha256": hash_token(TOKENS["plain"]), "scopes": ["admin"]},
+        {"name": "reader", "sha256": hash_token(TOKENS["reader"]), "scopes": ["infer"]},
+        # Speaks for others, and may do nothing itself.
+        {"name": "speaker", "sha256": hash_token(TOKENS["speaker"]), "scopes": ["gateway"]},
         # Restricted to `open-*`: `secret` exists, `nowhere` does not; both are out of reach.
         {
             "name": "narrow",
@@ -182,3 +192,104 @@ async def test_http_refusals_are_counted_by_route_and_status_as_grpc_s_are(tmp_p
             {"method": "POST", "handler": "/v1/completions"},
         )
         assert duration == len(cases)
+
+
+def grpc_calls(channel: grpc.aio.Channel) -> dict[str, Any]:
+    """A call of one method of each kind on gRPC, by its name in edge/methods.py: each
+    takes the call's metadata and raises AioRpcError when refused."""
+    stub = inference_pb2_grpc.InferenceServiceStub(channel)
+    kserve = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+    async def stream(metadata: Any) -> None:
+        request = pb.InferStreamRequest(model="m", prompt="hi")
+        assert [m async for m in stub.InferStream(request, metadata=metadata)]
+
+    v1, oip_ = "/inferwire.v1.InferenceService/", "/inference.GRPCInferenceService/"
+    return {
+        v1 + "Infer": lambda m: stub.Infer(pb.InferRequest(model="m", prompt="hi"), metadata=m),
+        v1 + "InferStream": stream,
+        v1 + "Tokenize": lambda m: stub.Tokenize(
+            pb.TokenizeRequest(model="m", prompt="hi"), metadata=m
+        ),
+        v1 + "ListModels": lambda m: stub.ListModels(pb.ListModelsRequest(), metadata=m),
+        v1 + "Health": lambda m: stub.Health(pb.HealthRequest(model="m"), metadata=m),
+        v1 + "LoadModel": lambda m: stub.LoadModel(pb.LoadModelRequest(model="m"), metadata=m),
+        oip_ + "ModelInfer": lambda m: kserve.ModelInfer(
+            kserve_request("hi", model="m"), metadata=m
+        ),
+        oip_ + "ModelMetadata": lambda m: kserve.ModelMetadata(
+            oip.ModelMetadataRequest(name="m"), metadata=m
+        ),
+        oip_ + "ServerMetadata": lambda m: kserve.ServerMetadata(
+            oip.ServerMetadataRequest(), metadata=m
+        ),
+        oip_ + "RepositoryIndex": lambda m: kserve.RepositoryIndex(
+            oip.RepositoryIndexRequest(), metadata=m
+        ),
+        oip_ + "ServerLive": lambda m: kserve.ServerLive(oip.ServerLiveRequest(), metadata=m),
+    }
+
+
+HTTP_CALLS: dict[str, Any] = {
+    "POST /v1/completions": {"model": "m", "prompt": "hi"},
+    "POST /v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    "POST /v1/responses": {"model": "m", "input": "hi", "store": False},
+    "POST /tokenize": {"model": "m", "prompt": "hi"},
+    "POST /detokenize": {"model": "m", "tokens": [1]},
+    "GET /v1/models": None,
+    "GET /v1/models/{model}": None,
+    "GET /v1/responses/{response_id}": None,
+    "GET /health": None,
+    "GET /version": None,
+}
+
+
+async def test_equivalent_methods_need_the_same_scope_on_both_doors(tmp_path):
+    """Each operation's methods answer each caller alike, on either door: what a caller
+    may do is the operation's (edge/methods.py), not a door's."""
+    codes: dict[str, dict[Operation, set[str]]] = {}
+    async with (
+        serving_fakes(settings(tmp_path)) as served,
+        switched(served, "m", chat_template=True),
+    ):
+        server = served[0]
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            calls = grpc_calls(channel)
+            for caller in (None, "speaker", "reader", "plain"):
+                seen = codes.setdefault(str(caller), {})
+                for name, send in calls.items():
+                    try:
+                        await send(bearer(caller) if caller else ())
+                        code = "ok"
+                    except grpc.aio.AioRpcError as refused:
+                        code = refused.code().name.lower()
+                    seen.setdefault(METHODS[name].operation, set()).add(code)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client:
+            for caller in (None, "speaker", "reader", "plain"):
+                headers = {"authorization": f"Bearer {TOKENS[caller]}"} if caller else {}
+                seen = codes[str(caller)]
+                for name, body in HTTP_CALLS.items():
+                    method, path = name.split(" ")
+                    path = path.format(model="m", response_id="resp_none")
+                    reply = await client.request(method, path, json=body, headers=headers)
+                    code = "ok" if reply.status_code < 400 else reply.json()["error"]["code"]
+                    seen.setdefault(METHODS[name].operation, set()).add(code)
+    for caller, by_operation in codes.items():
+        for operation, seen in by_operation.items():
+            assert seen == {expected(caller, operation)}, (caller, operation)
+
+
+CALLER_SCOPES = {"speaker": {"gateway"}, "reader": {"infer"}, "plain": {"admin"}}
+
+
+def expected(caller: str, operation: Operation) -> str:
+    """What `caller` gets from any method of `operation`, by the operation's scope."""
+    scope = operation.scope
+    if scope is None:
+        return "ok"
+    if caller == "None":
+        return "unauthenticated"
+    principal = Principal(caller, frozenset(Scope(s) for s in CALLER_SCOPES[caller]))
+    if not principal.has_scope(scope):
+        return "permission_denied"
+    return "not_found" if operation is Operation.STORED else "ok"  # no such response
