@@ -120,15 +120,13 @@ class InferwireServer:
         )
         self.http: HttpListener | None = None
         if server.http_address:
-            calls = HttpCalls(reception, HttpMetrics(self.metrics))
-            app = Routes(
-                self.manager,
-                calls,
-                self.metrics.registry,
+            calls = HttpCalls(
+                reception,
+                HttpMetrics(self.metrics),
                 server.max_receive_message_bytes,
                 server.http_read_timeout_s,
-                server.responses,
-            ).app()
+            )
+            app = Routes(self.manager, calls, self.metrics.registry, server.responses).app()
             self.http = HttpListener(
                 app,
                 server.http_address,

@@ -7,8 +7,9 @@ edge/methods.py; a service in `server.auth.open_services` is open), the peer, th
 metadata, the client certificate and the deadline. The call authenticates the caller,
 keeps its span current and, when the RPC ends, counts it (api/metrics.py), ends the span
 and writes the access line. Here is what is gRPC's alone: counting messages, turning
-whatever a handler raised into a status through the one table (`client_status`), and
-telling the code the RPC ended with.
+whatever a handler raised into a status through the one table (the call's
+`error_reply`, `client_status`), and telling the code the RPC ended with. The model a
+request names is checked here (`check_model_of`), before its handler runs.
 
 The rule of api/handlers.py holds: a streaming handler's generator is driven here and
 closed in the call's task, and the call is finished there, however it ends.
@@ -84,6 +85,13 @@ def certificate_subjects(context: Any) -> list[str]:
     return subjects
 
 
+def check_model_of(call: Call, message: Any) -> None:
+    """The call checks the model `message` names (the field its method's facts say);
+    done here for every RPC before its handler runs, and for a stream of requests by its
+    handler, for each message as it is read."""
+    call.check_model(lambda field: getattr(message, field, None))
+
+
 def _arrived(reception: Reception, method: Method, series: MethodSeries, context: Any) -> Call:
     """The call of an RPC that has just reached its handler (see the rule in handlers.py:
     what the call needs of the context is read now, while the RPC is live)."""
@@ -109,11 +117,12 @@ def _unary(
             with call.served():
                 try:
                     call.authenticate()
+                    check_model_of(call, request)
                     response = await behaviour(request, context)
                 except grpc.aio.AbortError:
                     raise
                 except Exception as error:
-                    await context.abort(*client_status(error))
+                    await context.abort(*client_status(call.error_reply(error)))
         except BaseException as error:
             _finish(call, request, context, deadline, error)
             raise
@@ -175,6 +184,8 @@ def _streaming(
             with call.served():
                 try:
                     call.authenticate()
+                    if not request_streaming:
+                        check_model_of(call, request)
                     if generator:
                         async with contextlib.aclosing(behaviour(requests, writer)) as responses:
                             async for each in responses:
@@ -184,7 +195,7 @@ def _streaming(
                 except grpc.aio.AbortError:
                     raise
                 except Exception as raised:
-                    await context.abort(*client_status(raised))
+                    await context.abort(*client_status(call.error_reply(raised)))
             if not response_streaming:
                 series.sent()
         except BaseException as raised:

@@ -1,8 +1,9 @@
 """The gRPC servicer: inferwire.v1.InferenceService over the model manager.
 
 Each method converts the request, calls the core and converts the result. The call
-(edge/calls.py, `current_call`) says who is calling and as which tenant; whatever a
-method raises becomes its status in the call interceptor (api/calls.py).
+(edge/calls.py, `current_call`) says who is calling and as which tenant, and has checked
+that the caller may use the model the request names (api/calls.py `check_model_of`);
+whatever a method raises becomes its status in the call interceptor (api/calls.py).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def LoadModel(
         self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.LoadModelResponse:
-        current_call().require_model(request.model)
         adapter = None
         if request.HasField("adapter"):
             adapter = AdapterSource(request.adapter.base_model, request.adapter.path)
@@ -57,7 +57,6 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def UnloadModel(
         self, request: pb.UnloadModelRequest, context: grpc.aio.ServicerContext
     ) -> pb.UnloadModelResponse:
-        current_call().require_model(request.model)
         status = await self._manager.unload(request.model)
         return pb.UnloadModelResponse(model=model_status_to_proto(status))
 
@@ -65,9 +64,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: pb.InferRequest, context: grpc.aio.ServicerContext
     ) -> pb.InferResponse:
         call = current_call()
-        call.require_model(request.model)
         result = await self._manager.infer(
-            request_from_proto(request, context.time_remaining(), *call.tenancy())
+            request_from_proto(request, context.time_remaining(), call.tenant, call.priority_hint)
         )
         return pb.InferResponse(
             request_id=result.request_id,
@@ -85,8 +83,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: pb.InferStreamRequest, context: grpc.aio.ServicerContext
     ) -> None:
         call = current_call()
-        call.require_model(request.model)
-        domain_request = request_from_proto(request, context.time_remaining(), *call.tenancy())
+        domain_request = request_from_proto(
+            request, context.time_remaining(), call.tenant, call.priority_hint
+        )
         request_id, chunks = self._manager.infer_stream(domain_request)
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
@@ -108,7 +107,6 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Tokenize(
         self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.TokenizeResponse:
-        current_call().require_model(request.model)
         result = await self._manager.tokenize(
             request.model, request.prompt, messages_from_proto(request.messages)
         )
@@ -121,10 +119,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext
     ) -> pb.HealthResponse:
-        call = current_call()
-        if request.model:
-            call.require_model(request.model)
-        report = await self._manager.health_report(request.model, include=call.principal.may_use)
+        principal = current_call().principal
+        report = await self._manager.health_report(request.model, include=principal.may_use)
         return health_to_proto(report)
 
     async def ListModels(

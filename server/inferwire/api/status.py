@@ -2,8 +2,9 @@
 table and the bounds) written as a status with google.rpc details.
 
 The call interceptor (api/calls.py) answers whatever any RPC of any service raises with
-`client_status`; nothing else builds a status. `serves_every_rpc` refuses a servicer that
-lacks an RPC of its service, so none answers with the generated stub's UNIMPLEMENTED.
+`client_status`, of the call's `error_reply`; nothing else builds a status.
+`serves_every_rpc` refuses a servicer that lacks an RPC of its service, so none answers
+with the generated stub's UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ def to_rpc_status(error: errors.InferwireError) -> grpc.Status:
     return reply_status(error_reply(error))
 
 
-def client_status(error: Exception) -> tuple[grpc.StatusCode, str, tuple[Any, ...]]:
-    """The code, message and trailing metadata a client gets for `error` (error_reply)."""
-    reply = error_reply(error)
+def client_status(reply: ErrorReply) -> tuple[grpc.StatusCode, str, tuple[Any, ...]]:
+    """The code, message and trailing metadata a client gets for an error's `reply`
+    (edge/errors.py `error_reply`, the call's `error_reply`)."""
     if reply.code is Code.INTERNAL:
         return grpc.StatusCode.INTERNAL, reply.message, ()
     status = reply_status(reply)

@@ -4,7 +4,8 @@ The call (edge/calls.py) hands over its `Authorization` header (gRPC metadata or
 the scope its method needs (None for an open one: health, reflection, metrics) and, only if
 asked, its client certificate's subjects (mutual TLS). `Authenticator` answers with the
 principal, or raises UnauthenticatedError / PermissionDeniedError; the per-model check
-is the principal's own (`Principal.require_model`), made once the request names a model.
+is the principal's own (`Principal.require_model`), made by the call from the field its
+method's facts say names the model (`Call.check_model`).
 """
 
 from __future__ import annotations

@@ -5,19 +5,26 @@ as the call arrives. A door hands over only what it alone can read (its `Method`
 peer, the call's headers or metadata, the client certificate's subjects) and writes its
 own answer; the call does the rest, alike for every door:
 - `authenticate`: who is calling (edge/authentication.py: the principal, the scope its method
-  needs, a client certificate's tenant);
-- `tenancy`: the tenant and priority hint it runs as (edge/tenancy.py: the inference
-  gateway's headers, from a gateway principal only);
-- `require_model`: whether the caller may use a model, checked before anything looks the
-  model up, so an unknown model and a forbidden one look the same to a caller who may
-  not see it;
+  needs, a client certificate's tenant), and the tenant and priority hint it runs as
+  (`tenant`, `priority_hint`; edge/tenancy.py: the inference gateway's headers, from a
+  gateway principal only);
+- `check_model`: whether the caller may use the model its request names, where its
+  method's facts say (edge/methods.py), checked before anything looks the model up, so an
+  unknown model and a forbidden one look the same to a caller who may not see it;
+- `name_fields` and `error_reply`: the answer to an error through the one table
+  (edge/errors.py), the core's field violations named as the caller sent them;
 - its SERVER span (edge/tracing.py), continuing the caller's trace context, current while
   the door serves the call (`served`);
 - the core's record of its inference request, joined to it as the request ends (the
   core's listener is `RecordsToCalls`), so the access line says what the core decided;
 - `finish`: counts it in its door's series (method or route, code, duration), ends the
   span with the code and writes the one access line (edge/access.py).
-A door turns an error into its own answer through the one table (edge/errors.py).
+A door writes the `error_reply` as its own answer.
+
+Both doors find their call the same way, as the one current in the task (`current_call`):
+gRPC calls a servicer's method with grpc's `(request, context)`, so nothing else can reach
+it there, and the core's record of a request is joined to its call the same way
+(`RecordsToCalls`, in the task the core ends the request in).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from inferwire.core.record import RequestRecord
 from inferwire.core.requests import Priority
 from inferwire.edge.access import access_logged, write_access_line
 from inferwire.edge.authentication import Authenticator
-from inferwire.edge.errors import Code
+from inferwire.edge.errors import Code, ErrorReply, error_reply
 from inferwire.edge.methods import MethodFacts
 from inferwire.edge.tenancy import FAIRNESS_HEADER, OBJECTIVE_HEADER, Tenancy
 from inferwire.edge.tracing import ServerTracing, current_trace_id
@@ -68,6 +75,7 @@ class Call:
 
     __slots__ = (
         "_done",
+        "_field_of",
         "_headers",
         "_reception",
         "_span",
@@ -76,9 +84,11 @@ class Call:
         "model",
         "peer",
         "principal",
+        "priority_hint",
         "record",
         "request_id",
         "started",
+        "tenant",
         "trace_id",
     )
 
@@ -94,11 +104,16 @@ class Call:
         self._reception, self.method, self.peer = reception, method, peer
         self._headers, self._subjects = headers, subjects
         self.principal: Principal = UNRESTRICTED
+        # The tenant its request runs as, and the priority its gateway asks for: set
+        # when it is authenticated.
+        self.tenant = UNRESTRICTED.tenant
+        self.priority_hint: Priority | None = None
         self.record: RequestRecord | None = None  # the core's, once its request ended
         self.trace_id = ""  # the request's trace, when tracing is on
         # What the request names, for the access line of a call the core did not see.
         self.model = self.request_id = ""
         self._done = False
+        self._field_of: Callable[[str], str] | None = None
         tracing = reception.tracing
         self._span = (
             None
@@ -115,8 +130,9 @@ class Call:
         return self._reception.tracing.current(self._span)
 
     def authenticate(self) -> None:
-        """Find the caller; raise UnauthenticatedError or PermissionDeniedError when its
-        credentials do not allow the method."""
+        """Find the caller, and the tenant and priority hint it runs as; raise
+        UnauthenticatedError or PermissionDeniedError when its credentials do not allow
+        the method."""
         authenticator = self._reception.authenticator
         if authenticator.checks_anything:
             self.principal = authenticator.principal(
@@ -125,19 +141,39 @@ class Call:
                 self.method.what,
                 self._subjects,
             )
-
-    def require_model(self, model: str) -> None:
-        """The caller may use `model` (PermissionDeniedError if not), before any lookup."""
-        self.model = model
-        self.principal.require_model(model)
-
-    def tenancy(self) -> tuple[str, Priority | None]:
-        """The tenant the call's request runs as, and the priority its gateway asks for."""
         headers = self._headers
         fairness_id, objective = headers.get(FAIRNESS_HEADER), headers.get(OBJECTIVE_HEADER)
         if fairness_id is None and objective is None:
-            return self.principal.tenant, None
-        return self._reception.tenancy.resolve(self.principal, fairness_id, objective)
+            self.tenant = self.principal.tenant
+        else:
+            self.tenant, self.priority_hint = self._reception.tenancy.resolve(
+                self.principal, fairness_id, objective
+            )
+
+    def check_model(self, field: Callable[[str], object]) -> None:
+        """Raise PermissionDeniedError unless the caller may use the model its request
+        names, before anything looks the model up. `field`: the door's reading of its
+        request's field by name; the method's facts say which field names the model. A
+        value that is no string is the door's to refuse, and an empty one, where the
+        method takes it for every model, names none."""
+        facts = self.method.facts
+        if facts.model_at is None:
+            return
+        model = field(facts.model_at)
+        if not isinstance(model, str) or (not model and facts.every_model_if_empty):
+            return
+        self.model = model
+        self.principal.require_model(model)
+
+    def name_fields(self, field_of: Callable[[str], str]) -> None:
+        """How the request names the core's fields (`field_of`: the core's name -> the
+        one the caller sent), for a door whose fields are not the core's: what the core
+        refuses from here on is answered naming the caller's fields."""
+        self._field_of = field_of
+
+    def error_reply(self, error: BaseException) -> ErrorReply:
+        """The answer to `error` through the one table (edge/errors.py)."""
+        return error_reply(error, self._field_of)
 
     @property
     def traced(self) -> bool:

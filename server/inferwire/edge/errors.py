@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from inferwire.core import errors
@@ -108,15 +109,19 @@ class ErrorReply:
     retry_delay_s: float | None = None
 
 
-def error_reply(error: BaseException) -> ErrorReply:
+def error_reply(error: BaseException, field_of: Callable[[str], str] | None = None) -> ErrorReply:
     """The answer to `error`: its mapped code and bounded details, or for an unexpected
-    error a generic INTERNAL, its stack trace logged here and never sent."""
+    error a generic INTERNAL, its stack trace logged here and never sent. `field_of`: the
+    core's field names -> the caller's (Call.name_fields), for the core's violations of
+    a request whose door names its fields otherwise."""
     code = code_for(error)
     if not isinstance(error, errors.InferwireError) or code is Code.INTERNAL:
         log.error("unhandled error in a call", exc_info=error)
         return ErrorReply(Code.INTERNAL, INTERNAL_MESSAGE)
     violations: tuple[errors.FieldViolation, ...] = ()
     if isinstance(error, errors.InvalidArgumentError):
+        if field_of is not None:
+            error = error.renamed(field_of)
         violations = tuple(
             errors.FieldViolation(
                 bounded(v.field, MAX_FIELD_BYTES), bounded(v.description, MAX_DESCRIPTION_BYTES)

@@ -1,12 +1,14 @@
 """The HTTP door's side of every call: each route's handler served as the edge's one call.
 
 `HttpCalls.route` makes a route's Starlette endpoint. For each request it makes the edge's
-call (edge/calls.py) from what only HTTP shows (the route, the peer, the headers, the
-client certificate's subjects, from the TLS connection), which authenticates the caller and
-keeps its span current; the handler gets the call. What is HTTP's alone stays here: a
-refusal or error as OpenAI's error body with its status (through the one table,
-http/errors.py), and when the call ends: at once for a whole answer, at the stream's end
-for a stream (`finish_http`, called by streams.py).
+call (edge/calls.py) from what only HTTP shows (the route, its facts from the edge's one
+table, the peer, the headers, the client certificate's subjects, from the TLS connection),
+which authenticates the caller and keeps its span current; it reads a POST route's body
+and lets the call check the model the request names, then runs the handler, whose call
+is the current one. What is HTTP's alone stays here: a refusal or error as OpenAI's error
+body with its status (the call's reply through the one table, http/errors.py), and when
+the call ends: at once for a whole answer, at the stream's end for a stream
+(`finish_http`, called by streams.py).
 """
 
 from __future__ import annotations
@@ -17,16 +19,16 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from inferwire.core.requests import Priority
 from inferwire.edge.calls import Call, Method, Reception
 from inferwire.edge.errors import Code
 from inferwire.edge.methods import facts_of
-from inferwire.http.bodies import ClientGone
+from inferwire.http.bodies import ClientGone, read_json
 from inferwire.http.errors import HTTP_STATUS, http_error
 from inferwire.http.metrics import HttpMetrics
 
-# A route's handler: the call and the request in, the response out.
-Handler = Callable[[Call, Request], Awaitable[Response]]
+# A route's handler: the request and its JSON body (None: a route that takes none) in, the
+# response out. Its call is the current one (edge/calls.py `current_call`), as on gRPC.
+Handler = Callable[[Request, Any], Awaitable[Response]]
 TLS_SUBJECTS = "inferwire.tls_subjects"  # the connection's client certificate (listener.py)
 
 
@@ -47,16 +49,26 @@ def finish_http(call: Call, status: int, code: Code, why: str = "") -> None:
 
 class HttpCalls:
     """Makes each route's endpoint: its requests served as calls of the edge's reception,
-    counted in the HTTP series."""
+    counted in the HTTP series, their JSON bodies read within bounds."""
 
-    def __init__(self, reception: Reception, metrics: HttpMetrics) -> None:
+    def __init__(
+        self,
+        reception: Reception,
+        metrics: HttpMetrics,
+        max_body_bytes: int,
+        body_timeout_s: float,
+    ) -> None:
+        """`max_body_bytes`, `body_timeout_s`: how large a body may be, and how long it
+        may take to arrive (http/bodies.py)."""
         self._reception, self._metrics = reception, metrics
+        self._max_body_bytes, self._body_timeout_s = max_body_bytes, body_timeout_s
 
     def route(
         self, method: str, path: str, handler: Handler
     ) -> Callable[[Request], Awaitable[Response]]:
         """The Starlette endpoint of `handler`, served with the facts of `method path` in
-        the edge's one table (edge/methods.py)."""
+        the edge's one table (edge/methods.py). A POST route's body is read before the
+        handler runs, so that the model it names is checked first."""
         name = f"{method} {path}"
         spec = Method(
             name=name,
@@ -67,6 +79,8 @@ class HttpCalls:
             span_attributes={"http.request.method": method, "http.route": path},
         )
         reception = self._reception
+        takes_body, inference = method == "POST", spec.facts.inference
+        bounds = self._max_body_bytes, self._body_timeout_s
 
         async def endpoint(request: Request) -> Response:
             call = reception.call(
@@ -78,7 +92,11 @@ class HttpCalls:
             with call.served():
                 try:
                     call.authenticate()
-                    response = await handler(call, request)
+                    body = await read_json(request, *bounds) if takes_body else None
+                    if inference:  # named by a refusal's access line too
+                        call.request_id = request.headers.get("x-request-id") or ""
+                    call.check_model(_field_reader(request, body))
+                    response = await handler(request, body)
                 except ClientGone:
                     finish_http(call, HTTP_STATUS[Code.CANCELLED], Code.CANCELLED)
                     return Response(status_code=HTTP_STATUS[Code.CANCELLED])
@@ -92,23 +110,21 @@ class HttpCalls:
         return endpoint
 
 
-def generation_call(
-    call: Call, request: Request, body: Any
-) -> tuple[str | None, str, Priority | None]:
-    """A generation route's first steps with its decoded `body`: the caller's
-    `x-request-id` (noted for a refusal's access line), the model the body names checked
-    before the body is read any further, and the tenant and priority hint it runs as."""
-    request_id = request.headers.get("x-request-id")
-    call.request_id = request_id or ""
-    if isinstance(body, dict) and isinstance(body.get("model"), str):
-        call.require_model(body["model"])
-    tenant, hint = call.tenancy()
-    return request_id, tenant, hint
+def _field_reader(request: Request, body: Any) -> Callable[[str], object]:
+    """A request's field by name: the route's path parameter, else the body's member."""
+    params = request.path_params
+
+    def field(name: str) -> object:
+        if name in params:
+            return params[name]
+        return body.get(name) if isinstance(body, dict) else None
+
+    return field
 
 
 def error_response(call: Call, error: BaseException) -> JSONResponse:
     """OpenAI's error body for `error`, with its status and headers; the call ends here."""
-    status, body, headers, code = http_error(error)
+    status, body, headers, code = http_error(call, error)
     finish_http(call, status, code, body["error"]["message"])
     return JSONResponse(body, status_code=status, headers=headers)
 

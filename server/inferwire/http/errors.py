@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from inferwire.edge.errors import Code, ErrorReply, error_reply
+from inferwire.edge.calls import Call
+from inferwire.edge.errors import Code, ErrorReply
 
 HTTP_STATUS: dict[Code, int] = {
     Code.OK: 200,
@@ -80,12 +81,15 @@ def error_body(status: int, message: str, param: str | None, code: str) -> dict[
     }
 
 
-def http_error(error: BaseException) -> tuple[int, dict[str, Any], dict[str, str], Code]:
-    """Status, body, headers and canonical code for `error` (anything a request raised)."""
+def http_error(
+    call: Call, error: BaseException
+) -> tuple[int, dict[str, Any], dict[str, str], Code]:
+    """Status, body, headers and canonical code for `error` (anything a request raised),
+    answered as `call`'s (its `error_reply`)."""
     if isinstance(error, HttpError):
         body = error_body(error.status, error.message, error.param, error.code.name.lower())
         return error.status, body, {}, error.code
-    reply = error_reply(error)
+    reply = call.error_reply(error)
     status = HTTP_STATUS[reply.code]
     return status, reply_body(status, reply), _headers(reply), reply.code
 

@@ -27,13 +27,12 @@ from starlette.types import ASGIApp
 from inferwire import __version__
 from inferwire.config import ResponsesSettings
 from inferwire.core.chat import ChatMessage
-from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
 from inferwire.core.status import ModelStatus
-from inferwire.edge.calls import Call
+from inferwire.edge.calls import Call, current_call
 from inferwire.edge.errors import INTERNAL_MESSAGE, Code
-from inferwire.http.bodies import BodyModel, read_json
-from inferwire.http.calls import Handler, HttpCalls, generation_call
+from inferwire.http.bodies import BodyModel
+from inferwire.http.calls import Handler, HttpCalls
 from inferwire.http.completion_output import EventStream, unary_json
 from inferwire.http.errors import error_body
 from inferwire.http.metrics import ResponseStoreGauges
@@ -70,18 +69,15 @@ class Routes:
         manager: ModelManager,
         calls: HttpCalls,
         registry: CollectorRegistry,
-        max_body_bytes: int,
-        body_timeout_s: float,
         responses: ResponsesSettings | None = None,
     ) -> None:
         """`responses`: the bounds of each model's store of responses (default: the
         settings' defaults)."""
         self._manager, self._calls, self._registry = manager, calls, registry
-        self._max_body_bytes, self._body_timeout_s = max_body_bytes, body_timeout_s
         bounds = responses or ResponsesSettings()
         store = ResponseStore(bounds.max_entries, bounds.max_bytes)
         registry.register(ResponseStoreGauges(store.usage))
-        self._responses = ResponsesApi(manager, store, self._body)
+        self._responses = ResponsesApi(manager, store)
 
     def table(self) -> list[tuple[str, str, Handler]]:
         """Every route: its method, path and handler. Its scope, inference and model field
@@ -111,28 +107,22 @@ class Routes:
         app = Starlette(routes=routes, exception_handlers=handlers)  # type: ignore[arg-type]
         return keeping_raw_send(app)
 
-    async def _body(self, request: Request) -> Any:
-        return await read_json(request, self._max_body_bytes, self._body_timeout_s)
-
     # ---- generation -------------------------------------------------------------
 
-    async def _completions(self, call: Call, request: Request) -> Response:
-        return await self._generate(call, request, chat=False)
+    async def _completions(self, request: Request, body: Any) -> Response:
+        return await self._generate(request, body, chat=False)
 
-    async def _chat(self, call: Call, request: Request) -> Response:
-        return await self._generate(call, request, chat=True)
+    async def _chat(self, request: Request, body: Any) -> Response:
+        return await self._generate(request, body, chat=True)
 
-    async def _generate(self, call: Call, request: Request, chat: bool) -> Response:
-        body = await self._body(request)
-        request_id, tenant, hint = generation_call(call, request, body)
-        parsed = parse(body, chat, tenant, request_id, hint)
-        call.require_model(parsed.inference.model)
+    async def _generate(self, request: Request, body: Any, chat: bool) -> Response:
+        call = current_call()
+        request_id = request.headers.get("x-request-id")
+        parsed = parse(body, chat, call.tenant, request_id, call.priority_hint)
+        call.name_fields(parsed.field_of)
         if parsed.stream:
             return await self._stream(call, request, parsed)
-        try:
-            result = await unless_gone(request, self._manager.infer(parsed.inference))
-        except InvalidArgumentError as error:
-            raise error.renamed(parsed.field_of) from None
+        result = await unless_gone(request, self._manager.infer(parsed.inference))
         logprobs = parsed.inference.params.logprobs
         return JSONResponse(
             unary_json(chat, result, logprobs), headers={"x-request-id": result.request_id}
@@ -140,7 +130,7 @@ class Routes:
 
     async def _stream(self, call: Call, request: Request, parsed: ParsedRequest) -> Response:
         request_id, chunks = self._manager.infer_stream(parsed.inference)
-        first = await first_chunk(request, chunks, parsed.field_of)
+        first = await first_chunk(request, chunks)
         stream = EventStream(
             parsed.chat,
             request_id,
@@ -158,25 +148,23 @@ class Routes:
 
     # ---- models and tokens ----------------------------------------------------------
 
-    async def _models(self, call: Call, request: Request) -> Response:
-        may_use = call.principal.may_use
+    async def _models(self, request: Request, body: None) -> Response:
+        may_use = current_call().principal.may_use
         visible = [s for s in self._manager.list_models() if may_use(s.name)]
         return JSONResponse({"object": "list", "data": [_model_card(s) for s in visible]})
 
-    async def _model(self, call: Call, request: Request) -> Response:
-        name = request.path_params["model"]
-        call.require_model(name)  # first: a forbidden model and an unknown one look alike
+    async def _model(self, request: Request, body: None) -> Response:
+        name = request.path_params["model"]  # one the caller may see (http/calls.py)
         return JSONResponse(_model_card(self._manager.model_status(name)))
 
-    async def _tokenize(self, call: Call, request: Request) -> Response:
-        body = _validated(TokenizeBody, await self._body(request))
-        call.require_model(body.model)
+    async def _tokenize(self, request: Request, body: Any) -> Response:
+        asked = _validated(TokenizeBody, body)
         messages = tuple(
             ChatMessage(str(m.get("role", "")), str(m.get("content", "")))
-            for m in body.messages or ()
+            for m in asked.messages or ()
         )
-        result = await self._manager.tokenize(body.model, body.prompt or "", messages)
-        status = self._manager.model_status(body.model)
+        result = await self._manager.tokenize(asked.model, asked.prompt or "", messages)
+        status = self._manager.model_status(asked.model)
         context = status.capabilities.context_length if status.capabilities else 0
         return JSONResponse(
             {
@@ -187,20 +175,19 @@ class Routes:
             }
         )
 
-    async def _detokenize(self, call: Call, request: Request) -> Response:
-        body = _validated(DetokenizeBody, await self._body(request))
-        call.require_model(body.model)
-        return JSONResponse({"prompt": await self._manager.detokenize(body.model, body.tokens)})
+    async def _detokenize(self, request: Request, body: Any) -> Response:
+        asked = _validated(DetokenizeBody, body)
+        return JSONResponse({"prompt": await self._manager.detokenize(asked.model, asked.tokens)})
 
     # ---- the server --------------------------------------------------------------------
 
-    async def _health(self, call: Call, request: Request) -> Response:
+    async def _health(self, request: Request, body: None) -> Response:
         return Response(status_code=200 if self._manager.serving else 503)
 
-    async def _version(self, call: Call, request: Request) -> Response:
+    async def _version(self, request: Request, body: None) -> Response:
         return JSONResponse({"version": __version__})
 
-    async def _metrics(self, call: Call, request: Request) -> Response:
+    async def _metrics(self, request: Request, body: None) -> Response:
         return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
 
 

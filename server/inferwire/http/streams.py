@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.results import StreamChunk
 from inferwire.edge.calls import Call
 from inferwire.edge.errors import Code
@@ -61,19 +60,12 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-async def first_chunk(
-    request: Request,
-    chunks: AsyncGenerator[StreamChunk, None],
-    field_of: Callable[[str], str],
-) -> StreamChunk:
+async def first_chunk(request: Request, chunks: AsyncGenerator[StreamChunk, None]) -> StreamChunk:
     """The core's stream's first chunk, awaited before the status goes out, so that a
     request the core refuses (invalid, unknown model, queue full) gets its status, not a
-    200; its field violations are named by the body's fields (`field_of`)."""
+    200."""
     try:
         return await unless_gone(request, anext(chunks))
-    except InvalidArgumentError as error:
-        await chunks.aclose()
-        raise error.renamed(field_of) from None
     except BaseException:
         await chunks.aclose()
         raise
@@ -154,7 +146,7 @@ class EventStreamResponse(Response):
                 async for event in events:
                     await send({"type": "http.response.body", "body": event, "more_body": True})
         except Exception as error:  # after the first event: one last event says why
-            status, body, _, code = http_error(error)
+            status, body, _, code = http_error(self._call, error)
             why = body["error"]["message"]
             event = self._error_event(body)
             await send({"type": "http.response.body", "body": event, "more_body": True})

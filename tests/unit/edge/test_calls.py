@@ -53,8 +53,11 @@ def reception(tmp_path: Path | None = None) -> Reception:
     return Reception(Authenticator(auth), Tenancy(objectives), None)
 
 
-def method(series: Counted, operation: Operation = Operation.READ) -> Method:
-    return Method("POST /v1/x", "POST /v1/x", MethodFacts(operation), series, "POST /v1/x")
+def method(
+    series: Counted, operation: Operation = Operation.READ, model_at: str | None = "model"
+) -> Method:
+    facts = MethodFacts(operation, model_at)
+    return Method("POST /v1/x", "POST /v1/x", facts, series, "POST /v1/x")
 
 
 def test_without_credentials_configured_every_call_is_unrestricted_and_current():
@@ -72,10 +75,30 @@ def test_a_call_is_authenticated_by_its_token_and_its_models_are_checked_before_
         desk.call(method(Counted()), "peer", {}).authenticate()
     call = desk.call(method(Counted()), "peer", {"authorization": "Bearer app-token-0123"})
     call.authenticate()
-    call.require_model("mine")
+    call.check_model({"model": "mine"}.get)
     with pytest.raises(PermissionDeniedError):
-        call.require_model("other")
+        call.check_model({"model": "other"}.get)
     assert call.model == "other"  # what its access line names
+
+
+def test_the_model_is_read_where_the_method_s_facts_say_and_only_a_string_is_checked(tmp_path):
+    desk = reception(tmp_path)
+    read: list[str] = []
+
+    def field(name: str) -> object:
+        read.append(name)
+        return {"name": "other", "model": 3}.get(name)
+
+    for model_at, refused in (("name", True), ("model", False), (None, False)):
+        headers = {"authorization": "Bearer app-token-0123"}
+        call = desk.call(method(Counted(), model_at=model_at), "peer", headers)
+        call.authenticate()
+        if refused:
+            with pytest.raises(PermissionDeniedError):
+                call.check_model(field)
+        else:
+            call.check_model(field)  # 3 is no model name: the door's validation refuses it
+    assert read == ["name", "model"]
 
 
 def test_gateway_headers_count_only_from_a_gateway_principal(tmp_path):
@@ -88,10 +111,10 @@ def test_gateway_headers_count_only_from_a_gateway_principal(tmp_path):
         method(Counted()), "p", {"authorization": "Bearer gw-token-0123", **headers}
     )
     gateway.authenticate()
-    assert gateway.tenancy() == ("team-a", Priority.INTERACTIVE)
+    assert (gateway.tenant, gateway.priority_hint) == ("team-a", Priority.INTERACTIVE)
     app = desk.call(method(Counted()), "p", {"authorization": "Bearer app-token-0123", **headers})
     app.authenticate()
-    assert app.tenancy() == ("app", None)
+    assert (app.tenant, app.priority_hint) == ("app", None)
 
 
 def test_a_call_ends_once_in_its_series():
@@ -100,6 +123,16 @@ def test_a_call_ends_once_in_its_series():
     call.finish(Code.CANCELLED, status=499)
     call.finish(Code.OK, status=200)  # the stream's own end, after the client left
     assert series.ended == [(Code.CANCELLED, 499)]
+
+
+def test_a_call_names_the_core_s_violations_as_its_request_does_once_told_how():
+    call = reception().call(method(Counted()), "peer", {})
+    core = InvalidArgumentError([FieldViolation("parameters.max_tokens", "must be > 0")])
+    assert [v.field for v in call.error_reply(core).violations] == ["parameters.max_tokens"]
+    call.name_fields(lambda field: field.removeprefix("parameters."))
+    reply = call.error_reply(core)
+    assert [v.field for v in reply.violations] == ["max_tokens"]
+    assert reply.message == "max_tokens: must be > 0"
 
 
 def test_renaming_violations_keeps_a_backend_refusal_and_its_message():

@@ -5,6 +5,7 @@ or not, and HTTP refusals are counted as gRPC's are."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.fake_backend import FAKE_BACKEND, serving_fakes, switched
 from tests.support.oip import kserve_request
+from tests.support.status import bad_request_fields
 from tests.support.waiting import wait_until
 
 TOKENS = {
@@ -293,3 +295,93 @@ def expected(caller: str, operation: Operation) -> str:
     if not principal.has_scope(scope):
         return "permission_denied"
     return "not_found" if operation is Operation.STORED else "ok"  # no such response
+
+
+async def test_an_inference_method_s_access_line_says_request_finished_on_both_doors(
+    tmp_path, caplog
+):
+    """Whether the core saw it or the call was refused first, an inference method's line
+    says `request finished`, and any other method's `rpc finished`, on either door."""
+    caplog.set_level(logging.INFO, logger="inferwire.access")
+    async with serving_fakes(settings(tmp_path)) as (server, _):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            calls = grpc_calls(channel)
+            for name in (
+                "/inferwire.v1.InferenceService/Infer",
+                "/inference.GRPCInferenceService/ModelInfer",
+                "/inferwire.v1.InferenceService/ListModels",
+            ):
+                for metadata in (bearer("plain"), ()):  # served, then refused (no token)
+                    with contextlib.suppress(grpc.aio.AioRpcError):
+                        await calls[name](metadata)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client:
+            for name in ("POST /v1/completions", "POST /v1/responses", "GET /v1/models"):
+                method, path = name.split(" ")
+                for headers in ({"authorization": f"Bearer {TOKENS['plain']}"}, {}):
+                    await client.request(method, path, json=HTTP_CALLS[name], headers=headers)
+    lines: dict[str, set[tuple[str, str]]] = {}
+    for record in caplog.records:
+        if record.name == "inferwire.access":
+            lines.setdefault(record.method, set()).add((record.code, record.getMessage()))
+    for name, seen in lines.items():
+        said = "request finished" if METHODS[name].inference else "rpc finished"
+        assert {message for _, message in seen} == {said}, name
+        assert "UNAUTHENTICATED" in {code for code, _ in seen}, name
+    assert len(lines) == 6
+
+
+async def test_the_core_s_refusal_of_a_field_names_the_field_each_door_s_caller_sent(
+    tmp_path,
+):
+    """A core field violation (`parameters.temperature`) comes back named as the caller
+    sent it, on every inference method of both doors, unary or streamed."""
+    named: dict[str, str] = {}
+    async with (
+        serving_fakes(settings(tmp_path)) as served,
+        switched(served, "m", chat_template=True),
+    ):
+        server, metadata = served[0], bearer("plain")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            kserve = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            hot = pb.GenerationParameters(temperature=-1)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.Infer(
+                    pb.InferRequest(model="m", prompt="hi", parameters=hot), metadata=metadata
+                )
+            named["Infer"] = bad_request_fields(refused.value)[0]
+            stream = stub.InferStream(
+                pb.InferStreamRequest(model="m", prompt="hi", parameters=hot), metadata=metadata
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                [m async for m in stream]
+            named["InferStream"] = bad_request_fields(refused.value)[0]
+            asked = kserve_request("hi", {"temperature": -1}, model="m")
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await kserve.ModelInfer(asked, metadata=metadata)
+            named["ModelInfer"] = bad_request_fields(refused.value)[0]
+
+            async def one(request: Any) -> Any:
+                yield request
+
+            replies = kserve.ModelStreamInfer(one(asked), metadata=metadata)
+            (answer,) = [r async for r in replies]
+            named["ModelStreamInfer"] = answer.error_message.split(":")[0]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client:
+            headers = {"authorization": f"Bearer {TOKENS['plain']}"}
+            for name in ("POST /v1/completions", "POST /v1/chat/completions", "POST /v1/responses"):
+                for stream_ in (False, True):
+                    body = {**HTTP_CALLS[name], "temperature": -1.0, "stream": stream_}
+                    reply = await client.post(name.split(" ")[1], json=body, headers=headers)
+                    assert reply.status_code == 400, reply.text
+                    named[f"{name} stream={stream_}"] = reply.json()["error"]["param"]
+    assert named == {
+        "Infer": "parameters.temperature",
+        "InferStream": "parameters.temperature",
+        "ModelInfer": "sampling_parameters.temperature",
+        "ModelStreamInfer": "sampling_parameters.temperature",
+    } | {
+        f"POST {path} stream={stream}": "temperature"
+        for path in ("/v1/completions", "/v1/chat/completions", "/v1/responses")
+        for stream in (False, True)
+    }

@@ -11,7 +11,7 @@ from inferwire.http.routes import Routes
 
 
 def test_every_http_route_has_its_row_and_every_row_that_is_no_rpc_is_a_route():
-    routes = Routes(None, None, CollectorRegistry(), 1024, 1.0).table()  # type: ignore[arg-type]
+    routes = Routes(None, None, CollectorRegistry()).table()  # type: ignore[arg-type]
     served = {f"{method} {path}" for method, path, _ in routes}
     assert served == {name for name in METHODS if not name.startswith("/")}
 

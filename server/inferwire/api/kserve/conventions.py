@@ -78,6 +78,10 @@ class ParsedRequest:
     text_shape: tuple[int, ...]  # text_output's shape: text_input's, batch dimension and all
     sources: dict[str, str]  # each generation parameter given -> where it came from
 
+    def field_of(self, core_field: str) -> str:
+        """The tensor or parameter the core's field `core_field` came from."""
+        return field_of(core_field, self.sources)
+
 
 def require_version(model: str, version: str) -> None:
     if version not in ("", MODEL_VERSION):

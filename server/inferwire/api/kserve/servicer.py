@@ -17,12 +17,12 @@ from tritonclient.grpc import service_pb2 as oip
 from tritonclient.grpc import service_pb2_grpc
 
 from inferwire.api.kserve import metadata
-from inferwire.api.kserve.conventions import field_of, parse_request, require_version
+from inferwire.api.kserve.conventions import parse_request, require_version
 from inferwire.api.kserve.responses import result_response
 from inferwire.api.kserve.streaming import StreamSession
 from inferwire.api.kserve.tensors import invalid
 from inferwire.api.status import serves_every_rpc
-from inferwire.core.errors import InvalidArgumentError, ModelNotReadyError, NotSupportedError
+from inferwire.core.errors import ModelNotReadyError, NotSupportedError
 from inferwire.core.facts import Capabilities
 from inferwire.core.manager import ModelManager
 from inferwire.core.status import ModelState, ModelStatus
@@ -99,7 +99,7 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def _loaded(self, name: str, version: str) -> tuple[ModelStatus, Capabilities]:
         """A model the caller may use, loaded (as Triton describes loaded models only)."""
-        _require_access(name, version)
+        require_version(name, version)
         status = self._manager.model_status(name)
         if status.state is not ModelState.READY or status.capabilities is None:
             raise ModelNotReadyError(
@@ -111,7 +111,7 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: oip.ModelStatisticsRequest, context: grpc.aio.ServicerContext
     ) -> oip.ModelStatisticsResponse:
         if request.name:
-            _require_access(request.name, request.version)
+            require_version(request.name, request.version)
         may_use = current_call().principal.may_use
         statistics = self._manager.statistics(request.name)
         return oip.ModelStatisticsResponse(
@@ -124,14 +124,11 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: oip.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> oip.ModelInferResponse:
         call = current_call()
-        call.require_model(request.model_name)
-        parsed = parse_request(request, context.time_remaining(), *call.tenancy())
+        parsed = parse_request(request, context.time_remaining(), call.tenant, call.priority_hint)
         if parsed.stream:
             raise invalid(STREAM, "true needs ModelStreamInfer: ModelInfer answers once")
-        try:
-            result = await self._manager.infer(parsed.inference)
-        except InvalidArgumentError as error:
-            raise error.renamed(lambda f: field_of(f, parsed.sources)) from None
+        call.name_fields(parsed.field_of)
+        result = await self._manager.infer(parsed.inference)
         return result_response(parsed, result)
 
     async def ModelStreamInfer(
@@ -167,7 +164,6 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 "inferwire loads models as its configuration declares them; "
                 "a load takes no config or files",
             )
-        current_call().require_model(request.model_name)
         await self._manager.load(request.model_name)
         return oip.RepositoryModelLoadResponse()
 
@@ -177,15 +173,8 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         _require_our_repository(request.repository_name)
         if unknown := sorted(set(request.parameters) - {"unload_dependents"}):
             raise invalid(f"parameters.{unknown[0]}", "is not an unload parameter")
-        current_call().require_model(request.model_name)
         await self._manager.unload(request.model_name)
         return oip.RepositoryModelUnloadResponse()
-
-
-def _require_access(model: str, version: str) -> None:
-    """The caller may use `model`, and `version` is one it has."""
-    current_call().require_model(model)
-    require_version(model, version)
 
 
 def _require_our_repository(name: str) -> None:

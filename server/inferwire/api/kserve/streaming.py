@@ -20,14 +20,14 @@ from typing import Any
 import grpc
 from tritonclient.grpc import service_pb2 as oip
 
-from inferwire.api.kserve.conventions import ParsedRequest, field_of, parse_request
+from inferwire.api.calls import check_model_of
+from inferwire.api.kserve.conventions import ParsedRequest, parse_request
 from inferwire.api.kserve.responses import ChunkResponses, result_response
 from inferwire.api.kserve.tensors import infer_response
 from inferwire.api.peer_gone import write_or_await_cancellation
-from inferwire.api.status import client_status
-from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
 from inferwire.edge.calls import current_call
+from inferwire.edge.errors import ErrorReply, error_reply
 
 log = logging.getLogger(__name__)
 
@@ -76,20 +76,20 @@ class StreamSession:
         parsed: ParsedRequest | None = None
         try:
             call = current_call()
-            call.require_model(request.model_name)
-            parsed = parse_request(request, self._context.time_remaining(), *call.tenancy())
+            check_model_of(call, request)  # each request's, as the call's is checked
+            parsed = parse_request(
+                request, self._context.time_remaining(), call.tenant, call.priority_hint
+            )
             if parsed.stream:
                 await self._stream(parsed)
             else:
                 result = await self._manager.infer(parsed.inference)
                 await self._send(result_response(parsed, result, final=True))
-        except InvalidArgumentError as error:
-            if parsed is not None:  # the core's violations; parse_request's name the tensors
-                sources = parsed.sources
-                error = error.renamed(lambda f: field_of(f, sources))
-            await self._fail(request, error)
         except Exception as error:
-            await self._fail(request, error)
+            # The core's violations are named by the request's tensors and parameters
+            # (parse_request's name them already).
+            reply = error_reply(error, parsed.field_of if parsed is not None else None)
+            await self._fail(request, reply)
 
     async def _stream(self, parsed: ParsedRequest) -> None:
         _, chunks = self._manager.infer_stream(parsed.inference)
@@ -101,10 +101,10 @@ class StreamSession:
     async def _send(self, response: oip.ModelInferResponse) -> None:
         await self._outbox.put(oip.ModelStreamInferResponse(infer_response=response))
 
-    async def _fail(self, request: oip.ModelInferRequest, error: Exception) -> None:
+    async def _fail(self, request: oip.ModelInferRequest, reply: ErrorReply) -> None:
         await self._outbox.put(
             oip.ModelStreamInferResponse(
-                error_message=client_status(error)[1],
+                error_message=reply.message,
                 infer_response=infer_response(request.model_name, request.id, ()),
             )
         )

@@ -15,18 +15,16 @@ evicted, deleted, another tenant's, a model the caller's token may not use) is t
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from inferwire.core.chat import ChatMessage
-from inferwire.core.errors import InvalidArgumentError
 from inferwire.core.manager import ModelManager
-from inferwire.edge.calls import Call
+from inferwire.edge.calls import Call, current_call
 from inferwire.edge.errors import Code
-from inferwire.http.calls import generation_call
 from inferwire.http.errors import HttpError
 from inferwire.http.responses_api.input import ResponsesRequest, read_body, to_request
 from inferwire.http.responses_api.output import ResponseEvents, ResponseShape
@@ -41,23 +39,18 @@ def _json(value: dict[str, Any]) -> bytes:
 class ResponsesApi:
     """The Responses routes' handlers over one model manager and one store."""
 
-    def __init__(
-        self,
-        manager: ModelManager,
-        store: ResponseStore,
-        read_json: Callable[[Request], Awaitable[Any]],
-    ) -> None:
-        self._manager, self._store, self._read_json = manager, store, read_json
+    def __init__(self, manager: ModelManager, store: ResponseStore) -> None:
+        self._manager, self._store = manager, store
 
-    async def create(self, call: Call, request: Request) -> Response:
-        body = await self._read_json(request)
-        request_id, tenant, hint = generation_call(call, request, body)
+    async def create(self, request: Request, body: Any) -> Response:
+        call = current_call()
+        tenant, request_id = call.tenant, request.headers.get("x-request-id")
         fields = read_body(body)
         previous = None
         if fields.previous_response_id is not None:
-            previous = self._find(call, tenant, fields.previous_response_id, "previous_response_id")
-        asked = to_request(fields, previous, tenant, request_id, hint)
-        call.require_model(asked.inference.model)
+            previous = self._find(call, fields.previous_response_id, "previous_response_id")
+        asked = to_request(fields, previous, tenant, request_id, call.priority_hint)
+        call.name_fields(asked.field_of)
         shape = ResponseShape(asked.inference.model, asked.echo())
 
         def keep(response: dict[str, Any], turn: ChatMessage) -> bytes:
@@ -71,26 +64,20 @@ class ResponsesApi:
 
         if fields.stream:
             return await self._stream(call, request, asked, shape, keep)
-        try:
-            result = await unless_gone(request, self._manager.infer(asked.inference))
-        except InvalidArgumentError as error:
-            raise error.renamed(asked.field_of) from None
+        result = await unless_gone(request, self._manager.infer(asked.inference))
         content = keep(*shape.unary(result))
         return Response(
             content, media_type="application/json", headers={"x-request-id": result.request_id}
         )
 
-    async def retrieve(self, call: Call, request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        tenant, _ = call.tenancy()
-        stored = self._find(call, tenant, response_id, "response_id")
+    async def retrieve(self, request: Request, body: None) -> Response:
+        stored = self._find(current_call(), request.path_params["response_id"], "response_id")
         return Response(stored.body, media_type="application/json")
 
-    async def delete(self, call: Call, request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        tenant, _ = call.tenancy()
-        self._find(call, tenant, response_id, "response_id")
-        self._store.delete(response_id, tenant)
+    async def delete(self, request: Request, body: None) -> Response:
+        call, response_id = current_call(), request.path_params["response_id"]
+        self._find(call, response_id, "response_id")
+        self._store.delete(response_id, call.tenant)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
     async def _stream(
@@ -102,7 +89,7 @@ class ResponsesApi:
         keep: Callable[[dict[str, Any], ChatMessage], bytes],
     ) -> Response:
         request_id, chunks = self._manager.infer_stream(asked.inference)
-        first = await first_chunk(request, chunks, asked.field_of)
+        first = await first_chunk(request, chunks)
         events = ResponseEvents(shape, keep)
         return EventStreamResponse(
             call,
@@ -112,9 +99,9 @@ class ResponsesApi:
             headers={"x-request-id": request_id},
         )
 
-    def _find(self, call: Call, tenant: str, response_id: str, param: str) -> StoredResponse:
-        """The tenant's stored response `response_id`, or 404 (whatever the reason)."""
-        stored = self._store.get(response_id, tenant)
+    def _find(self, call: Call, response_id: str, param: str) -> StoredResponse:
+        """The call's tenant's stored response `response_id`, or 404 (whatever the reason)."""
+        stored = self._store.get(response_id, call.tenant)
         if stored is None or not call.principal.may_use(stored.model):
             raise HttpError(
                 404,
