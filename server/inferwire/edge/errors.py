@@ -3,6 +3,10 @@
 A transport turns the `ErrorReply` of an error into its own wire: gRPC a status with
 `google.rpc` details (api/status.py), HTTP a status line and an error body. The codes are
 the canonical ones (google.rpc.Code, which grpc and HTTP gateways map the same way).
+Besides the core's errors, the table holds the refusals a door makes of a request itself
+(`RequestRefusedError`: a body too large, of the wrong type, too slow, not JSON; a head
+too large; a route or a stored response that is not there), each with its code and,
+where HTTP has a status of its own for it (413, 415, 408, 431, 405), that status.
 """
 
 from __future__ import annotations
@@ -39,8 +43,65 @@ class Code(enum.IntEnum):
     UNAUTHENTICATED = 16
 
 
-# The design's table; each error kind's docstring (core/errors.py) says when it is raised.
-# Subclasses inherit their parent's code; anything not listed is INTERNAL.
+class RequestRefusedError(errors.InferwireError):
+    """A refusal a door makes of a request itself: of what only the door reads or keeps
+    (its body, its route, the Responses API's store). `field`: the part at fault (`body`,
+    or where in it), if any; `http_status`: HTTP's own status for the kind, where that is
+    not its code's (http/errors.py)."""
+
+    http_status: int | None = None
+
+    def __init__(self, message: str, field: str | None = "body") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class BodyTooLargeError(RequestRefusedError):
+    """The body is larger than the server takes (`server.max_receive_message_bytes`, on
+    gRPC RESOURCE_EXHAUSTED too)."""
+
+    http_status = 413
+
+
+class UnsupportedMediaTypeError(RequestRefusedError):
+    """The body is of a content type the door does not read."""
+
+    http_status = 415
+
+
+class BodyTimeoutError(RequestRefusedError):
+    """The body did not arrive in time (a slow sender)."""
+
+    http_status = 408
+
+
+class MalformedRequestError(RequestRefusedError):
+    """The request is not valid HTTP/1.1, or its body not UTF-8, not JSON, nested too
+    deeply, or not text."""
+
+
+class HeadTooLargeError(RequestRefusedError):
+    """The request's line and headers are larger than the server takes. INVALID_ARGUMENT,
+    as it has always been answered, though gRPC answers metadata over its limit
+    RESOURCE_EXHAUSTED."""
+
+    http_status = 431
+
+
+class NotFoundError(RequestRefusedError):
+    """What the request names is not there: a stored response, a route (a model's absence
+    is the core's ModelNotFoundError)."""
+
+
+class MethodNotAllowedError(RequestRefusedError):
+    """The route does not take the request's method."""
+
+    http_status = 405
+
+
+# The design's table; each error kind's docstring (core/errors.py, and the door's own
+# refusals above) says when it is raised. Subclasses inherit their parent's code; anything
+# not listed is INTERNAL.
 CODE_BY_ERROR: dict[type[errors.InferwireError], Code] = {
     errors.InvalidArgumentError: Code.INVALID_ARGUMENT,
     errors.BackendInvalidArgumentError: Code.INVALID_ARGUMENT,
@@ -56,6 +117,13 @@ CODE_BY_ERROR: dict[type[errors.InferwireError], Code] = {
     errors.PermissionDeniedError: Code.PERMISSION_DENIED,
     errors.AlreadyExistsError: Code.ALREADY_EXISTS,
     errors.NotSupportedError: Code.UNIMPLEMENTED,
+    BodyTooLargeError: Code.RESOURCE_EXHAUSTED,
+    UnsupportedMediaTypeError: Code.INVALID_ARGUMENT,
+    BodyTimeoutError: Code.DEADLINE_EXCEEDED,
+    MalformedRequestError: Code.INVALID_ARGUMENT,
+    HeadTooLargeError: Code.INVALID_ARGUMENT,
+    NotFoundError: Code.NOT_FOUND,
+    MethodNotAllowedError: Code.UNIMPLEMENTED,
 }
 
 
@@ -107,6 +175,8 @@ class ErrorReply:
     violations: tuple[errors.FieldViolation, ...] = ()
     quota: QuotaViolation | None = None
     retry_delay_s: float | None = None
+    field: str | None = None  # the part of the request at fault, when no violation names it
+    http_status: int | None = None  # HTTP's own status for the error, if not its code's
 
 
 def error_reply(error: BaseException, field_of: Callable[[str], str] | None = None) -> ErrorReply:
@@ -132,10 +202,16 @@ def error_reply(error: BaseException, field_of: Callable[[str], str] | None = No
     if isinstance(error, errors.QuotaExceededError):
         subject = bounded(f"tenant:{error.tenant}", MAX_FIELD_BYTES)
         quota = QuotaViolation(subject, f"{error.limit} exceeded")
+    field, http_status = None, None
+    if isinstance(error, RequestRefusedError):
+        field = None if error.field is None else bounded(error.field, MAX_FIELD_BYTES)
+        http_status = error.http_status
     return ErrorReply(
         code,
         bounded(str(error), MAX_MESSAGE_BYTES),
         violations,
         quota,
         error.retry_delay_s,
+        field,
+        http_status,
     )

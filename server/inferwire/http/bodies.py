@@ -20,8 +20,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import ClientDisconnect, Request
 
-from inferwire.edge.errors import Code
-from inferwire.http.errors import HttpError
+from inferwire.edge.errors import (
+    BodyTimeoutError,
+    BodyTooLargeError,
+    MalformedRequestError,
+    UnsupportedMediaTypeError,
+)
 
 _JSON_TYPES = ("application/json",)
 # A `\uD800`..`\uDFFF` escape: only then can a decoded string hold a lone surrogate.
@@ -45,31 +49,27 @@ def _not_json_constant(name: str) -> Any:
 
 
 async def read_json(request: Request, max_bytes: int, timeout_s: float) -> Any:
-    """The body, decoded; raises HttpError (4xx) or ClientGone."""
+    """The body, decoded; raises ClientGone, or a RequestRefusedError of edge/errors.py
+    (answered 4xx)."""
     content_type = request.headers.get("content-type")
     if content_type is not None:
         media_type = content_type.split(";", 1)[0].strip().lower()
         if media_type not in _JSON_TYPES and not media_type.endswith("+json"):
-            raise HttpError(
-                415, f"the body must be application/json, not {media_type[:64]!r}", "body"
+            raise UnsupportedMediaTypeError(
+                f"the body must be application/json, not {media_type[:64]!r}"
             )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(max_bytes, Code.RESOURCE_EXHAUSTED)
+        raise _too_large(max_bytes)
     body = bytearray()
     try:
         async with asyncio.timeout(timeout_s):
             async for chunk in request.stream():
                 body += chunk
                 if len(body) > max_bytes:
-                    raise _too_large(max_bytes, Code.RESOURCE_EXHAUSTED)
+                    raise _too_large(max_bytes)
     except TimeoutError:
-        raise HttpError(
-            408,
-            f"the request body did not arrive within {timeout_s:g} s",
-            "body",
-            Code.DEADLINE_EXCEEDED,
-        ) from None
+        raise BodyTimeoutError(f"the request body did not arrive within {timeout_s:g} s") from None
     except ClientDisconnect:
         raise ClientGone from None
     return decode_json(bytes(body))
@@ -79,30 +79,27 @@ def decode_json(body: bytes) -> Any:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise HttpError(
-            400, f"the body is not UTF-8: byte {exc.start} is not valid", "body"
+        raise MalformedRequestError(
+            f"the body is not UTF-8: byte {exc.start} is not valid"
         ) from None
     if not text.strip():
-        raise HttpError(400, "the body is empty; send a JSON object", "body")
+        raise MalformedRequestError("the body is empty; send a JSON object")
     try:
         value = json.loads(text, parse_constant=_not_json_constant)
     except json.JSONDecodeError as exc:
-        raise HttpError(
-            400,
+        raise MalformedRequestError(
             f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
-            f"(character {exc.pos})",
-            "body",
+            f"(character {exc.pos})"
         ) from None
     except ValueError as exc:  # NaN, Infinity
-        raise HttpError(400, f"the body is not JSON: {exc}", "body") from None
+        raise MalformedRequestError(f"the body is not JSON: {exc}") from None
     except RecursionError:
-        raise HttpError(
-            400, "the body is not JSON a request needs: nested too deeply", "body"
+        raise MalformedRequestError(
+            "the body is not JSON a request needs: nested too deeply"
         ) from None
     if _SURROGATE_ESCAPE.search(text) and (lone := _lone_surrogate(value)) is not None:
         where, char = lone
-        raise HttpError(
-            400,
+        raise MalformedRequestError(
             f"the body is not text: {where} holds the lone surrogate \\u{ord(char):04x} "
             "(a \\ud800-\\udfff escape is text only as half of a pair)",
             where,
@@ -140,10 +137,7 @@ def _surrogate_in(text: str) -> str | None:
     return None
 
 
-def _too_large(max_bytes: int, code: Code) -> HttpError:
-    return HttpError(
-        413,
-        f"the body is larger than {max_bytes} bytes (server.max_receive_message_bytes)",
-        "body",
-        code,
+def _too_large(max_bytes: int) -> BodyTooLargeError:
+    return BodyTooLargeError(
+        f"the body is larger than {max_bytes} bytes (server.max_receive_message_bytes)"
     )

@@ -23,7 +23,7 @@ from inferwire.edge.calls import Call, Method, Reception
 from inferwire.edge.errors import Code
 from inferwire.edge.methods import facts_of
 from inferwire.http.bodies import ClientGone, read_json
-from inferwire.http.errors import HTTP_STATUS, http_error
+from inferwire.http.errors import HTTP_STATUS, http_answer
 from inferwire.http.metrics import HttpMetrics
 
 # A route's handler: the request and its JSON body (None: a route that takes none) in, the
@@ -124,8 +124,9 @@ def _field_reader(request: Request, body: Any) -> Callable[[str], object]:
 
 def error_response(call: Call, error: BaseException) -> JSONResponse:
     """OpenAI's error body for `error`, with its status and headers; the call ends here."""
-    status, body, headers, code = http_error(call, error)
-    finish_http(call, status, code, body["error"]["message"])
+    reply = call.error_reply(error)
+    status, body, headers = http_answer(reply)
+    finish_http(call, status, reply.code, reply.message)
     return JSONResponse(body, status_code=status, headers=headers)
 
 

@@ -3,9 +3,12 @@
 The code comes from the edge's one table (edge/errors.py); the status from the standard
 mapping of canonical codes to HTTP (the one grpc-gateway and Google APIs use), but
 FAILED_PRECONDITION, a model not loaded or unloading, is 503 so that the SDKs' retry
-applies. RESOURCE_EXHAUSTED with a retry delay carries `Retry-After` (whole seconds,
-rounded up). The body is `{"error": {"message", "type", "param", "code"}}`: `param` names
-the first invalid field, `code` is the canonical code's name.
+applies, and a door's own refusal that HTTP has a status of its own for (a body too large
+413, of the wrong type 415, too slow 408; a head too large 431; a method a route does not
+take 405) has it. RESOURCE_EXHAUSTED with a retry delay carries `Retry-After` (whole
+seconds, rounded up). The body is `{"error": {"message", "type", "param", "code"}}`:
+`param` names the first invalid field (or the part of the request at fault), `code` is
+the canonical code's name. Every error body is made here, of an ErrorReply.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from inferwire.edge.calls import Call
 from inferwire.edge.errors import Code, ErrorReply
 
 HTTP_STATUS: dict[Code, int] = {
@@ -56,47 +58,19 @@ _ERROR_TYPE = {
 }
 
 
-class HttpError(Exception):
-    """A refusal of the HTTP layer's own: a body too large, of the wrong type, or unreadable."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        param: str | None = None,
-        code: Code = Code.INVALID_ARGUMENT,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.code = status, message, param, code
-
-
-def error_body(status: int, message: str, param: str | None, code: str) -> dict[str, Any]:
-    return {
+def http_answer(reply: ErrorReply) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """The status, OpenAI's error body and the headers of an error's `reply` (edge/errors.py:
+    a call's `error_reply`, or `error_reply` of a refusal made before there is a call)."""
+    status = reply.http_status or HTTP_STATUS[reply.code]
+    body = {
         "error": {
-            "message": message,
+            "message": reply.message,
             "type": _ERROR_TYPE.get(status, "error"),
-            "param": param,
-            "code": code,
+            "param": reply.violations[0].field if reply.violations else reply.field,
+            "code": reply.code.name.lower(),
         }
     }
-
-
-def http_error(
-    call: Call, error: BaseException
-) -> tuple[int, dict[str, Any], dict[str, str], Code]:
-    """Status, body, headers and canonical code for `error` (anything a request raised),
-    answered as `call`'s (its `error_reply`)."""
-    if isinstance(error, HttpError):
-        body = error_body(error.status, error.message, error.param, error.code.name.lower())
-        return error.status, body, {}, error.code
-    reply = call.error_reply(error)
-    status = HTTP_STATUS[reply.code]
-    return status, reply_body(status, reply), _headers(reply), reply.code
-
-
-def reply_body(status: int, reply: ErrorReply) -> dict[str, Any]:
-    param = reply.violations[0].field if reply.violations else None
-    return error_body(status, reply.message, param, reply.code.name.lower())
+    return status, body, _headers(reply)
 
 
 def _headers(reply: ErrorReply) -> dict[str, str]:

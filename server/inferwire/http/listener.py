@@ -38,8 +38,14 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Protocol
 
 from inferwire.addresses import split_host_port
 from inferwire.edge.certificates import CertificateFiles
+from inferwire.edge.errors import (
+    HeadTooLargeError,
+    MalformedRequestError,
+    RequestRefusedError,
+    error_reply,
+)
 from inferwire.http.calls import TLS_SUBJECTS
-from inferwire.http.errors import error_body
+from inferwire.http.errors import http_answer
 
 log = logging.getLogger(__name__)
 
@@ -132,19 +138,21 @@ class _Protocol_WithCertificate(_Protocol):
             self._arm_read_deadline()
 
     def send_400_response(self, msg: str) -> None:
-        self._refuse(400, "the request is not valid HTTP/1.1", None)
+        self._refuse(MalformedRequestError("the request is not valid HTTP/1.1", None))
 
     def _refuse_head(self) -> None:
         why = f"the request's head (line and headers) is over {self.max_header_bytes} bytes"
-        self._refuse(431, why, "headers")
+        self._refuse(HeadTooLargeError(why, "headers"))
 
-    def _refuse(self, status: int, message: str, param: str | None) -> None:
-        """Answer `status` with OpenAI's error body, and close the connection."""
+    def _refuse(self, refusal: RequestRefusedError) -> None:
+        """Answer `refusal` (before any call: through the one table here) with OpenAI's
+        error body, and close the connection."""
         self._disarm_read_deadline()
         self._in_head = False
         if self.transport.is_closing():
             return
-        body = json.dumps(error_body(status, message, param, "invalid_argument")).encode()
+        status, answer, _ = http_answer(error_reply(refusal))
+        body = json.dumps(answer).encode()
         reason = {400: b"Bad Request", 431: b"Request Header Fields Too Large"}[status]
         head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, reason)
         head += b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)

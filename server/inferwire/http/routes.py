@@ -30,11 +30,18 @@ from inferwire.core.chat import ChatMessage
 from inferwire.core.manager import ModelManager
 from inferwire.core.status import ModelStatus
 from inferwire.edge.calls import Call, current_call
-from inferwire.edge.errors import INTERNAL_MESSAGE, Code
+from inferwire.edge.errors import (
+    INTERNAL_MESSAGE,
+    Code,
+    ErrorReply,
+    MethodNotAllowedError,
+    NotFoundError,
+    error_reply,
+)
 from inferwire.http.bodies import BodyModel
 from inferwire.http.calls import Handler, HttpCalls
 from inferwire.http.completion_output import EventStream, unary_json
-from inferwire.http.errors import error_body
+from inferwire.http.errors import http_answer
 from inferwire.http.metrics import ResponseStoreGauges
 from inferwire.http.requests import ParsedRequest, parse, validation_error
 from inferwire.http.responses_api.routes import ResponsesApi
@@ -192,19 +199,22 @@ class Routes:
 
 
 async def _no_such_route(request: Request, exc: HTTPException) -> Response:
-    """Starlette's routing refusals (404, 405) as OpenAI's error body."""
+    """Starlette's routing refusals (404, 405) as OpenAI's error body: no call serves them,
+    so they are answered through the one table here."""
     where = f"{request.method} {request.url.path}"[:256]
-    if exc.status_code == 405:
-        message, code = f"{where}: the route does not take {request.method}", Code.UNIMPLEMENTED
-    else:
-        message, code = f"{where}: no such route", Code.NOT_FOUND
-    body = error_body(exc.status_code, message, None, code.name.lower())
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+    refusal = (
+        MethodNotAllowedError(f"{where}: the route does not take {request.method}", None)
+        if exc.status_code == 405
+        else NotFoundError(f"{where}: no such route", None)
+    )
+    status, body, _ = http_answer(error_reply(refusal))
+    return JSONResponse(body, status_code=status, headers=exc.headers)
 
 
 async def _escaped(request: Request, exc: Exception) -> Response:
     """What escaped a handler (a bug; uvicorn logs its stack): 500, as OpenAI's body."""
-    return JSONResponse(error_body(500, INTERNAL_MESSAGE, None, "internal"), status_code=500)
+    status, body, _ = http_answer(ErrorReply(Code.INTERNAL, INTERNAL_MESSAGE))
+    return JSONResponse(body, status_code=status)
 
 
 def _model_card(status: ModelStatus) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from inferwire.edge.calls import Call
 from inferwire.edge.errors import Code
 from inferwire.http.bodies import ClientGone
 from inferwire.http.calls import finish_http
-from inferwire.http.errors import HTTP_STATUS, http_error
+from inferwire.http.errors import HTTP_STATUS, http_answer
 
 T = TypeVar("T")
 # The server's own ASGI `send`, kept in the scope by `keeping_raw_send`. Starlette's two
@@ -146,8 +146,8 @@ class EventStreamResponse(Response):
                 async for event in events:
                     await send({"type": "http.response.body", "body": event, "more_body": True})
         except Exception as error:  # after the first event: one last event says why
-            status, body, _, code = http_error(self._call, error)
-            why = body["error"]["message"]
+            reply = self._call.error_reply(error)
+            (status, body, _), code, why = http_answer(reply), reply.code, reply.message
             event = self._error_event(body)
             await send({"type": "http.response.body", "body": event, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -16,6 +16,7 @@ from inferwire.api.calls import CallInterceptor
 from inferwire.api.metrics import GrpcMetrics
 from inferwire.config import AuthSettings, GatewaySettings
 from inferwire.core import errors
+from inferwire.edge import errors as edge_errors
 from inferwire.edge.authentication import Authenticator
 from inferwire.edge.calls import Reception
 from inferwire.edge.errors import CODE_BY_ERROR
@@ -95,9 +96,16 @@ async def test_unexpected_errors_are_internal_without_details_and_logged(raising
 def test_every_domain_error_kind_has_a_row():
     kinds = {
         cls
-        for cls in vars(errors).values()
+        for module in (errors, edge_errors)  # the core's, and the doors' own refusals
+        for cls in vars(module).values()
         if isinstance(cls, type) and issubclass(cls, errors.InferwireError)
     }
-    # Configuration errors stop the server at start-up; they never reach a client.
-    unmapped = {errors.InferwireError, errors.ConfigurationError, errors.MissingDependencyError}
+    # Configuration errors stop the server at start-up; they never reach a client. A
+    # door's refusal is always one of its kinds.
+    unmapped = {
+        errors.InferwireError,
+        errors.ConfigurationError,
+        errors.MissingDependencyError,
+        edge_errors.RequestRefusedError,
+    }
     assert kinds - unmapped == set(CODE_BY_ERROR)

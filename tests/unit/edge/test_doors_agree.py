@@ -5,7 +5,9 @@ or not, and HTTP refusals are counted as gRPC's are."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,16 @@ from tritonclient.grpc import service_pb2_grpc
 
 from inferwire.config import load_settings
 from inferwire.core.auth import Principal, Scope, hash_token
+from inferwire.edge.errors import (
+    CODE_BY_ERROR,
+    BodyTimeoutError,
+    BodyTooLargeError,
+    MalformedRequestError,
+    UnsupportedMediaTypeError,
+    error_reply,
+)
 from inferwire.edge.methods import METHODS, Operation
+from inferwire.http.errors import http_answer
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 from tests.support.fake_backend import FAKE_BACKEND, serving_fakes, switched
@@ -40,7 +51,7 @@ GATEWAY_HEADERS = {
 }
 
 
-def settings(tmp_path: Path) -> Any:
+def settings(tmp_path: Path, **server: Any) -> Any:
     entries = [
         {
             "name": "gateway",
@@ -67,6 +78,7 @@ def settings(tmp_path: Path) -> Any:
             "health_check_interval_s": 3600,
             "tenants": [{"name": "team-a", "priority": "interactive"}],
             "auth": {"tokens_file": str(tokens)},
+            **server,
         },
         models=[
             {"name": "m", "backend": FAKE_BACKEND, "load_on_startup": True},
@@ -385,3 +397,55 @@ async def test_the_core_s_refusal_of_a_field_names_the_field_each_door_s_caller_
         for path in ("/v1/completions", "/v1/chat/completions", "/v1/responses")
         for stream in (False, True)
     }
+
+
+async def test_a_body_the_http_door_cannot_read_is_answered_through_the_edge_s_table(tmp_path):
+    """A body too large, of the wrong type, not JSON or too slow is its kind's row of the
+    edge's one table, with HTTP's own status for it; too large is the code gRPC answers
+    a message over the same limit with."""
+    answers: dict[str, tuple[int, str, str | None]] = {}
+    limits = {"max_receive_message_bytes": 4096, "http_read_timeout_s": 0.2}
+    async with serving_fakes(settings(tmp_path, **limits)) as (server, _):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.Infer(
+                    pb.InferRequest(model="m", prompt="x" * 8192), metadata=bearer("plain")
+                )
+            grpc_code = refused.value.code().name.lower()
+        headers = {"authorization": f"Bearer {TOKENS['plain']}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client:
+            for kind, content, content_type in (
+                (BodyTooLargeError, b'{"prompt": "' + b"x" * 8192 + b'"}', "application/json"),
+                (UnsupportedMediaTypeError, b"{}", "text/plain"),
+                (MalformedRequestError, b"{", "application/json"),
+            ):
+                reply = await client.post(
+                    "/v1/completions",
+                    content=content,
+                    headers={**headers, "content-type": content_type},
+                )
+                error = reply.json()["error"]
+                answers[kind.__name__] = (reply.status_code, error["code"], error["param"])
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.http_port)
+        writer.write(
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"authorization: Bearer " + TOKENS["plain"].encode() + b"\r\n"
+            b"content-length: 64\r\n\r\n{"
+        )
+        async with asyncio.timeout(30):  # the server closes it once the rest is late too
+            head, _, rest = (await reader.read()).partition(b"\r\n\r\n")
+        writer.close()
+        status = int(head.split(b" ")[1])
+        error = json.loads(rest[rest.index(b"{") :])["error"]
+        answers[BodyTimeoutError.__name__] = (status, error["code"], error["param"])
+    for kind in (
+        BodyTooLargeError,
+        UnsupportedMediaTypeError,
+        MalformedRequestError,
+        BodyTimeoutError,
+    ):
+        status = http_answer(error_reply(kind("why")))[0]
+        assert answers[kind.__name__] == (status, CODE_BY_ERROR[kind].name.lower(), "body")
+        assert status == (kind.http_status or 400)
+    assert answers["BodyTooLargeError"][:2] == (413, grpc_code)

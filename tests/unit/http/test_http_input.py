@@ -13,9 +13,10 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from inferwire.core.errors import InvalidArgumentError
+from inferwire.edge.errors import MalformedRequestError, error_reply
 from inferwire.http import routes
 from inferwire.http.bodies import decode_json
-from inferwire.http.errors import HttpError
+from inferwire.http.errors import http_answer
 from inferwire.http.requests import parse
 
 
@@ -30,10 +31,11 @@ from inferwire.http.requests import parse
     ],
 )
 def test_a_lone_surrogate_is_400_naming_where_it_is(text, param):
-    with pytest.raises(HttpError) as raised:
+    with pytest.raises(MalformedRequestError) as raised:
         decode_json(text.encode())
-    assert (raised.value.status, raised.value.param) == (400, param)
-    assert "lone surrogate" in raised.value.message
+    status, body, _ = http_answer(error_reply(raised.value))
+    assert (status, body["error"]["param"]) == (400, param)
+    assert "lone surrogate" in body["error"]["message"]
 
 
 def test_surrogate_pairs_and_escaped_backslashes_are_text():
@@ -44,9 +46,9 @@ def test_surrogate_pairs_and_escaped_backslashes_are_text():
 def test_a_deep_body_is_searched_without_recursion():
     depth = 500
     text = "[" * depth + '"\\ud800"' + "]" * depth
-    with pytest.raises(HttpError) as raised:
+    with pytest.raises(MalformedRequestError) as raised:
         decode_json(text.encode())
-    assert raised.value.param == "body" + "[0]" * depth
+    assert raised.value.field == "body" + "[0]" * depth
 
 
 @pytest.mark.parametrize("request_id", ["a\nb", "a\rb", "\u6f22\u5b57", "tab\tid", "\x7f", "\xe9"])

@@ -24,8 +24,7 @@ from starlette.responses import JSONResponse, Response
 from inferwire.core.chat import ChatMessage
 from inferwire.core.manager import ModelManager
 from inferwire.edge.calls import Call, current_call
-from inferwire.edge.errors import Code
-from inferwire.http.errors import HttpError
+from inferwire.edge.errors import NotFoundError
 from inferwire.http.responses_api.input import ResponsesRequest, read_body, to_request
 from inferwire.http.responses_api.output import ResponseEvents, ResponseShape
 from inferwire.http.responses_api.store import ResponseStore, StoredResponse
@@ -103,12 +102,10 @@ class ResponsesApi:
         """The call's tenant's stored response `response_id`, or 404 (whatever the reason)."""
         stored = self._store.get(response_id, call.tenant)
         if stored is None or not call.principal.may_use(stored.model):
-            raise HttpError(
-                404,
+            raise NotFoundError(
                 f"no response {response_id[:64]!r} is stored: it was never made, was made "
                 "with store: false, or was deleted or evicted",
                 param,
-                Code.NOT_FOUND,
             )
         call.model = stored.model  # the access line's
         return stored
