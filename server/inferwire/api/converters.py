@@ -1,11 +1,11 @@
-"""Protobuf <-> domain conversion for inferwire.v1, and ListModels' answer, kept while the
-models it lists have not changed (`ListedModels`)."""
+"""Protobuf <-> domain conversion for inferwire.v1, and how ListModels' kept answer
+(edge/listing.py `ListedModels`) is made and brought up to date."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from inferwire.core.chat import (
     ChatMessage,
@@ -198,30 +198,24 @@ def model_status_to_proto(status: ModelStatus) -> pb.ModelStatus:
     return message
 
 
-class ListedModels:
-    """ListModels' one cache: the last answer and the statuses it was made of. A model's
-    `version` moves with every change but its last use, so under traffic the answer is
-    kept while the versions are the same, and only its `last_used` times and details (a
-    prompt cache's figures move with every request) are brought up to date (grpc
-    serializes the message as the handler returns, before another call runs)."""
+def list_models_response(statuses: Iterable[ModelStatus]) -> pb.ListModelsResponse:
+    return pb.ListModelsResponse(models=[model_status_to_proto(s) for s in statuses])
 
-    def __init__(self) -> None:
-        self._statuses: tuple[ModelStatus, ...] = ()
-        self._response = pb.ListModelsResponse()
 
-    def answer(self, statuses: Iterable[ModelStatus]) -> pb.ListModelsResponse:
-        listed, self._statuses = self._statuses, tuple(statuses)
-        if [s.version for s in listed] != [s.version for s in self._statuses]:
-            self._response = pb.ListModelsResponse(
-                models=[model_status_to_proto(s) for s in self._statuses]
-            )
-            return self._response
-        for message, was, now in zip(self._response.models, listed, self._statuses, strict=True):
-            if now.last_used != was.last_used and now.last_used is not None:
-                message.last_used.FromNanoseconds(round(now.last_used * 1e9))
-            if now.detail != was.detail:
-                message.detail = now.detail
-        return self._response
+def refresh_listed(
+    response: pb.ListModelsResponse,
+    listed: Sequence[ModelStatus],
+    now: Sequence[ModelStatus],
+) -> None:
+    """ListModels' kept answer (edge/listing.py) brought up to date with what moves without
+    a version: each model's last use and detail (a prompt cache's figures move with every
+    request). grpc serializes the message as the handler returns, before another call
+    runs."""
+    for message, was, status in zip(response.models, listed, now, strict=True):
+        if status.last_used != was.last_used and status.last_used is not None:
+            message.last_used.FromNanoseconds(round(status.last_used * 1e9))
+        if status.detail != was.detail:
+            message.detail = status.detail
 
 
 def health_to_proto(report: HealthReport) -> pb.HealthResponse:

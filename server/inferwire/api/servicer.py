@@ -14,11 +14,12 @@ import grpc
 
 from inferwire.api.converters import (
     FINISH_REASON,
-    ListedModels,
     health_to_proto,
+    list_models_response,
     logprobs_to_proto,
     messages_from_proto,
     model_status_to_proto,
+    refresh_listed,
     request_from_proto,
     timing_to_proto,
     tool_call_deltas_to_proto,
@@ -31,6 +32,7 @@ from inferwire.core.adapters import AdapterSource
 from inferwire.core.lifecycle import Trigger
 from inferwire.core.manager import ModelManager
 from inferwire.edge.calls import current_call
+from inferwire.edge.listing import ListedModels
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
 
@@ -41,7 +43,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
 
     def __init__(self, manager: ModelManager) -> None:
         self._manager = manager
-        self._listed = ListedModels()
+        self._listed = ListedModels(list_models_response, refresh_listed)
 
     async def LoadModel(
         self, request: pb.LoadModelRequest, context: grpc.aio.ServicerContext

@@ -12,7 +12,7 @@ handler (500) get OpenAI's error body too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -38,6 +38,7 @@ from inferwire.edge.errors import (
     NotFoundError,
     error_reply,
 )
+from inferwire.edge.listing import ListedModels
 from inferwire.http.bodies import BodyModel
 from inferwire.http.calls import Handler, HttpCalls
 from inferwire.http.completion_output import EventStream, unary_json
@@ -85,6 +86,9 @@ class Routes:
         store = ResponseStore(bounds.max_entries, bounds.max_bytes)
         registry.register(ResponseStoreGauges(store.usage))
         self._responses = ResponsesApi(manager, store)
+        # /v1/models' answer, kept while its models do not change (as gRPC's ListModels):
+        # a model card shows nothing that moves without the model's version.
+        self._listed = ListedModels(_models_list)
 
     def table(self) -> list[tuple[str, str, Handler]]:
         """Every route: its method, path and handler. Its scope, inference and model field
@@ -157,8 +161,8 @@ class Routes:
 
     async def _models(self, request: Request, body: None) -> Response:
         may_use = current_call().principal.may_use
-        visible = [s for s in self._manager.list_models() if may_use(s.name)]
-        return JSONResponse({"object": "list", "data": [_model_card(s) for s in visible]})
+        visible = (s for s in self._manager.list_models() if may_use(s.name))
+        return Response(self._listed.answer(visible), media_type="application/json")
 
     async def _model(self, request: Request, body: None) -> Response:
         name = request.path_params["model"]  # one the caller may see (http/calls.py)
@@ -215,6 +219,10 @@ async def _escaped(request: Request, exc: Exception) -> Response:
     """What escaped a handler (a bug; uvicorn logs its stack): 500, as OpenAI's body."""
     status, body, _ = http_answer(ErrorReply(Code.INTERNAL, INTERNAL_MESSAGE))
     return JSONResponse(body, status_code=status)
+
+
+def _models_list(statuses: Iterable[ModelStatus]) -> bytes:
+    return bytes(JSONResponse({"object": "list", "data": [_model_card(s) for s in statuses]}).body)
 
 
 def _model_card(status: ModelStatus) -> dict[str, Any]:

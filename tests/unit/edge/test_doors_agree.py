@@ -449,3 +449,36 @@ async def test_a_body_the_http_door_cannot_read_is_answered_through_the_edge_s_t
         assert answers[kind.__name__] == (status, CODE_BY_ERROR[kind].name.lower(), "body")
         assert status == (kind.http_status or 400)
     assert answers["BodyTooLargeError"][:2] == (413, grpc_code)
+
+
+async def test_the_model_list_is_kept_and_current_alike_on_both_doors(tmp_path):
+    """ListModels and GET /v1/models both answer from what they kept while no model
+    changed, and both show each change (and only the caller's models) in the next call."""
+    async with (
+        serving_fakes(settings(tmp_path)) as (server, _),
+        grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client,
+    ):
+        stub = inference_pb2_grpc.InferenceServiceStub(channel)
+
+        async def lists(caller: str) -> tuple[list[str], dict[str, Any]]:
+            grpc_list = await stub.ListModels(pb.ListModelsRequest(), metadata=bearer(caller))
+            headers = {"authorization": f"Bearer {TOKENS[caller]}"}
+            first = await client.get("/v1/models", headers=headers)
+            second = await client.get("/v1/models", headers=headers)
+            assert first.content == second.content  # the kept answer, as it was
+            cards = {card["id"]: card for card in second.json()["data"]}
+            assert [s.name for s in grpc_list.models] == list(cards), caller
+            return list(cards), cards
+
+        for caller, models in (
+            ("plain", ["m", "secret", "open-one"]),
+            ("narrow", ["open-one"]),
+        ):
+            assert (await lists(caller))[0] == models
+        assert (await lists("plain"))[1]["m"]["max_model_len"] is not None
+        await stub.UnloadModel(pb.UnloadModelRequest(model="m"), metadata=bearer("plain"))
+        assert (await lists("plain"))[1]["m"]["max_model_len"] is None
+        assert (await lists("narrow"))[0] == ["open-one"]
+        await stub.LoadModel(pb.LoadModelRequest(model="m"), metadata=bearer("plain"))
+        assert (await lists("plain"))[1]["m"]["max_model_len"] is not None
