@@ -1,7 +1,11 @@
-"""Both doors go through the edge's one call, so they answer alike where they had drifted:
-the inference gateway's headers set the tenant from a gateway principal on gRPC (both
-services) as on HTTP, a model the caller may not see is refused the same whether it exists
-or not, and HTTP refusals are counted as gRPC's are."""
+"""Both doors go through the edge's one call and its one table of method facts, so they
+answer alike where they had drifted: the inference gateway's headers set the tenant from a
+gateway principal on gRPC (both services) as on HTTP; a model the caller may not see is
+refused the same whether it exists or not; HTTP refusals are counted as gRPC's are; each
+operation's methods need the same scope on both doors; an inference method's access line
+says `request finished` on both, refused or not; the core's refusal of a field names the
+field each door's caller sent; a body the HTTP door cannot read is its row of the edge's
+error table; and the model list is kept, and current, alike."""
 
 from __future__ import annotations
 
