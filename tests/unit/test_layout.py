@@ -1,6 +1,7 @@
 """The package's shape, pinned: two doors (api/, http/) that never import each other, the
-edge, the house's metrics and the core beneath them, imports that only point down, and
-every hand-written module short enough to read in one sitting."""
+edge, the house's metrics and the core beneath them, the command line (cli/) above them
+all and imported by nothing, config.py and log.py beneath the doors, imports that only
+point down, and every hand-written module short enough to read in one sitting."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "server" / "inferwire"
 MAX_LINES = 450
-# What each layer may import of inferwire (besides itself). config.py is settings, and a
-# leaf apart from the backend registry it checks model options against.
+# What each layer may import of inferwire (besides itself): a folder, or a top module
+# (`config`: config.py). config.py is settings, a leaf on the core's settings types and
+# model_config.py (the models' entries; the CLI hands it the backend lookup that checks
+# their options); log.py is the logging set-up; cli/ is the `inferwire` command, which
+# nothing else imports.
 ALLOWED = {
     "wire": set(),
     "core": set(),
@@ -23,6 +27,10 @@ ALLOWED = {
     "http": {"core", "edge", "metrics", "config", "addresses", "__init__"},
     # The importer needs the `import` extra: only the CLI's `models import` imports it.
     "importer": set(),
+    "config": {"core", "model_config", "addresses"},
+    "model_config": {"core"},
+    "log": {"core"},
+    "cli": {"core", "v1", "config", "log", "server", "backends", "importer", "__init__"},
 }
 
 
@@ -46,10 +54,17 @@ def imported(path: Path) -> set[str]:
     return names
 
 
+def layer_modules(layer: str) -> list[Path]:
+    """A folder's modules, or the top module `layer`.py."""
+    if (PACKAGE / layer).is_dir():
+        return sorted((PACKAGE / layer).rglob("*.py"))
+    return [PACKAGE / f"{layer}.py"]
+
+
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_each_layer_imports_only_what_is_below_it(layer):
     wrong = {}
-    for path in (PACKAGE / layer).rglob("*.py"):
+    for path in layer_modules(layer):
         if "v1" in path.relative_to(PACKAGE).parts:
             continue
         bad = imported(path) - ALLOWED[layer] - {layer}
@@ -81,6 +96,15 @@ def test_only_the_cli_imports_the_importer():
         if "importer" in imported(path) and path.relative_to(PACKAGE).parts[0] != "importer"
     }
     assert users == {"cli/importing.py"}
+
+
+def test_nothing_but_the_cli_imports_the_cli():
+    users = {
+        str(path.relative_to(PACKAGE))
+        for path in modules()
+        if "cli" in imported(path) and path.relative_to(PACKAGE).parts[0] != "cli"
+    }
+    assert users == set()
 
 
 def test_every_hand_written_module_is_short_enough_to_read_in_one_sitting():
