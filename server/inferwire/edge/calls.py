@@ -21,10 +21,8 @@ own answer; the call does the rest, alike for every door:
   span with the code and writes the one access line (edge/access.py).
 A door writes the `error_reply` as its own answer.
 
-Both doors find their call the same way, as the one current in the task (`current_call`):
-gRPC calls a servicer's method with grpc's `(request, context)`, so nothing else can reach
-it there, and the core's record of a request is joined to its call the same way
-(`RecordsToCalls`, in the task the core ends the request in).
+Both doors' handlers find their call the same way, as the one current in the task
+(`current_call`, which says why).
 """
 
 from __future__ import annotations
@@ -234,7 +232,11 @@ _CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("inferwire_c
 
 
 def current_call() -> Call:
-    """The call this task serves (a door's handler runs in its call's task, or a child)."""
+    """The call this task serves (a door's handler runs in its call's task, or a child).
+
+    Both doors' handlers find their call here, not as a parameter: grpc calls a servicer's
+    method with its own `(request, context)`, which cannot carry it, and the core's record
+    of a request reaches its call the same way (`RecordsToCalls`); one way for both."""
     call = _CALL.get()
     if call is None:
         raise RuntimeError("no call is being served in this task")
