@@ -27,8 +27,8 @@ import httpx
 import pytest
 import yaml
 
-from inferwire.model_config import default_models
 from inferwire.core.auth import hash_token
+from inferwire.model_config import default_models
 from tests.support import envoy as envoy_support
 from tests.support import epp
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
