@@ -29,6 +29,10 @@ import onnxruntime as ort
 from inferwire.core.errors import ConfigurationError
 
 Logits = npt.NDArray[np.float32]
+# ONNX Runtime's CPU kernels take another path for a one-row step than for several (on an
+# AVX2 EPYC, SmolLM2 int4: a logit moved by 0.64), while rows of steps of two or more
+# rows agree bit for bit. So a step never runs one row alone: the loop adds a shadow row.
+MIN_DECODE_ROWS = 2
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,8 @@ class Decoder:
         if missing:
             raise ConfigurationError(f"{path / filename} has no input {missing[0]!r}")
         dtype = np.dtype(np.float16 if types[layout.past[0]] == "tensor(float16)" else np.float32)
-        self.kv = KvSlots(layout, slots, slot_tokens, dtype)
+        # At least two rows: a decode step always runs two or more (see `decode`).
+        self.kv = KvSlots(layout, max(slots, MIN_DECODE_ROWS), slot_tokens, dtype)
         self.kv_dtype = dtype
         # An adapter-ready export takes each LoRA weight as an input with a zero default
         # (ONNX Runtime lists those among its overridable initializers).

@@ -18,10 +18,11 @@ only its new messages. A request whose consumer has `BUFFERED_DELTAS` undelivere
 stays in the step but does not advance (its row recomputes the same position) until its
 consumer reads down to `RESUME_AT`.
 
-Exactness. A decode step's rows do not depend on each other (decoder.py), and a prompt
+Exactness. A decode step's rows do not depend on each other (decoder.py; a row that would
+step alone steps beside a shadow row, since a one-row run takes other kernels), and a prompt
 read in chunks of two or more tokens, from its start or after a prefix read the same way,
-is bit for bit the prompt read at once. A one-token read is not: ONNX Runtime's attention
-takes its decode kernel for it, which rounds differently (on the SmolLM2 int4 import a
+is bit for bit the prompt read at once. A one-token read is not: ONNX Runtime takes its
+one-row kernels for it, which round differently (on the SmolLM2 int4 import a
 logit moved by 0.5). So a prompt's last two tokens are always read together, and a seeded
 request takes from a cache only the prefix a prompt read (`_Slot.exact`), never another
 answer's tokens, which were decoded one at a time: its tokens then depend on nothing but
@@ -42,7 +43,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from inferwire.backends.ort_genai.continuous.decoder import Decoder
+from inferwire.backends.ort_genai.continuous.decoder import MIN_DECODE_ROWS, Decoder
 from inferwire.backends.ort_genai.continuous.guidance import Grammars, allowed, apply_mask
 from inferwire.backends.ort_genai.continuous.sampler import RowSampler, greedy_tokens
 from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally
@@ -321,13 +322,19 @@ class ContinuousLoop(StepLoop[_Job]):
             stretches.append((start, stop, adapter))
             start = stop
         try:
-            if len(stretches) == 1:
+            if len(stretches) == 1 and len(jobs) >= MIN_DECODE_ROWS:
                 return self._decoder.decode(tokens, lengths, stretches[0][2])
             out = np.empty((len(jobs), self._decoder.layout.vocab_size), np.float32)
             for start, stop, adapter in stretches:
-                out[start:stop] = self._decoder.decode(
-                    tokens[start:stop], lengths[start:stop], adapter, first=start
-                )
+                if stop - start >= MIN_DECODE_ROWS:
+                    out[start:stop] = self._decoder.decode(
+                        tokens[start:stop], lengths[start:stop], adapter, first=start
+                    )
+                    continue
+                pair_tokens = np.array([tokens[start], 0], np.int64)
+                pair_lengths = np.array([lengths[start], self._shadow_length(stop)], np.int64)
+                pair = self._decoder.decode(pair_tokens, pair_lengths, adapter, first=start)
+                out[start] = pair[0]
             return out
         except Exception as exc:
             log.exception("decode step failed")
@@ -336,6 +343,21 @@ class ContinuousLoop(StepLoop[_Job]):
                 del job.slot.tokens[:]  # its KV no longer matches its tokens
                 self._finish(job, exc)
             return None
+
+    def _shadow_length(self, row: int) -> int:
+        """Where a shadow row (decoder.py's MIN_DECODE_ROWS) may write a position nobody
+        reads: after the tokens its slot holds. A decoding row of a later stretch rewrites
+        that position in its own run; a prompt being read, in its next chunk; a free slot's
+        cache ends before it (a full one gives up its last token). With one slot, the row
+        after it belongs to no slot."""
+        if row >= len(self._slots):
+            return 0
+        slot = self._slots[row]
+        last = self.shape.slot_tokens - 1
+        if len(slot.tokens) > last:
+            del slot.tokens[last:]
+            slot.exact = min(slot.exact, last)
+        return len(slot.tokens)
 
     def _choose(self, job: _Job, logits: np.ndarray[Any, Any]) -> tuple[int, TokenLogprob | None]:
         sampler, matcher = job.sampler, job.prepared.sampling.matcher

@@ -9,7 +9,8 @@ record holds, applied in one order (vLLM's, and ORT GenAI's for what it has):
    multiplied, once per distinct id of the prompt and the output);
 5. the presence and frequency penalties (OpenAI's: minus presence once per id the output
    holds, minus frequency per occurrence);
-6. the temperature (0: greedy, the highest score).
+6. the temperature (below `GREEDY_BELOW`: greedy, the highest score; vLLM's rule, since
+   dividing by a vanishing temperature overflows).
 The log-probabilities are those of this distribution (before top-k and top-p truncation,
 as most engines report them), so a greedy token is always the most likely alternative.
 Then top-k, top-p and a draw from the row's own generator (PCG64, seeded by the request's
@@ -33,8 +34,13 @@ from inferwire.core.results import TokenLogprob, TopLogprob
 from inferwire.core.sampling import GenerationParams
 
 Scores = npt.NDArray[np.float32]
+_LARGEST = np.finfo(np.float32).max
 _SEEDS = random.Random()
 TOP_P_PREFIX = 1024  # ids sorted first for top-p alone (sampler._draw)
+GREEDY_BELOW = 1e-5  # a temperature under this is greedy (vLLM's _SAMPLING_EPS)
+# An alternative the constraint or the minimum length forbids has no probability; its
+# log-probability is reported as this (vLLM's), since JSON has no -Infinity.
+IMPOSSIBLE_LOGPROB = -9999.0
 
 
 class RowSampler:
@@ -51,7 +57,8 @@ class RowSampler:
     ) -> None:
         """`params` with the model's defaults filled in (core/generation.py); `seed_offset`:
         the choice's index, so `n` choices of one seed differ and each reproduces."""
-        self.temperature = params.temperature or 0.0
+        temperature = params.temperature or 0.0
+        self.temperature = temperature if temperature >= GREEDY_BELOW else 0.0
         self.top_k = params.top_k or 0
         self.top_p = params.top_p if params.top_p is not None else 1.0
         seed = params.seed if params.seed is not None else _SEEDS.getrandbits(64)
@@ -93,7 +100,10 @@ class RowSampler:
         if self._seen:
             ids = np.fromiter(self._seen, dtype=np.int64, count=len(self._seen))
             seen = scores[ids]
-            scores[ids] = np.where(seen < 0, seen * self._repetition, seen / self._repetition)
+            penalized = np.where(seen < 0, seen * self._repetition, seen / self._repetition)
+            # A penalty near 0 or huge overflows float32; an infinite score would make the
+            # distribution NaN, so it stays the largest finite one.
+            scores[ids] = np.clip(penalized, -_LARGEST, _LARGEST)
         if self._counts and (self._presence or self._frequency):
             ids = np.fromiter(self._counts, dtype=np.int64, count=len(self._counts))
             counts = np.fromiter(self._counts.values(), dtype=np.float32, count=len(ids))
@@ -158,9 +168,13 @@ class RowSampler:
             candidates = np.argpartition(-logprobs, count - 1)[:count]
             ranked = candidates[np.argsort(-logprobs[candidates], kind="stable")]
             top = tuple(
-                TopLogprob(self._token_text(int(i)), int(i), float(logprobs[i])) for i in ranked
+                TopLogprob(self._token_text(int(i)), int(i), _reported(logprobs[i])) for i in ranked
             )
-        return TokenLogprob(self._token_text(token), token, float(logprobs[token]), top)
+        return TokenLogprob(self._token_text(token), token, _reported(logprobs[token]), top)
+
+
+def _reported(logprob: np.float64) -> float:
+    return max(float(logprob), IMPOSSIBLE_LOGPROB)
 
 
 def _highest(values: npt.NDArray[np.float64], count: int) -> npt.NDArray[np.int64]:
