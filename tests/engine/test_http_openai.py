@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 
 import grpc
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -29,7 +30,7 @@ models:
   - name: demo
     load_on_startup: true
     max_concurrency: 16
-    options: {path: builtin, batching: per_request}
+    options: {path: builtin}
   - name: demo-sonnets
     adapter_of: demo
     load_on_startup: true
@@ -188,7 +189,9 @@ def test_completions_logprobs_list_tokens_offsets_and_alternatives(client):
         ({"top_p": 2.0}, "top_p"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_completion_tokens": 100_000}, "max_completion_tokens"),
-        ({"logit_bias": {"50": 1}}, "logit_bias"),
+        ({"logit_bias": {"50": 500}}, "logit_bias[50]"),
+        ({"logit_bias": {"fifty": 1}}, "logit_bias['fifty']"),
+        ({"presence_penalty": 3}, "presence_penalty"),
         ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
         ({"stop": 7}, "stop"),
         ({"extra_body": {"priority": 3}}, "priority"),
@@ -201,6 +204,30 @@ def test_a_bad_field_is_bad_request_naming_it(client, fields, param):
     assert raised.value.status_code == 400
     assert raised.value.param == param, raised.value.body
     assert param in raised.value.message
+
+
+def test_logit_bias_and_penalties_are_taken(client, served):
+    """OpenAI's logit_bias, presence and frequency penalties and vLLM's repetition_penalty
+    reach the sampler: a +100 bias makes the greedy answer that token, again and again,
+    and a penalty on it breaks the repetition."""
+    token_id = token_ids(served, " the")[0]
+    asked = dict(model="demo", messages=CHAT, max_tokens=4, temperature=0, logprobs=True)
+    biased = client.chat.completions.create(**asked, logit_bias={str(token_id): 100})
+    ids = [entry.token for entry in biased.choices[0].logprobs.content]
+    assert ids == [" the"] * 4, ids
+    penalized = client.chat.completions.create(
+        **asked, logit_bias={str(token_id): 5}, frequency_penalty=2, presence_penalty=2
+    )
+    assert [e.token for e in penalized.choices[0].logprobs.content].count(" the") < 4
+    plain = client.chat.completions.create(**asked, presence_penalty=0, frequency_penalty=0)
+    repeated = client.chat.completions.create(**asked, extra_body={"repetition_penalty": 1.3})
+    assert plain.usage.completion_tokens == repeated.usage.completion_tokens == 4
+
+
+def token_ids(served: ServerProcess, text: str) -> list[int]:
+    reply = httpx.post(served.http_url + "/tokenize", json={"model": "demo", "prompt": text})
+    reply.raise_for_status()
+    return list(reply.json()["tokens"])
 
 
 def test_an_image_part_is_refused_and_text_parts_are_joined(client):

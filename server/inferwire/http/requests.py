@@ -1,13 +1,13 @@
 """OpenAI request bodies (Completions, Chat Completions) as the core's InferenceRequest.
 
 Field for field as OpenAI's API and vLLM's server take them; what inferwire does not do
-is refused with the field named (`n` > 1, `best_of`, `echo`, `suffix`, `logit_bias`,
-penalties, image or audio parts), never ignored; a field this server does not know
-at all is ignored and logged once per name, as vLLM does, so that SDK upgrades that add
-fields do not break callers. The core's field violations are renamed to the request's
-own fields (`parameters.max_tokens` -> `max_tokens`), so an error's `param` is a field
-the caller sent. A `request_id` must be printable ASCII: it comes back as the
-`x-request-id` header.
+is refused with the field named (`n` > 1, `best_of`, `echo`, `suffix`, image or audio
+parts; a sampling parameter the model's backend does not take), never ignored; a field
+this server does not know at all is ignored and logged once per name, as vLLM does, so
+that SDK upgrades that add fields do not break callers. The core's field violations are
+renamed to the request's own fields (`parameters.max_tokens` -> `max_tokens`), so an
+error's `param` is a field the caller sent. A `request_id` must be printable ASCII: it
+comes back as the `x-request-id` header.
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class _Generation(BodyModel):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     user: str | None = None
+    repetition_penalty: float | None = None  # vLLM's
     response_format: ResponseFormat | None = None
     # vLLM's extensions
     top_k: int | None = None
@@ -249,11 +250,6 @@ def _refusals(parsed: ChatBody | CompletionBody) -> Iterable[FieldViolation]:
         yield violation
     if parsed.n is not None and parsed.n != 1:
         yield FieldViolation("n", "only 1 choice per request is supported; send n requests")
-    if parsed.logit_bias:
-        yield FieldViolation("logit_bias", "is not supported")
-    for penalty in ("presence_penalty", "frequency_penalty"):
-        if getattr(parsed, penalty):
-            yield FieldViolation(penalty, "is not supported (only 0)")
     if isinstance(parsed, CompletionBody):
         if parsed.best_of is not None and parsed.best_of != 1:
             yield FieldViolation("best_of", "is not supported (only 1)")
@@ -302,7 +298,28 @@ def _params(parsed: ChatBody | CompletionBody, sources: dict[str, str]) -> Gener
         logprobs=logprobs,
         top_logprobs=top_logprobs,
         constraint=_constraint(parsed, sources),
+        # OpenAI's SDKs send 0 (and vLLM's 1) for "no penalty": unset, so that a backend
+        # that takes no penalties serves them.
+        presence_penalty=parsed.presence_penalty or None,
+        frequency_penalty=parsed.frequency_penalty or None,
+        repetition_penalty=None if parsed.repetition_penalty == 1 else parsed.repetition_penalty,
+        logit_bias=_logit_bias(parsed.logit_bias),
     )
+
+
+def _logit_bias(bias: dict[str, Any] | None) -> dict[int, float]:
+    """OpenAI's `logit_bias` (token ids as strings) as the core's; the core checks the
+    ranges."""
+    taken: dict[int, float] = {}
+    for key, value in (bias or {}).items():
+        if not key.isdigit() or len(key) > 10:
+            why = "must be a token id (a decimal string)"
+            raise InvalidArgumentError([FieldViolation(f"logit_bias[{key[:32]!r}]", why)])
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            why = f"must be a number, got {type(value).__name__}"
+            raise InvalidArgumentError([FieldViolation(f"logit_bias[{key}]", why)])
+        taken[int(key)] = float(value)
+    return taken
 
 
 def _constraint(
