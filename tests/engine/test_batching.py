@@ -291,11 +291,11 @@ async def test_a_short_request_is_not_held_behind_a_long_batch(
     assert request_log.for_request(f"long-runner-{model}").outcome == "cancelled"
 
 
-async def test_the_default_on_a_cpu_model_is_a_generator_per_request(
+async def test_the_default_on_a_cpu_model_is_the_continuous_path(
     batching_stub, engine_process: bool
 ):
-    """`batching: auto` takes the engine only for continuous batching, which a CPU model
-    cannot do; Health says which path serves each model."""
+    """`batching: auto` on the CPU is the continuous path (every feature, one session's
+    steps); og.Engine serves only when asked. Health says which path serves each model."""
     server = InferwireServer(
         load_settings(
             server={"address": "127.0.0.1:0", "metrics_address": "", "grace_period_s": 2},
@@ -309,7 +309,7 @@ async def test_the_default_on_a_cpu_model_is_a_generator_per_request(
             plain = await stub.Health(pb.HealthRequest(model="plain"))
     finally:
         await server.stop(grace_s=1)
-    assert plain.models[0].detail == "in-process on cpu, a generator per request"
+    assert plain.models[0].detail.startswith("in-process on cpu, continuous batching of ")
     batched = await batching_stub.Health(pb.HealthRequest(model="batched"))
     width = _rows_og_engine_steps(8)
     rows = "" if width == 8 else f", {width} rows a step"

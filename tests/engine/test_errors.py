@@ -3,8 +3,9 @@
 import grpc
 import pytest
 
+from inferwire.config import load_settings
 from inferwire.v1 import inference_pb2 as pb
-from tests.support.engine import MAX_PROMPT_BYTES
+from tests.support.engine import MAX_PROMPT_BYTES, serving
 from tests.support.status import bad_request_fields
 
 
@@ -58,10 +59,6 @@ BAD_INPUTS = {
         {"model": "demo", "prompt": "Hi", "parameters": params(stop=["ok", ""])},
         "parameters.stop[1]",
     ),
-    "seed-beyond-engine-range": (
-        {"model": "demo", "prompt": "Hi", "parameters": params(seed=2**31)},
-        "parameters.seed",
-    ),
     "too-many-context-entries": (
         {"model": "demo", "prompt": "Hi", "context": ["passage"] * 65},
         "context",
@@ -111,6 +108,36 @@ async def test_server_keeps_serving_after_bad_inputs(stub):
         pb.InferRequest(model="demo", prompt="Still there?", parameters=params(max_tokens=3))
     )
     assert response.usage.completion_tokens == 3
+
+
+async def test_a_seed_beyond_the_engines_range_names_the_field():
+    """og.Generator takes a signed 32-bit seed: a larger one is refused, not folded (the
+    continuous path, the CPU default, takes every uint32 seed)."""
+    settings = load_settings(
+        server={"address": "127.0.0.1:0", "metrics_address": "", "http_address": ""},
+        models=[
+            {
+                "name": "og",
+                "load_on_startup": True,
+                "options": {"path": "builtin", "batching": "per_request"},
+            }
+        ],
+    )
+    async with serving(settings) as og_stub:
+        for rpc in ("Infer", "InferStream"):
+            fields = {"model": "og", "prompt": "Hi", "parameters": params(seed=2**31)}
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                if rpc == "Infer":
+                    await og_stub.Infer(pb.InferRequest(**fields))
+                else:
+                    async for _ in og_stub.InferStream(pb.InferStreamRequest(**fields)):
+                        pass
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "parameters.seed" in bad_request_fields(error.value)
+        answer = await og_stub.Infer(
+            pb.InferRequest(model="og", prompt="Hi", parameters=params(seed=2**31 - 1))
+        )
+        assert answer.usage.completion_tokens > 0
 
 
 async def test_admin_rpcs_validate_the_model_name(stub):

@@ -12,6 +12,7 @@ import pytest
 
 from inferwire.backends import create_backend
 from inferwire.backends.ort_genai import OrtGenAIBackend, builtin_model_path
+from inferwire.backends.ort_genai.og_paths import OgServed
 from inferwire.core.backend import Backend
 from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
@@ -99,22 +100,38 @@ async def test_per_request_batching_on_a_paged_export_fails_its_load_naming_the_
         await backend.load()
 
 
-async def test_a_paged_export_offers_no_generator_features(backend):
+@pytest.fixture
+async def og_backend():
+    """The bundled model on the og paths (a generator per request), not the CPU default."""
+    backend = OrtGenAIBackend(
+        "unit", {"path": "builtin", "batching": "per_request"}, max_concurrency=2
+    )
+    await backend.load()
+    yield backend
+    await backend.unload()
+
+
+def paged(served: OgServed) -> OgServed:
+    """`served` as if its folder were a paged-KV export."""
+    return replace(served, model=replace(served.model, dynamic_batching=True))
+
+
+async def test_a_paged_export_offers_no_generator_features(og_backend):
     # Its requests run on og.Engine alone, so logprobs and constraints are refused by the
     # core naming the field (seen on an H200: an og.Generator step fails on that export).
-    plain = backend.facts.capabilities
-    paged = backend._facts_of(replace(backend.loaded_model(), dynamic_batching=True)).capabilities
+    plain = og_backend.facts.capabilities
+    paged_facts = og_backend._facts_of(paged(og_backend.loaded)).capabilities
     assert plain.logprobs and plain.constrained_output
-    assert not paged.logprobs and not paged.constrained_output and not paged.tools_constrained
-    assert paged.tools == plain.tools and paged.streaming
+    assert not paged_facts.logprobs and not paged_facts.constrained_output
+    assert not paged_facts.tools_constrained
+    assert paged_facts.tools == plain.tools and paged_facts.streaming
 
 
-async def test_an_adapter_of_a_paged_export_fails_its_load_saying_why(backend, monkeypatch):
-    adapter = backend.adapter(
+async def test_an_adapter_of_a_paged_export_fails_its_load_saying_why(og_backend, monkeypatch):
+    adapter = og_backend.adapter(
         "sonnets", {"adapter_file": str(builtin_model_path() / "sonnets.onnx_adapter")}, 1
     )
-    paged = replace(backend.loaded_model(), dynamic_batching=True)
-    monkeypatch.setattr(backend, "loaded_model", lambda: paged)
+    monkeypatch.setattr(og_backend, "_served", paged(og_backend.loaded))
     with pytest.raises(ModelNotReadyError, match="'unit' is a paged-KV export"):
         await adapter.load_adapter()
 

@@ -40,7 +40,10 @@ def test_every_required_call_validates_and_streams_as_unary(served: ServerProces
     counts = asyncio.run(run_property(served.http_url + "/v1", "demo", SCHEMAS, first_seed=1))
     print(
         f"demo: {counts.schemas} schemas, {counts.calls} calls, {counts.validated} valid, "
-        f"{counts.stream_matches} streamed == unary"
+        f"{counts.stream_matches} streamed == unary, {counts.cut} of "
+        f"{counts.recursive} recursive calls cut at max_tokens"
     )
     assert counts.failures == []
-    assert counts.schemas == counts.calls == counts.validated == counts.stream_matches == SCHEMAS
+    assert counts.schemas == SCHEMAS
+    assert counts.finished == counts.calls == counts.validated == counts.stream_matches
+    assert counts.cut * 2 <= counts.recursive  # most recursive calls end whole

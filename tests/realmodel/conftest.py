@@ -4,8 +4,10 @@ by one real `inferwire serve` process for the whole session.
 
 The tier skips, with the reason, when the imports are missing, unless
 INFERWIRE_REQUIRE_REALMODEL=1 (CI sets it), which makes a missing import a failure.
-llama.cpp's answers for the same GGUF are recorded in data/llama_cpp_reference.json by
-scripts/smollm2_reference.py.
+llama.cpp's tokenization and F32 output for the same GGUF are recorded in
+data/llama_cpp_reference.json by scripts/smollm2_reference.py; its answers on the Q4_1 file
+are computed here, on this CPU (`llama_cpp_answers`), since its quantized kernels differ by
+CPU (on a 2-core AVX2 EPYC, 8 of the 12 recorded answers came out otherwise).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / ".cache" / "models"
 INT4, FP32 = MODELS / "smollm2", MODELS / "smollm2-fp32"
 REFERENCE = Path(__file__).resolve().parent / "data" / "llama_cpp_reference.json"
+Q4_1_GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+ANSWER_TOKENS = 48  # the length of an answer to a FACTS question
 
 
 def _missing() -> list[Path]:
@@ -34,6 +38,32 @@ def _missing() -> list[Path]:
 @pytest.fixture(scope="session")
 def reference() -> dict[str, Any]:
     return json.loads(REFERENCE.read_text())
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_answers() -> dict[str, str]:
+    """llama.cpp's greedy chat answer to each FACTS question on the Q4_1 file, made by
+    llama.cpp's own generation loop (llama-cpp-python's `create_chat_completion`, the GGUF's
+    template) on this CPU's kernels, with flash attention as llama-server runs it (its
+    default, auto, takes it on the CPU; llama-cpp-python's is off, which rounds otherwise)."""
+    import llama_cpp
+
+    from tests.realmodel.corpus import FACTS
+
+    llm = llama_cpp.Llama(str(Q4_1_GGUF), n_ctx=1024, flash_attn=True, verbose=False)
+    try:
+        answers = {}
+        for question, _ in FACTS:
+            reply: Any = llm.create_chat_completion(
+                messages=[{"role": "user", "content": question}],
+                temperature=0,
+                top_k=1,
+                max_tokens=ANSWER_TOKENS,
+            )
+            answers[question] = reply["choices"][0]["message"]["content"]
+        return answers
+    finally:
+        llm.close()
 
 
 @pytest.fixture(scope="session")

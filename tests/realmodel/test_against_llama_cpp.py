@@ -105,11 +105,13 @@ async def test_the_fp32_import_answers_exactly_what_llama_cpp_answers_on_the_sam
     assert ours == theirs
 
 
-async def test_the_int4_import_answers_as_many_as_llama_cpp_on_q4_1(stub, reference):
+async def test_the_int4_import_answers_as_many_as_llama_cpp_on_q4_1(stub, llama_cpp_answers):
     # The two re-quantize differently (ORT's k_quant int4 blocks, llama.cpp's Q4_1 with
     # int8 activations), so on a 135M model they get different questions right; the bar
-    # is that inferwire's served quantization is no worse than llama.cpp's on the file.
-    theirs, ours = right(reference["answers_q4_1"]), await answers(stub, "smollm2")
+    # is that inferwire's served quantization is no worse than llama.cpp's on the file,
+    # both on this CPU's kernels.
+    theirs = {q: expected.lower() in llama_cpp_answers[q].lower() for q, expected in FACTS}
+    ours = await answers(stub, "smollm2")
     both = [q for q in ours if ours[q] and theirs[q]]
     figures.record(
         FIGURES,
