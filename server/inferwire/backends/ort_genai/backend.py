@@ -40,7 +40,7 @@ from inferwire.backends.ort_genai.options import BUILTIN_MODEL, OrtGenAIOptions
 from inferwire.core.backend import Backend, GenerationEvents, GenerationProgress
 from inferwire.core.chat import ChatMessage, Tool, ToolSyntax
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
-from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
+from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits, PromptCacheStats
 from inferwire.core.memory import Footprint, format_size
 from inferwire.core.requests import GenerationRequest
 from inferwire.core.sampling import BASE_PARAMETERS
@@ -227,6 +227,10 @@ class OrtGenAIBackend(Backend):
         if self._served is None:
             return BackendHealth(False, "engine not loaded")
         return BackendHealth(*self._served.health(self.options.device))
+
+    def prompt_cache(self) -> PromptCacheStats | None:
+        served = self._served
+        return served.loop.cache_stats() if isinstance(served, ContinuousModel) else None
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         served = self.served

@@ -1,0 +1,143 @@
+"""The continuous path (backends/ort_genai/continuous/), the CPU default, on the bundled model:
+what its docstrings promise, checked on a server of its own.
+
+- a decode step's rows do not depend on each other: greedy streams run together give their
+  solo results, token for token and log-probability for log-probability;
+- a seed reproduces beside any other traffic;
+- a step of one row runs beside a shadow row (decoder.py's MIN_DECODE_ROWS), also when the
+  model has one slot, so a lone request gives what it gives in a batch;
+- base and adapter rows share a step, each under its own weights;
+- a conversation's next turn reads its history from a free slot's cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from inferwire.config import load_settings
+from inferwire.model_config import default_models
+from inferwire.server import InferwireServer
+from inferwire.v1 import inference_pb2 as pb
+from inferwire.v1 import inference_pb2_grpc
+
+PROMPTS = ["Once upon a time", "Hello", "The king said", "In the morning", "What is", "My lord"]
+
+
+@pytest.fixture(scope="module")
+async def served() -> AsyncIterator[InferwireServer]:
+    adapter_file = default_models()[1].options["adapter_file"]
+    server = InferwireServer(
+        load_settings(
+            server={"address": "127.0.0.1:0", "metrics_address": "", "grace_period_s": 2},
+            models=[
+                {"name": "cont", "load_on_startup": True, "max_concurrency": 8},
+                {"name": "cont-one", "load_on_startup": True, "max_concurrency": 1},
+                {
+                    "name": "cont-sonnets",
+                    "adapter_of": "cont",
+                    "load_on_startup": True,
+                    "options": {"adapter_file": adapter_file},
+                },
+            ],
+        )
+    )
+    await server.start()
+    yield server
+    await server.stop(grace_s=1)
+
+
+@pytest.fixture(scope="module")
+async def cont_stub(
+    served: InferwireServer,
+) -> AsyncIterator[inference_pb2_grpc.InferenceServiceStub]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{served.port}") as channel:
+        yield inference_pb2_grpc.InferenceServiceStub(channel)
+
+
+async def tokens(
+    stub: inference_pb2_grpc.InferenceServiceStub, model: str, prompt: str, **parameters: object
+) -> list[tuple[int, float]]:
+    """Each generated token's id and log-probability, streamed."""
+    parameters.setdefault("max_tokens", 32)
+    request = pb.InferStreamRequest(
+        model=model,
+        prompt=prompt,
+        parameters=pb.GenerationParameters(logprobs=True, **parameters),  # type: ignore[arg-type]
+    )
+    return [
+        (entry.token_id, entry.logprob)
+        async for message in stub.InferStream(request)
+        for entry in message.logprobs
+    ]
+
+
+async def test_greedy_streams_together_give_their_solo_tokens_and_logprobs(cont_stub):
+    alone = [await tokens(cont_stub, "cont", p, temperature=0) for p in PROMPTS]
+    together = await asyncio.gather(*(tokens(cont_stub, "cont", p, temperature=0) for p in PROMPTS))
+    assert list(together) == alone  # bit for bit: the floats compare equal
+    assert all(len(t) == 32 for t in alone)
+
+
+async def test_a_seed_reproduces_beside_other_traffic(cont_stub):
+    seeded = {"temperature": 0.9, "top_p": 0.95, "seed": 42}
+    alone = await tokens(cont_stub, "cont", "Once upon a time", **seeded)
+    others = [tokens(cont_stub, "cont", p, temperature=1.0, max_tokens=48) for p in PROMPTS[1:]]
+    beside, *_ = await asyncio.gather(
+        tokens(cont_stub, "cont", "Once upon a time", **seeded), *others
+    )
+    assert beside == alone
+    other_seed = await tokens(cont_stub, "cont", "Once upon a time", **{**seeded, "seed": 43})
+    assert other_seed != alone  # the seed is what reproduces, not a fixed draw
+
+
+async def test_a_model_of_one_slot_gives_what_a_batch_gives(cont_stub):
+    """Its lone row steps beside the decoder's spare row, so its kernels are a batch's."""
+    for prompt in PROMPTS[:3]:
+        one = await tokens(cont_stub, "cont-one", prompt, temperature=0)
+        batched, *_ = await asyncio.gather(
+            tokens(cont_stub, "cont", prompt, temperature=0),
+            *(tokens(cont_stub, "cont", p, temperature=0) for p in PROMPTS[3:]),
+        )
+        assert one == batched
+
+
+async def test_base_and_adapter_rows_share_steps_each_under_its_weights(cont_stub):
+    models = ["cont", "cont-sonnets"] * 3
+    alone = [
+        await tokens(cont_stub, m, p, temperature=0) for m, p in zip(models, PROMPTS, strict=True)
+    ]
+    together = await asyncio.gather(
+        *(tokens(cont_stub, m, p, temperature=0) for m, p in zip(models, PROMPTS, strict=True))
+    )
+    assert list(together) == alone
+    base = await tokens(cont_stub, "cont", PROMPTS[1], temperature=0)
+    assert base != alone[1]  # the adapter changes the answer: its weights were applied
+
+
+async def test_a_conversations_next_turn_reads_its_history_from_the_cache(served, cont_stub):
+    first = [pb.ChatMessage(role="user", content="Good morrow! What news from the court?")]
+    parameters = pb.GenerationParameters(max_tokens=24, temperature=0)
+    answer = await cont_stub.Infer(
+        pb.InferRequest(model="cont", messages=first, parameters=parameters)
+    )
+    before = served.manager.prompt_caches()["cont"]
+    history = [
+        *first,
+        pb.ChatMessage(role="assistant", content=answer.text),
+        pb.ChatMessage(role="user", content="And what of the king?"),
+    ]
+    second = await cont_stub.Infer(
+        pb.InferRequest(model="cont", messages=history, parameters=parameters)
+    )
+    after = served.manager.prompt_caches()["cont"]
+    reused = after.reused_tokens_total - before.reused_tokens_total
+    read = after.prompt_tokens_total - before.prompt_tokens_total
+    assert read == second.usage.prompt_tokens
+    # The first turn's prompt at least came from the cache (its answer too, where the
+    # template writes it back as the model wrote it).
+    assert reused >= answer.usage.prompt_tokens - 2, (reused, read)
+    assert after.cached_conversations >= 1 and after.cached_bytes > 0
