@@ -13,7 +13,7 @@ import pytest
 
 from inferwire.api.converters import logprobs_to_proto, model_status_to_proto, request_from_proto
 from inferwire.backends.ort_genai import builtin_model_path
-from inferwire.backends.ort_genai.generator import guidance_data
+from inferwire.backends.ort_genai.continuous.guidance import guidance_text as guidance_data
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
 from inferwire.backends.ort_genai.sampling import SearchOptions
 from inferwire.core.chat import ChatMessage

@@ -28,7 +28,6 @@ stays, so it costs nothing but its slot. Cancellation reaches the thread before 
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import ctypes
 import logging
@@ -45,13 +44,12 @@ from inferwire.backends.llama_cpp.saved_prompts import (
     write_sequence,
 )
 from inferwire.backends.llama_cpp.step_plan import Runner, plan_step
-from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally
+from inferwire.backends.threaded.consumer import StreamEvent
 from inferwire.backends.threaded.shared_thread import (
-    BUFFERED_DELTAS,
     Handover,
     SharedThreadRequest,
 )
-from inferwire.backends.threaded.step_loop import StepLoop
+from inferwire.backends.threaded.step_loop import SlotStepLoop
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.facts import PromptCacheStats
 from inferwire.core.results import FinishReason, TextDelta
@@ -91,7 +89,7 @@ class _Job(SharedThreadRequest):
     )
 
 
-class Scheduler(StepLoop[_Job]):
+class Scheduler(SlotStepLoop[_Job]):
     """Drives one llama.cpp context from one thread; `stream` runs a request on it."""
 
     what = "llama.cpp scheduler"
@@ -147,14 +145,7 @@ class Scheduler(StepLoop[_Job]):
         return sum(1 for slot in self._slots if slot.job is not None)
 
     def stream(self, request: SlotRequest, progress: GenerationProgress) -> GenerationEvents:
-        loop = asyncio.get_running_loop()
-        job = _Job(
-            send=self.send,
-            prepared=request,
-            tally=TokenTally(progress, len(request.prompt_ids)),
-            channel=Channel(loop),
-            released=loop.create_future(),
-        )
+        job = _Job(**self._handed_over(request, progress))
         return self._consume(job, request.coalesce)
 
     # ---- the step loop's thread -----------------------------------------
@@ -164,27 +155,14 @@ class Scheduler(StepLoop[_Job]):
 
     def _runnable(self) -> bool:
         return any(s.job is not None and not s.job.paused for s in self._slots) or bool(
-            self._waiting and self._free_slot_exists()
+            self._waiting and self._slot_free()
         )
 
-    def _free_slot_exists(self) -> bool:
+    def _slot_free(self) -> bool:
         return any(slot.job is None for slot in self._slots)
 
     def _resume(self, job: _Job) -> None:
         job.paused = job.resume_sent = False  # its KV stayed in its slot
-
-    def _cancel(self, job: _Job) -> None:
-        if job.slot is not None:
-            self._finish(job, None)
-
-    def _admit(self) -> None:
-        while self._waiting and self._free_slot_exists():
-            job = self._waiting.popleft()
-            try:
-                self._seat(job)
-            except Exception as exc:
-                self._emit(job, exc)
-                self._release(job)
 
     def _seat(self, job: _Job) -> None:
         """Put `job` on the free slot whose cache shares the longest prefix with its prompt."""
@@ -314,12 +292,11 @@ class Scheduler(StepLoop[_Job]):
         if text := job.decoder.decode(self._model.piece(token)):
             self._emit(job, TextDelta(text, generated))
         assert job.slot is not None
-        if generated >= prepared.max_tokens or len(job.slot.tokens) >= self.shape.slot_tokens:
-            self._finish(job, job.tally.end(FinishReason.LENGTH))
-            return
+        full = len(job.slot.tokens) >= self.shape.slot_tokens
+        self._went_out(job, token, generated >= prepared.max_tokens or full)
+
+    def _read_next(self, job: _Job, token: int) -> None:
         job.next_token = token
-        if job.unread >= BUFFERED_DELTAS:
-            job.paused = True
 
     def _finish(self, job: _Job, item: StreamEvent | None) -> None:
         """End `job` with `item` (None: its consumer left); its slot keeps its cache."""

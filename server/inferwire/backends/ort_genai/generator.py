@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from typing import Any
 
 import onnxruntime_genai as og
 
+from inferwire.backends.ort_genai.continuous.guidance import guidance_text
 from inferwire.backends.ort_genai.logprobs import SamplerSettings, TokenLogprobs
 from inferwire.backends.ort_genai.model import LoadedModel
 from inferwire.backends.ort_genai.sampling import PathRequest
@@ -274,24 +274,6 @@ class _GeneratorRun:
                 return
 
 
-def guidance_data(constraint: OutputConstraint) -> str:
-    """The text handed to llguidance for a constraint.
-
-    A JSON schema gets compact JSON (`x-guidance.whitespace_flexible: false`) unless it
-    sets `x-guidance` itself: with free whitespace, small models tend to emit newlines
-    and spaces between tokens forever instead of the next key.
-    """
-    if constraint.kind is not ConstraintKind.JSON_SCHEMA:
-        return constraint.text
-    try:
-        schema = json.loads(constraint.text)
-    except ValueError:
-        return constraint.text  # llguidance says what is wrong with it
-    if not isinstance(schema, dict) or "x-guidance" in schema:
-        return constraint.text
-    return json.dumps({"x-guidance": {"whitespace_flexible": False}, **schema})
-
-
 def _next_token(generator: Any, request: PathRequest) -> None:
     """Generate one token; a constraint the model cannot go on satisfying is the request's
     fault (INVALID_ARGUMENT naming the constraint), not the server's."""
@@ -313,7 +295,7 @@ def _make_generator(model: og.Model, request: PathRequest, options: dict[str, An
     constraint = request.params.constraint
     if constraint is None:
         return og.Generator(model, generator_params)
-    generator_params.set_guidance(constraint.kind.value, guidance_data(constraint))
+    generator_params.set_guidance(constraint.kind.value, guidance_text(constraint))
     try:
         return og.Generator(model, generator_params)
     except RuntimeError as exc:

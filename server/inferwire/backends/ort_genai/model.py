@@ -41,15 +41,7 @@ class LoadedModel:
     token_texts: TokenTexts
 
     def sampling_defaults(self) -> dict[str, Any]:
-        """What an unset temperature, top_p and top_k mean: the configuration's `search`
-        block (do_sample false: greedy), with ORT GenAI's own defaults under it."""
-        search = self.search_defaults
-        temperature = float(search.get("temperature", 1.0)) if search.get("do_sample") else 0.0
-        return {
-            "temperature": temperature,
-            "top_p": float(search.get("top_p", 1.0)),
-            "top_k": int(search.get("top_k", 50)),
-        }
+        return search_defaults(self.search_defaults)
 
     def sampling(self, params: GenerationParams) -> SearchOptions:
         do_sample_default = bool(self.search_defaults.get("do_sample", False))
@@ -66,16 +58,7 @@ class LoadedModel:
     async def decode(self, token_ids: Sequence[int]) -> str:
         """The text of `token_ids`; an id outside the vocabulary is a field violation (the
         tokenizer would decode it as U+FFFD)."""
-        for index, token in enumerate(token_ids):
-            if not 0 <= token < self.vocab_size:
-                raise InvalidArgumentError(
-                    [
-                        FieldViolation(
-                            f"tokens[{index}]",
-                            f"is {token}; the vocabulary has ids 0 to {self.vocab_size - 1}",
-                        )
-                    ]
-                )
+        check_vocabulary(token_ids, self.vocab_size)
         ids = np.array(token_ids, dtype=np.int32)
         if len(token_ids) <= _INLINE_TOKENIZE_MAX_CHARS:
             return str(self.tokenizer.decode(ids))
@@ -196,3 +179,24 @@ def _chat_template(model_dir: Path) -> str | None:
         return None
     template = json.loads(config_file.read_text()).get("chat_template")
     return template if isinstance(template, str) and template else None
+
+
+def search_defaults(search: dict[str, Any]) -> dict[str, Any]:
+    """What an unset temperature, top_p and top_k mean on an ORT GenAI folder: its
+    genai_config.json's `search` block (do_sample false: greedy), with ORT GenAI's own
+    defaults under it."""
+    temperature = float(search.get("temperature", 1.0)) if search.get("do_sample") else 0.0
+    return {
+        "temperature": temperature,
+        "top_p": float(search.get("top_p", 1.0)),
+        "top_k": int(search.get("top_k", 50)),
+    }
+
+
+def check_vocabulary(token_ids: Sequence[int], vocab_size: int) -> None:
+    """An id outside the vocabulary is a field violation (a tokenizer would decode it as
+    U+FFFD)."""
+    for index, token in enumerate(token_ids):
+        if not 0 <= token < vocab_size:
+            why = f"is {token}; the vocabulary has ids 0 to {vocab_size - 1}"
+            raise InvalidArgumentError([FieldViolation(f"tokens[{index}]", why)])

@@ -8,7 +8,10 @@ variable, `send` / `alive` / `close`, the command switch, and the failure path, 
 every request the loop holds with the error (and refuses those sent after it), so that no
 consumer is left waiting on a thread that is gone. An engine supplies only what is its
 own: opening its engine on the thread (`_open`), admitting (`_admit`), a step (`_step`),
-and what cancel, resume and close mean for a request it is running.
+and what cancel, resume and close mean for a request it is running. An engine whose
+requests each hold a slot of its KV cache (`SlotStepLoop`: the llama.cpp scheduler, the
+continuous path) supplies only whether a slot is free, how a request takes one, and how
+it ends.
 
 "Step loop" is this thread's loop, never the core's fair queue (core/scheduling.py).
 """
@@ -16,15 +19,23 @@ and what cancel, resume and close mean for a request it is running.
 from __future__ import annotations
 
 import abc
+import asyncio
 import collections
 import logging
 import threading
 from collections.abc import Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from inferwire.backends.threaded.consumer import StreamEvent, consume
-from inferwire.backends.threaded.shared_thread import Command, Handover, SharedThreadRequest
-from inferwire.core.backend import GenerationEvents
+from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally, consume
+from inferwire.backends.threaded.shared_thread import (
+    BUFFERED_DELTAS,
+    Command,
+    Handover,
+    SharedThreadRequest,
+)
+from inferwire.core.backend import GenerationEvents, GenerationProgress
+from inferwire.core.prepared import PreparedRequest
+from inferwire.core.results import FinishReason
 from inferwire.core.threads import name_this_thread
 
 log = logging.getLogger(__name__)
@@ -189,3 +200,60 @@ class StepLoop(abc.ABC, Generic[RequestT]):
 
     def _closed(self) -> None:
         """Free the engine once the thread has ended."""
+
+
+class SlotStepLoop(StepLoop[RequestT]):
+    """A step loop whose running requests each hold a slot (`request.slot`, None until
+    seated): admitting seats waiting requests while a slot is free, a request that cannot
+    be seated ends with why, and a cancelled one ends where it stands."""
+
+    def _handed_over(self, prepared: PreparedRequest[Any], progress: GenerationProgress) -> Any:
+        """The fields every request of the loop has (`SharedThreadRequest`'s, and the
+        prepared request), made on the event loop that will consume it."""
+        loop = asyncio.get_running_loop()
+        return {
+            "send": self.send,
+            "prepared": prepared,
+            "tally": TokenTally(progress, len(prepared.prompt_ids)),
+            "channel": Channel(loop),
+            "released": loop.create_future(),
+        }
+
+    def _admit(self) -> None:
+        while self._waiting and self._slot_free():
+            request = self._waiting.popleft()
+            try:
+                self._seat(request)
+            except Exception as exc:
+                self._emit(request, exc)
+                self._release(request)
+
+    def _cancel(self, request: RequestT) -> None:
+        if getattr(request, "slot", None) is not None:
+            self._finish(request, None)
+
+    def _went_out(self, request: RequestT, token: int, at_length: bool) -> None:
+        """`request`'s token `token` went out: at its length it ends; else `token` is what
+        it reads next, and it is set aside while its consumer is BUFFERED_DELTAS behind."""
+        if at_length:
+            self._finish(request, request.tally.end(FinishReason.LENGTH))
+            return
+        self._read_next(request, token)
+        if request.unread >= BUFFERED_DELTAS:
+            request.paused = True
+
+    @abc.abstractmethod
+    def _read_next(self, request: RequestT, token: int) -> None:
+        """`token` is the next one `request`'s slot reads (in the next step)."""
+
+    @abc.abstractmethod
+    def _slot_free(self) -> bool:
+        """Whether a waiting request could take a slot now."""
+
+    @abc.abstractmethod
+    def _seat(self, request: RequestT) -> None:
+        """Give `request` a slot (raising, it is refused with the error)."""
+
+    @abc.abstractmethod
+    def _finish(self, request: RequestT, item: StreamEvent | None) -> None:
+        """End a seated `request` with `item` (None: its consumer left) and free its slot."""

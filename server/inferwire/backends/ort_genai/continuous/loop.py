@@ -33,7 +33,6 @@ llama-server's can (docs/generation.md has the measured rate).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,13 +45,12 @@ from tokenizers.decoders import DecodeStream
 from inferwire.backends.ort_genai.continuous.decoder import MIN_DECODE_ROWS, Decoder
 from inferwire.backends.ort_genai.continuous.guidance import Grammars, allowed, apply_mask
 from inferwire.backends.ort_genai.continuous.sampler import RowSampler, greedy_tokens
-from inferwire.backends.threaded.consumer import Channel, StreamEvent, TokenTally
+from inferwire.backends.threaded.consumer import StreamEvent
 from inferwire.backends.threaded.shared_thread import (
-    BUFFERED_DELTAS,
     Handover,
     SharedThreadRequest,
 )
-from inferwire.backends.threaded.step_loop import StepLoop
+from inferwire.backends.threaded.step_loop import SlotStepLoop
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.facts import PromptCacheStats
@@ -109,7 +107,7 @@ class LoopShape:
     stream_interval_s: float
 
 
-class ContinuousLoop(StepLoop[_Job]):
+class ContinuousLoop(SlotStepLoop[_Job]):
     """One model's session and slots, stepped by one thread; `stream` runs a request."""
 
     what = "continuous batching loop"
@@ -142,14 +140,9 @@ class ContinuousLoop(StepLoop[_Job]):
     # ---- the event-loop side --------------------------------------------
 
     def stream(self, request: ContinuousRequest, progress: GenerationProgress) -> GenerationEvents:
-        loop = asyncio.get_running_loop()
         params = request.params
         job = _Job(
-            send=self.send,
-            prepared=request,
-            tally=TokenTally(progress, len(request.prompt_ids)),
-            channel=Channel(loop),
-            released=loop.create_future(),
+            **self._handed_over(request, progress),
             sampler=RowSampler(
                 params, request.prompt_ids, self._eos, request.min_tokens, self.token_text
             ),
@@ -188,26 +181,13 @@ class ContinuousLoop(StepLoop[_Job]):
 
     def _runnable(self) -> bool:
         stepping = any(not self._slots[r].job.paused for r in range(self._decoding))  # type: ignore[union-attr]
-        return stepping or self._reading is not None or bool(self._waiting and self._room())
+        return stepping or self._reading is not None or bool(self._waiting and self._slot_free())
 
-    def _room(self) -> bool:
+    def _slot_free(self) -> bool:
         return self._reading is None and self.running() < self.shape.slots
 
     def _resume(self, job: _Job) -> None:
         job.paused = job.resume_sent = False
-
-    def _cancel(self, job: _Job) -> None:
-        if job.slot is not None:
-            self._finish(job, None)
-
-    def _admit(self) -> None:
-        while self._waiting and self._room():
-            job = self._waiting.popleft()
-            try:
-                self._seat(job)
-            except Exception as exc:
-                self._emit(job, exc)
-                self._release(job)
 
     def _seat(self, job: _Job) -> None:
         """Put `job` at row D, on the free slot whose cache its prompt continues."""
@@ -398,12 +378,11 @@ class ContinuousLoop(StepLoop[_Job]):
         if matcher is not None and matcher.is_stopped():
             self._finish(job, job.tally.end(FinishReason.STOP))
             return
-        if generated >= prepared.max_tokens or len(slot.tokens) >= self.shape.slot_tokens:
-            self._finish(job, job.tally.end(FinishReason.LENGTH))
-            return
+        full = len(slot.tokens) >= self.shape.slot_tokens
+        self._went_out(job, token, generated >= prepared.max_tokens or full)
+
+    def _read_next(self, job: _Job, token: int) -> None:
         job.next_token = token
-        if job.unread >= BUFFERED_DELTAS:
-            job.paused = True
 
     def _finish(self, job: _Job, item: StreamEvent | None) -> None:
         """End `job` with `item` (None: its consumer left); its slot keeps its tokens."""

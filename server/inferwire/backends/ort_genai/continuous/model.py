@@ -22,8 +22,9 @@ from inferwire.backends.ort_genai.continuous.guidance import (
     refuse_minimum_with_constraint,
 )
 from inferwire.backends.ort_genai.continuous.loop import ContinuousLoop, LoopShape, RowSetup
+from inferwire.backends.ort_genai.model import check_vocabulary, search_defaults
 from inferwire.core.backend import GenerationEvents, GenerationProgress
-from inferwire.core.errors import ConfigurationError, FieldViolation, InvalidArgumentError
+from inferwire.core.errors import ConfigurationError
 from inferwire.core.facts import ModelLimits
 from inferwire.core.prepared import prepare
 from inferwire.core.requests import GenerationRequest
@@ -86,16 +87,11 @@ class ContinuousModel:
         )
 
     def sampling_defaults(self) -> dict[str, Any]:
-        """What an unset parameter means: the `search` block (do_sample false: greedy),
-        with ORT GenAI's defaults under it, its repetition penalty included."""
+        """What an unset parameter means: the og paths' defaults, and the `search` block's
+        repetition penalty, which this path's sampler applies itself."""
         search = self.search_defaults
-        temperature = float(search.get("temperature", 1.0)) if search.get("do_sample") else 0.0
-        return {
-            "temperature": temperature,
-            "top_p": float(search.get("top_p", 1.0)),
-            "top_k": int(search.get("top_k", 50)),
-            "repetition_penalty": float(search.get("repetition_penalty", 1.0)),
-        }
+        repetition = float(search.get("repetition_penalty", 1.0))
+        return {**search_defaults(search), "repetition_penalty": repetition}
 
     def health(self, device: str) -> tuple[bool, str]:
         loop, shape = self.loop, self.loop.shape
@@ -148,16 +144,7 @@ class ContinuousModel:
         return list(encoding.ids)
 
     async def decode(self, token_ids: Sequence[int]) -> str:
-        for index, token in enumerate(token_ids):
-            if not 0 <= token < self.vocab_size:
-                raise InvalidArgumentError(
-                    [
-                        FieldViolation(
-                            f"tokens[{index}]",
-                            f"is {token}; the vocabulary has ids 0 to {self.vocab_size - 1}",
-                        )
-                    ]
-                )
+        check_vocabulary(token_ids, self.vocab_size)
         return str(self.tokenizer.decode(list(token_ids)))
 
     def close(self) -> None:
