@@ -141,3 +141,25 @@ async def test_a_conversations_next_turn_reads_its_history_from_the_cache(served
     # template writes it back as the model wrote it).
     assert reused >= answer.usage.prompt_tokens - 2, (reused, read)
     assert after.cached_conversations >= 1 and after.cached_bytes > 0
+
+
+async def test_penalties_and_logit_bias_reach_the_sampler_over_grpc(cont_stub):
+    (token,) = (await cont_stub.Tokenize(pb.TokenizeRequest(model="cont", prompt=" the"))).token_ids
+    biased = await tokens(
+        cont_stub, "cont", "Hello", temperature=0, max_tokens=4, logit_bias={token: 100.0}
+    )
+    assert [t for t, _ in biased] == [token] * 4
+    penalized = await tokens(
+        cont_stub,
+        "cont",
+        "Hello",
+        temperature=0,
+        max_tokens=4,
+        logit_bias={token: 5.0},
+        presence_penalty=2.0,
+        frequency_penalty=2.0,
+    )
+    assert [t for t, _ in penalized].count(token) < 4
+    models = (await cont_stub.ListModels(pb.ListModelsRequest())).models
+    taken = next(m for m in models if m.name == "cont").capabilities.sampling_parameters
+    assert {"logit_bias", "presence_penalty", "repetition_penalty", "seed"} <= set(taken)

@@ -134,9 +134,16 @@ async def test_a_seed_beyond_the_engines_range_names_the_field():
                         pass
             assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "parameters.seed" in bad_request_fields(error.value)
-        answer = await og_stub.Infer(
-            pb.InferRequest(model="og", prompt="Hi", parameters=params(seed=2**31 - 1))
-        )
+        # A sampling parameter its backend does not take is refused, naming it; a
+        # penalty of 0 changes nothing, so it is taken.
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await og_stub.Infer(
+                pb.InferRequest(model="og", prompt="Hi", parameters=params(logit_bias={5: 1.0}))
+            )
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert bad_request_fields(error.value) == ["parameters.logit_bias"]
+        neutral = params(seed=2**31 - 1, presence_penalty=0.0)
+        answer = await og_stub.Infer(pb.InferRequest(model="og", prompt="Hi", parameters=neutral))
         assert answer.usage.completion_tokens > 0
 
 

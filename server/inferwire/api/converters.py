@@ -63,6 +63,10 @@ def request_from_proto(
         constraint=constraint_from_proto(p.constraint),
         min_tokens=p.min_tokens if p.HasField("min_tokens") else None,
         ignore_eos=p.ignore_eos,
+        presence_penalty=p.presence_penalty if p.HasField("presence_penalty") else None,
+        frequency_penalty=p.frequency_penalty if p.HasField("frequency_penalty") else None,
+        repetition_penalty=p.repetition_penalty if p.HasField("repetition_penalty") else None,
+        logit_bias=dict(p.logit_bias),
     )
     return InferenceRequest(
         request_id=message.request_id,
@@ -193,6 +197,7 @@ def model_status_to_proto(status: ModelStatus) -> pb.ModelStatus:
                 constrained_output=caps.constrained_output,
                 tools=caps.tools,
                 tools_constrained=caps.tools_constrained,
+                sampling_parameters=sorted(caps.parameters),
             )
         )
     return message

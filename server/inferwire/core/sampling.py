@@ -73,8 +73,14 @@ class GenerationParams:
     n: int | None = None  # choices to generate for the prompt; None or 1: one
 
     def parameters_set(self) -> tuple[str, ...]:
-        """The sampling parameters this request sets (each one a backend must take)."""
-        return tuple(name for name in SAMPLING_PARAMETERS if _is_set(getattr(self, name)))
+        """The sampling parameters this request sets (each one a backend must take); a
+        presence or frequency penalty of 0 changes nothing (OpenAI's SDKs send it), so
+        every backend takes it."""
+        return tuple(
+            name
+            for name in SAMPLING_PARAMETERS
+            if _is_set(value := getattr(self, name)) and value != _NEUTRAL.get(name)
+        )
 
 
 # The parameters a backend declares it takes; the rest of the record (max_tokens, stop,
@@ -95,6 +101,7 @@ SAMPLING_PARAMETERS = (
 # What a backend takes unless it says otherwise: what every backend took before backends
 # declared their parameters.
 BASE_PARAMETERS = frozenset(SAMPLING_PARAMETERS[:6])
+_NEUTRAL: dict[str, object] = {"presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 
 def _is_set(value: object) -> bool:

@@ -298,11 +298,9 @@ def _params(parsed: ChatBody | CompletionBody, sources: dict[str, str]) -> Gener
         logprobs=logprobs,
         top_logprobs=top_logprobs,
         constraint=_constraint(parsed, sources),
-        # OpenAI's SDKs send 0 (and vLLM's 1) for "no penalty": unset, so that a backend
-        # that takes no penalties serves them.
-        presence_penalty=parsed.presence_penalty or None,
-        frequency_penalty=parsed.frequency_penalty or None,
-        repetition_penalty=None if parsed.repetition_penalty == 1 else parsed.repetition_penalty,
+        presence_penalty=parsed.presence_penalty,
+        frequency_penalty=parsed.frequency_penalty,
+        repetition_penalty=parsed.repetition_penalty,
         logit_bias=_logit_bias(parsed.logit_bias),
     )
 

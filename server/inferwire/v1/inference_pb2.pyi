@@ -61,7 +61,14 @@ PRIORITY_STANDARD: Priority
 PRIORITY_BATCH: Priority
 
 class GenerationParameters(_message.Message):
-    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs", "top_logprobs", "constraint", "min_tokens", "ignore_eos")
+    __slots__ = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs", "top_logprobs", "constraint", "min_tokens", "ignore_eos", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias")
+    class LogitBiasEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +80,10 @@ class GenerationParameters(_message.Message):
     CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
     MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
+    PRESENCE_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    LOGIT_BIAS_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     temperature: float
     top_p: float
@@ -84,7 +95,11 @@ class GenerationParameters(_message.Message):
     constraint: OutputConstraint
     min_tokens: int
     ignore_eos: bool
-    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., constraint: _Optional[_Union[OutputConstraint, _Mapping]] = ..., min_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ...) -> None: ...
+    presence_penalty: float
+    frequency_penalty: float
+    repetition_penalty: float
+    logit_bias: _containers.ScalarMap[int, float]
+    def __init__(self, max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., constraint: _Optional[_Union[OutputConstraint, _Mapping]] = ..., min_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., logit_bias: _Optional[_Mapping[int, float]] = ...) -> None: ...
 
 class OutputConstraint(_message.Message):
     __slots__ = ("json_schema", "regex", "lark_grammar")
@@ -283,7 +298,7 @@ class InferStreamResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallDelta, _Mapping]]] = ...) -> None: ...
 
 class ModelCapabilities(_message.Message):
-    __slots__ = ("streaming", "max_concurrency", "on_premises", "modalities", "context_length", "max_output_tokens", "chat", "logprobs", "constrained_output", "tools", "tools_constrained")
+    __slots__ = ("streaming", "max_concurrency", "on_premises", "modalities", "context_length", "max_output_tokens", "chat", "logprobs", "constrained_output", "tools", "tools_constrained", "sampling_parameters")
     STREAMING_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     ON_PREMISES_FIELD_NUMBER: _ClassVar[int]
@@ -295,6 +310,7 @@ class ModelCapabilities(_message.Message):
     CONSTRAINED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOLS_CONSTRAINED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     streaming: bool
     max_concurrency: int
     on_premises: bool
@@ -306,7 +322,8 @@ class ModelCapabilities(_message.Message):
     constrained_output: bool
     tools: bool
     tools_constrained: bool
-    def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., constrained_output: _Optional[bool] = ..., tools: _Optional[bool] = ..., tools_constrained: _Optional[bool] = ...) -> None: ...
+    sampling_parameters: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., constrained_output: _Optional[bool] = ..., tools: _Optional[bool] = ..., tools_constrained: _Optional[bool] = ..., sampling_parameters: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
     __slots__ = ("name", "backend", "state", "detail", "capabilities", "pinned", "on_demand", "resident_bytes", "last_used", "base_model")

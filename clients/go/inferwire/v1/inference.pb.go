@@ -323,7 +323,24 @@ type GenerationParameters struct {
 	// (FINISH_REASON_LENGTH), unless a stop string or a full context window
 	// ends the output sooner. The end-of-sequence token is never returned as
 	// text. Refused (INVALID_ARGUMENT) where min_tokens is.
-	IgnoreEos     *bool `protobuf:"varint,11,opt,name=ignore_eos,json=ignoreEos,proto3,oneof" json:"ignore_eos,omitempty"`
+	IgnoreEos *bool `protobuf:"varint,11,opt,name=ignore_eos,json=ignoreEos,proto3,oneof" json:"ignore_eos,omitempty"`
+	// The sampling parameters below are OpenAI's (and vLLM's repetition_penalty).
+	// A model whose ModelCapabilities.sampling_parameters does not list one
+	// refuses a request that sets it (INVALID_ARGUMENT naming the field).
+	//
+	// In [-2, 2]: subtracted once from the logit of each token the output
+	// already holds. 0 means none.
+	PresencePenalty *float32 `protobuf:"fixed32,12,opt,name=presence_penalty,json=presencePenalty,proto3,oneof" json:"presence_penalty,omitempty"`
+	// In [-2, 2]: subtracted from a token's logit once per time the output
+	// holds it. 0 means none.
+	FrequencyPenalty *float32 `protobuf:"fixed32,13,opt,name=frequency_penalty,json=frequencyPenalty,proto3,oneof" json:"frequency_penalty,omitempty"`
+	// Finite and > 0: the logit of each token of the prompt and the output is
+	// divided by it when positive, multiplied when negative (CTRL's). 1 means
+	// none; unset means the model's default.
+	RepetitionPenalty *float32 `protobuf:"fixed32,14,opt,name=repetition_penalty,json=repetitionPenalty,proto3,oneof" json:"repetition_penalty,omitempty"`
+	// Token id -> a value in [-100, 100] added to its logit before sampling; at
+	// most 300 entries.
+	LogitBias     map[uint32]float32 `protobuf:"bytes,15,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +450,34 @@ func (x *GenerationParameters) GetIgnoreEos() bool {
 		return *x.IgnoreEos
 	}
 	return false
+}
+
+func (x *GenerationParameters) GetPresencePenalty() float32 {
+	if x != nil && x.PresencePenalty != nil {
+		return *x.PresencePenalty
+	}
+	return 0
+}
+
+func (x *GenerationParameters) GetFrequencyPenalty() float32 {
+	if x != nil && x.FrequencyPenalty != nil {
+		return *x.FrequencyPenalty
+	}
+	return 0
+}
+
+func (x *GenerationParameters) GetRepetitionPenalty() float32 {
+	if x != nil && x.RepetitionPenalty != nil {
+		return *x.RepetitionPenalty
+	}
+	return 0
+}
+
+func (x *GenerationParameters) GetLogitBias() map[uint32]float32 {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
 }
 
 // OutputConstraint restricts what the model may generate.
@@ -1702,8 +1747,12 @@ type ModelCapabilities struct {
 	// Whether its calls are decoded under their schemas: valid by construction.
 	// Otherwise a call is validated and an invalid one answered as text.
 	ToolsConstrained bool `protobuf:"varint,11,opt,name=tools_constrained,json=toolsConstrained,proto3" json:"tools_constrained,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The GenerationParameters sampling fields the model takes, by name
+	// (temperature, top_p, top_k, seed, min_tokens, ignore_eos,
+	// presence_penalty, frequency_penalty, repetition_penalty, logit_bias).
+	SamplingParameters []string `protobuf:"bytes,12,rep,name=sampling_parameters,json=samplingParameters,proto3" json:"sampling_parameters,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ModelCapabilities) Reset() {
@@ -1811,6 +1860,13 @@ func (x *ModelCapabilities) GetToolsConstrained() bool {
 		return x.ToolsConstrained
 	}
 	return false
+}
+
+func (x *ModelCapabilities) GetSamplingParameters() []string {
+	if x != nil {
+		return x.SamplingParameters
+	}
+	return nil
 }
 
 // ModelStatus is a configured model and its state.
@@ -2713,7 +2769,7 @@ var File_inferwire_v1_inference_proto protoreflect.FileDescriptor
 
 const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x04\n" +
+	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x06\n" +
 	"\x14GenerationParameters\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
@@ -2731,7 +2787,16 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"min_tokens\x18\n" +
 	" \x01(\rH\aR\tminTokens\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"ignore_eos\x18\v \x01(\bH\bR\tignoreEos\x88\x01\x01B\r\n" +
+	"ignore_eos\x18\v \x01(\bH\bR\tignoreEos\x88\x01\x01\x12.\n" +
+	"\x10presence_penalty\x18\f \x01(\x02H\tR\x0fpresencePenalty\x88\x01\x01\x120\n" +
+	"\x11frequency_penalty\x18\r \x01(\x02H\n" +
+	"R\x10frequencyPenalty\x88\x01\x01\x122\n" +
+	"\x12repetition_penalty\x18\x0e \x01(\x02H\vR\x11repetitionPenalty\x88\x01\x01\x12P\n" +
+	"\n" +
+	"logit_bias\x18\x0f \x03(\v21.inferwire.v1.GenerationParameters.LogitBiasEntryR\tlogitBias\x1a<\n" +
+	"\x0eLogitBiasEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01B\r\n" +
 	"\v_max_tokensB\x0e\n" +
 	"\f_temperatureB\b\n" +
 	"\x06_top_pB\b\n" +
@@ -2740,7 +2805,10 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\t_logprobsB\x0f\n" +
 	"\r_top_logprobsB\r\n" +
 	"\v_min_tokensB\r\n" +
-	"\v_ignore_eos\"z\n" +
+	"\v_ignore_eosB\x13\n" +
+	"\x11_presence_penaltyB\x14\n" +
+	"\x12_frequency_penaltyB\x15\n" +
+	"\x13_repetition_penalty\"z\n" +
 	"\x10OutputConstraint\x12!\n" +
 	"\vjson_schema\x18\x01 \x01(\tH\x00R\n" +
 	"jsonSchema\x12\x16\n" +
@@ -2847,7 +2915,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x06timing\x18\x06 \x01(\v2\x14.inferwire.v1.TimingR\x06timing\x126\n" +
 	"\blogprobs\x18\a \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\x12:\n" +
 	"\n" +
-	"tool_calls\x18\b \x03(\v2\x1b.inferwire.v1.ToolCallDeltaR\ttoolCalls\"\x90\x03\n" +
+	"tool_calls\x18\b \x03(\v2\x1b.inferwire.v1.ToolCallDeltaR\ttoolCalls\"\xc1\x03\n" +
 	"\x11ModelCapabilities\x12\x1c\n" +
 	"\tstreaming\x18\x01 \x01(\bR\tstreaming\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\rR\x0emaxConcurrency\x12\x1f\n" +
@@ -2863,7 +2931,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x12constrained_output\x18\t \x01(\bR\x11constrainedOutput\x12\x14\n" +
 	"\x05tools\x18\n" +
 	" \x01(\bR\x05tools\x12+\n" +
-	"\x11tools_constrained\x18\v \x01(\bR\x10toolsConstrained\"\xfc\x02\n" +
+	"\x11tools_constrained\x18\v \x01(\bR\x10toolsConstrained\x12/\n" +
+	"\x13sampling_parameters\x18\f \x03(\tR\x12samplingParameters\"\xfc\x02\n" +
 	"\vModelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12.\n" +
@@ -2970,7 +3039,7 @@ func file_inferwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_inferwire_v1_inference_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: inferwire.v1.FinishReason
 	(ModelState)(0),               // 1: inferwire.v1.ModelState
@@ -3006,63 +3075,65 @@ var file_inferwire_v1_inference_proto_goTypes = []any{
 	(*HealthResponse)(nil),        // 31: inferwire.v1.HealthResponse
 	(*TokenizeRequest)(nil),       // 32: inferwire.v1.TokenizeRequest
 	(*TokenizeResponse)(nil),      // 33: inferwire.v1.TokenizeResponse
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	nil,                           // 34: inferwire.v1.GenerationParameters.LogitBiasEntry
+	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
 }
 var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	5,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
-	9,  // 1: inferwire.v1.ChatMessage.tool_calls:type_name -> inferwire.v1.ToolCall
-	2,  // 2: inferwire.v1.ToolChoice.mode:type_name -> inferwire.v1.ToolChoiceMode
-	11, // 3: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
-	4,  // 4: inferwire.v1.InferRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	6,  // 5: inferwire.v1.InferRequest.messages:type_name -> inferwire.v1.ChatMessage
-	3,  // 6: inferwire.v1.InferRequest.priority:type_name -> inferwire.v1.Priority
-	7,  // 7: inferwire.v1.InferRequest.tools:type_name -> inferwire.v1.Tool
-	8,  // 8: inferwire.v1.InferRequest.tool_choice:type_name -> inferwire.v1.ToolChoice
-	0,  // 9: inferwire.v1.InferResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	14, // 10: inferwire.v1.InferResponse.usage:type_name -> inferwire.v1.Usage
-	15, // 11: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
-	12, // 12: inferwire.v1.InferResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
-	9,  // 13: inferwire.v1.InferResponse.tool_calls:type_name -> inferwire.v1.ToolCall
-	4,  // 14: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	6,  // 15: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
-	3,  // 16: inferwire.v1.InferStreamRequest.priority:type_name -> inferwire.v1.Priority
-	7,  // 17: inferwire.v1.InferStreamRequest.tools:type_name -> inferwire.v1.Tool
-	8,  // 18: inferwire.v1.InferStreamRequest.tool_choice:type_name -> inferwire.v1.ToolChoice
-	0,  // 19: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	14, // 20: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
-	15, // 21: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
-	12, // 22: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
-	10, // 23: inferwire.v1.InferStreamResponse.tool_calls:type_name -> inferwire.v1.ToolCallDelta
-	1,  // 24: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
-	19, // 25: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
-	34, // 26: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
-	22, // 27: inferwire.v1.LoadModelRequest.adapter:type_name -> inferwire.v1.AdapterSource
-	20, // 28: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	20, // 29: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	20, // 30: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
-	1,  // 31: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
-	29, // 32: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
-	30, // 33: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
-	6,  // 34: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
-	21, // 35: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
-	24, // 36: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
-	13, // 37: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
-	17, // 38: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
-	28, // 39: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
-	26, // 40: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
-	32, // 41: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
-	23, // 42: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
-	25, // 43: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
-	16, // 44: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
-	18, // 45: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
-	31, // 46: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
-	27, // 47: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
-	33, // 48: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
-	42, // [42:49] is the sub-list for method output_type
-	35, // [35:42] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	34, // 1: inferwire.v1.GenerationParameters.logit_bias:type_name -> inferwire.v1.GenerationParameters.LogitBiasEntry
+	9,  // 2: inferwire.v1.ChatMessage.tool_calls:type_name -> inferwire.v1.ToolCall
+	2,  // 3: inferwire.v1.ToolChoice.mode:type_name -> inferwire.v1.ToolChoiceMode
+	11, // 4: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
+	4,  // 5: inferwire.v1.InferRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	6,  // 6: inferwire.v1.InferRequest.messages:type_name -> inferwire.v1.ChatMessage
+	3,  // 7: inferwire.v1.InferRequest.priority:type_name -> inferwire.v1.Priority
+	7,  // 8: inferwire.v1.InferRequest.tools:type_name -> inferwire.v1.Tool
+	8,  // 9: inferwire.v1.InferRequest.tool_choice:type_name -> inferwire.v1.ToolChoice
+	0,  // 10: inferwire.v1.InferResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	14, // 11: inferwire.v1.InferResponse.usage:type_name -> inferwire.v1.Usage
+	15, // 12: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
+	12, // 13: inferwire.v1.InferResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	9,  // 14: inferwire.v1.InferResponse.tool_calls:type_name -> inferwire.v1.ToolCall
+	4,  // 15: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	6,  // 16: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
+	3,  // 17: inferwire.v1.InferStreamRequest.priority:type_name -> inferwire.v1.Priority
+	7,  // 18: inferwire.v1.InferStreamRequest.tools:type_name -> inferwire.v1.Tool
+	8,  // 19: inferwire.v1.InferStreamRequest.tool_choice:type_name -> inferwire.v1.ToolChoice
+	0,  // 20: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	14, // 21: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
+	15, // 22: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
+	12, // 23: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	10, // 24: inferwire.v1.InferStreamResponse.tool_calls:type_name -> inferwire.v1.ToolCallDelta
+	1,  // 25: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
+	19, // 26: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
+	35, // 27: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
+	22, // 28: inferwire.v1.LoadModelRequest.adapter:type_name -> inferwire.v1.AdapterSource
+	20, // 29: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	20, // 30: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	20, // 31: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
+	1,  // 32: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
+	29, // 33: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
+	30, // 34: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
+	6,  // 35: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
+	21, // 36: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
+	24, // 37: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
+	13, // 38: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
+	17, // 39: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
+	28, // 40: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
+	26, // 41: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
+	32, // 42: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
+	23, // 43: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
+	25, // 44: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
+	16, // 45: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
+	18, // 46: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
+	31, // 47: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
+	27, // 48: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
+	33, // 49: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
+	43, // [43:50] is the sub-list for method output_type
+	36, // [36:43] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_inferwire_v1_inference_proto_init() }
@@ -3088,7 +3159,7 @@ func file_inferwire_v1_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inferwire_v1_inference_proto_rawDesc), len(file_inferwire_v1_inference_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -351,7 +351,45 @@ export interface GenerationParameters {
    * ends the output sooner. The end-of-sequence token is never returned as
    * text. Refused (INVALID_ARGUMENT) where min_tokens is.
    */
-  ignoreEos?: boolean | undefined;
+  ignoreEos?:
+    | boolean
+    | undefined;
+  /**
+   * The sampling parameters below are OpenAI's (and vLLM's repetition_penalty).
+   * A model whose ModelCapabilities.sampling_parameters does not list one
+   * refuses a request that sets it (INVALID_ARGUMENT naming the field).
+   *
+   * In [-2, 2]: subtracted once from the logit of each token the output
+   * already holds. 0 means none.
+   */
+  presencePenalty?:
+    | number
+    | undefined;
+  /**
+   * In [-2, 2]: subtracted from a token's logit once per time the output
+   * holds it. 0 means none.
+   */
+  frequencyPenalty?:
+    | number
+    | undefined;
+  /**
+   * Finite and > 0: the logit of each token of the prompt and the output is
+   * divided by it when positive, multiplied when negative (CTRL's). 1 means
+   * none; unset means the model's default.
+   */
+  repetitionPenalty?:
+    | number
+    | undefined;
+  /**
+   * Token id -> a value in [-100, 100] added to its logit before sampling; at
+   * most 300 entries.
+   */
+  logitBias: { [key: number]: number };
+}
+
+export interface GenerationParameters_LogitBiasEntry {
+  key: number;
+  value: number;
 }
 
 /** OutputConstraint restricts what the model may generate. */
@@ -656,6 +694,12 @@ export interface ModelCapabilities {
    * Otherwise a call is validated and an invalid one answered as text.
    */
   toolsConstrained: boolean;
+  /**
+   * The GenerationParameters sampling fields the model takes, by name
+   * (temperature, top_p, top_k, seed, min_tokens, ignore_eos,
+   * presence_penalty, frequency_penalty, repetition_penalty, logit_bias).
+   */
+  samplingParameters: string[];
 }
 
 /** ModelStatus is a configured model and its state. */
@@ -838,6 +882,10 @@ function createBaseGenerationParameters(): GenerationParameters {
     constraint: undefined,
     minTokens: undefined,
     ignoreEos: undefined,
+    presencePenalty: undefined,
+    frequencyPenalty: undefined,
+    repetitionPenalty: undefined,
+    logitBias: {},
   };
 }
 
@@ -876,6 +924,18 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     if (message.ignoreEos !== undefined) {
       writer.uint32(88).bool(message.ignoreEos);
     }
+    if (message.presencePenalty !== undefined) {
+      writer.uint32(101).float(message.presencePenalty);
+    }
+    if (message.frequencyPenalty !== undefined) {
+      writer.uint32(109).float(message.frequencyPenalty);
+    }
+    if (message.repetitionPenalty !== undefined) {
+      writer.uint32(117).float(message.repetitionPenalty);
+    }
+    globalThis.Object.entries(message.logitBias).forEach(([key, value]: [string, number]) => {
+      GenerationParameters_LogitBiasEntry.encode({ key: key as any, value }, writer.uint32(122).fork()).join();
+    });
     return writer;
   },
 
@@ -980,6 +1040,41 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
             message.ignoreEos = reader.bool();
             continue;
           }
+          case 12: {
+            if (tag !== 101) {
+              break;
+            }
+
+            message.presencePenalty = reader.float();
+            continue;
+          }
+          case 13: {
+            if (tag !== 109) {
+              break;
+            }
+
+            message.frequencyPenalty = reader.float();
+            continue;
+          }
+          case 14: {
+            if (tag !== 117) {
+              break;
+            }
+
+            message.repetitionPenalty = reader.float();
+            continue;
+          }
+          case 15: {
+            if (tag !== 122) {
+              break;
+            }
+
+            const entry15 = GenerationParameters_LogitBiasEntry.decode(reader, reader.uint32());
+            if (entry15.value !== undefined) {
+              message.logitBias[entry15.key] = entry15.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1029,6 +1124,48 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
         : isSet(object.ignore_eos)
         ? globalThis.Boolean(object.ignore_eos)
         : undefined,
+      presencePenalty: isSet(object.presencePenalty)
+        ? globalThis.Number(object.presencePenalty)
+        : isSet(object.presence_penalty)
+        ? globalThis.Number(object.presence_penalty)
+        : undefined,
+      frequencyPenalty: isSet(object.frequencyPenalty)
+        ? globalThis.Number(object.frequencyPenalty)
+        : isSet(object.frequency_penalty)
+        ? globalThis.Number(object.frequency_penalty)
+        : undefined,
+      repetitionPenalty: isSet(object.repetitionPenalty)
+        ? globalThis.Number(object.repetitionPenalty)
+        : isSet(object.repetition_penalty)
+        ? globalThis.Number(object.repetition_penalty)
+        : undefined,
+      logitBias: isObject(object.logitBias)
+        ? (globalThis.Object.entries(object.logitBias) as [string, any][]).reduce(
+          (acc: { [key: number]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, globalThis.Number(key), {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.logit_bias)
+        ? (globalThis.Object.entries(object.logit_bias) as [string, any][]).reduce(
+          (acc: { [key: number]: number }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, globalThis.Number(key), {
+              value: globalThis.Number(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
     };
   },
 
@@ -1067,6 +1204,24 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     if (message.ignoreEos !== undefined) {
       obj.ignoreEos = message.ignoreEos;
     }
+    if (message.presencePenalty !== undefined) {
+      obj.presencePenalty = floatToJson(message.presencePenalty);
+    }
+    if (message.frequencyPenalty !== undefined) {
+      obj.frequencyPenalty = floatToJson(message.frequencyPenalty);
+    }
+    if (message.repetitionPenalty !== undefined) {
+      obj.repetitionPenalty = floatToJson(message.repetitionPenalty);
+    }
+    if (message.logitBias) {
+      const entries = globalThis.Object.entries(message.logitBias) as [string, number][];
+      if (entries.length > 0) {
+        obj.logitBias = {};
+        entries.forEach(([k, v]) => {
+          obj.logitBias[k] = floatToJson(v);
+        });
+      }
+    }
     return obj;
   },
 
@@ -1088,6 +1243,107 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
       : undefined;
     message.minTokens = object.minTokens ?? undefined;
     message.ignoreEos = object.ignoreEos ?? undefined;
+    message.presencePenalty = object.presencePenalty ?? undefined;
+    message.frequencyPenalty = object.frequencyPenalty ?? undefined;
+    message.repetitionPenalty = object.repetitionPenalty ?? undefined;
+    message.logitBias = (globalThis.Object.entries(object.logitBias ?? {}) as [string, number][]).reduce(
+      (acc: { [key: number]: number }, [key, value]: [string, number]) => {
+        if (value !== undefined) {
+          acc[globalThis.Number(key)] = globalThis.Number(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseGenerationParameters_LogitBiasEntry(): GenerationParameters_LogitBiasEntry {
+  return { key: 0, value: 0 };
+}
+
+export const GenerationParameters_LogitBiasEntry: MessageFns<GenerationParameters_LogitBiasEntry> = {
+  encode(message: GenerationParameters_LogitBiasEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== 0) {
+      writer.uint32(8).uint32(message.key);
+    }
+    if (message.value !== 0) {
+      writer.uint32(21).float(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GenerationParameters_LogitBiasEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGenerationParameters_LogitBiasEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.key = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 21) {
+              break;
+            }
+
+            message.value = reader.float();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GenerationParameters_LogitBiasEntry {
+    return {
+      key: isSet(object.key) ? globalThis.Number(object.key) : 0,
+      value: isSet(object.value) ? globalThis.Number(object.value) : 0,
+    };
+  },
+
+  toJSON(message: GenerationParameters_LogitBiasEntry): unknown {
+    const obj: any = {};
+    if (message.key !== 0) {
+      obj.key = Math.round(message.key);
+    }
+    if (message.value !== 0) {
+      obj.value = floatToJson(message.value);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<GenerationParameters_LogitBiasEntry>, I>>(
+    base?: I,
+  ): GenerationParameters_LogitBiasEntry {
+    return GenerationParameters_LogitBiasEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<GenerationParameters_LogitBiasEntry>, I>>(
+    object: I,
+  ): GenerationParameters_LogitBiasEntry {
+    const message = createBaseGenerationParameters_LogitBiasEntry();
+    message.key = object.key ?? 0;
+    message.value = object.value ?? 0;
     return message;
   },
 };
@@ -3140,6 +3396,7 @@ function createBaseModelCapabilities(): ModelCapabilities {
     constrainedOutput: false,
     tools: false,
     toolsConstrained: false,
+    samplingParameters: [],
   };
 }
 
@@ -3177,6 +3434,9 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     }
     if (message.toolsConstrained !== false) {
       writer.uint32(88).bool(message.toolsConstrained);
+    }
+    for (const v of message.samplingParameters) {
+      writer.uint32(98).string(v!);
     }
     return writer;
   },
@@ -3282,6 +3542,14 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
             message.toolsConstrained = reader.bool();
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.samplingParameters.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3333,6 +3601,11 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
         : isSet(object.tools_constrained)
         ? globalThis.Boolean(object.tools_constrained)
         : false,
+      samplingParameters: globalThis.Array.isArray(object?.samplingParameters)
+        ? object.samplingParameters.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.sampling_parameters)
+        ? object.sampling_parameters.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -3371,6 +3644,9 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     if (message.toolsConstrained !== false) {
       obj.toolsConstrained = message.toolsConstrained;
     }
+    if (message.samplingParameters?.length) {
+      obj.samplingParameters = message.samplingParameters;
+    }
     return obj;
   },
 
@@ -3390,6 +3666,7 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     message.constrainedOutput = object.constrainedOutput ?? false;
     message.tools = object.tools ?? false;
     message.toolsConstrained = object.toolsConstrained ?? false;
+    message.samplingParameters = object.samplingParameters?.map((e) => e) || [];
     return message;
   },
 };
@@ -5215,6 +5492,10 @@ function longToNumber(int64: { toString(): string }): number {
     throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
   }
   return num;
+}
+
+function isObject(value: any): boolean {
+  return typeof value === "object" && value !== null;
 }
 
 function isSet(value: any): boolean {
