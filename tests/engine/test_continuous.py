@@ -4,8 +4,9 @@ what its docstrings promise, checked on a server of its own.
 - a decode step's rows do not depend on each other: greedy streams run together give their
   solo results, token for token and log-probability for log-probability;
 - a seed reproduces beside any other traffic;
-- a step of one row runs beside a shadow row (decoder.py's MIN_DECODE_ROWS), also when the
-  model has one slot, so a lone request gives what it gives in a batch;
+- a step of one row runs beside a shadow row (decoder.py's MIN_DECODE_ROWS), the spare row
+  after the last slot where no other row follows, so a lone request gives what it gives
+  in a batch;
 - base and adapter rows share a step, each under its own weights;
 - a conversation's next turn reads its history from a free slot's cache.
 """
@@ -36,12 +37,16 @@ async def served() -> AsyncIterator[InferwireServer]:
             models=[
                 {"name": "cont", "load_on_startup": True, "max_concurrency": 8},
                 {"name": "cont-one", "load_on_startup": True, "max_concurrency": 1},
-                {
-                    "name": "cont-sonnets",
-                    "adapter_of": "cont",
-                    "load_on_startup": True,
-                    "options": {"adapter_file": adapter_file},
-                },
+                {"name": "cont-two", "load_on_startup": True, "max_concurrency": 2},
+                *(
+                    {
+                        "name": f"{base}-sonnets",
+                        "adapter_of": base,
+                        "load_on_startup": True,
+                        "options": {"adapter_file": adapter_file},
+                    }
+                    for base in ("cont", "cont-two")
+                ),
             ],
         )
     )
@@ -105,8 +110,11 @@ async def test_a_model_of_one_slot_gives_what_a_batch_gives(cont_stub):
         assert one == batched
 
 
-async def test_base_and_adapter_rows_share_steps_each_under_its_weights(cont_stub):
-    models = ["cont", "cont-sonnets"] * 3
+@pytest.mark.parametrize("base", ["cont", "cont-two"])
+async def test_base_and_adapter_rows_share_steps_each_under_its_weights(cont_stub, base):
+    """On `cont-two` the adapter's lone row is in the last slot: its shadow is the
+    decoder's spare row."""
+    models = [base, f"{base}-sonnets"] * 3
     alone = [
         await tokens(cont_stub, m, p, temperature=0) for m, p in zip(models, PROMPTS, strict=True)
     ]
@@ -114,8 +122,8 @@ async def test_base_and_adapter_rows_share_steps_each_under_its_weights(cont_stu
         *(tokens(cont_stub, m, p, temperature=0) for m, p in zip(models, PROMPTS, strict=True))
     )
     assert list(together) == alone
-    base = await tokens(cont_stub, "cont", PROMPTS[1], temperature=0)
-    assert base != alone[1]  # the adapter changes the answer: its weights were applied
+    unadapted = await tokens(cont_stub, base, PROMPTS[1], temperature=0)
+    assert unadapted != alone[1]  # the adapter changes the answer: its weights were applied
 
 
 async def test_a_conversations_next_turn_reads_its_history_from_the_cache(served, cont_stub):

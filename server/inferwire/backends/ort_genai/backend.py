@@ -120,10 +120,10 @@ class OrtGenAIBackend(Backend):
             base = estimate_footprint(path, config, "cpu", 0)
             slot_tokens = self._slot_tokens(config)
             kv = read_layout(path).kv_bytes_per_token(np.dtype(np.float32)) * slot_tokens
-            kv *= self.max_concurrency
+            kv *= self.max_concurrency + 1  # and the decoder's spare row (continuous/loop.py)
             detail = (
                 f"{base.detail.split(' + ')[0]} + KV cache {format_size(kv)} "
-                f"({self.max_concurrency} slots x {slot_tokens} tokens)"
+                f"({self.max_concurrency} slots and a spare row x {slot_tokens} tokens)"
             )
             return Footprint("cpu", base.amount + kv, detail=detail)
         except (OSError, ValueError, KeyError, TypeError):

@@ -138,8 +138,8 @@ class Decoder:
         if missing:
             raise ConfigurationError(f"{path / filename} has no input {missing[0]!r}")
         dtype = np.dtype(np.float16 if types[layout.past[0]] == "tensor(float16)" else np.float32)
-        # At least two rows: a decode step always runs two or more (see `decode`).
-        self.kv = KvSlots(layout, max(slots, MIN_DECODE_ROWS), slot_tokens, dtype)
+        # A spare row after the slots: the shadow of a lone row in the last slot (loop.py).
+        self.kv = KvSlots(layout, slots + 1, slot_tokens, dtype)
         self.kv_dtype = dtype
         # An adapter-ready export takes each LoRA weight as an input with a zero default
         # (ONNX Runtime lists those among its overridable initializers).

@@ -328,8 +328,8 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         """Where a shadow row (decoder.py's MIN_DECODE_ROWS) may write a position nobody
         reads: after the tokens its slot holds. A decoding row of a later stretch rewrites
         that position in its own run; a prompt being read, in its next chunk; a free slot's
-        cache ends before it (a full one gives up its last token). With one slot, the row
-        after it belongs to no slot."""
+        cache ends before it (a full one gives up its last token). The row after the last
+        slot is the decoder's spare row, which belongs to no slot."""
         if row >= len(self._slots):
             return 0
         slot = self._slots[row]
