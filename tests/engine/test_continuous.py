@@ -171,3 +171,46 @@ async def test_penalties_and_logit_bias_reach_the_sampler_over_grpc(cont_stub):
     models = (await cont_stub.ListModels(pb.ListModelsRequest())).models
     taken = next(m for m in models if m.name == "cont").capabilities.sampling_parameters
     assert {"logit_bias", "presence_penalty", "repetition_penalty", "seed"} <= set(taken)
+
+
+async def test_n_choices_share_one_prompt_read_and_reproduce_their_seeds(served, cont_stub):
+    """n = 4 over gRPC: one prompt read, copied into the other choices' slots (each reads
+    only its last two tokens); choice i is the single answer of seed + i, unary and
+    streamed alike."""
+    prompt = "Once upon a time there was a king who ruled a land far away, and"
+    sampled = {"temperature": 0.9, "seed": 11, "max_tokens": 12, "ignore_eos": True}
+    before = served.manager.prompt_caches()["cont"]
+    many = await cont_stub.Infer(
+        pb.InferRequest(
+            model="cont", prompt=prompt, parameters=pb.GenerationParameters(n=4, **sampled)
+        )
+    )
+    after = served.manager.prompt_caches()["cont"]
+    prompt_tokens = many.usage.prompt_tokens
+    assert after.prompt_tokens_total - before.prompt_tokens_total == 4 * prompt_tokens
+    assert after.reused_tokens_total - before.reused_tokens_total >= 3 * (prompt_tokens - 2)
+    assert [c.index for c in many.choices] == [0, 1, 2, 3]
+    assert many.text == many.choices[0].text and many.usage.completion_tokens == 4 * 12
+    for choice in many.choices:
+        single = await cont_stub.Infer(
+            pb.InferRequest(
+                model="cont",
+                prompt=prompt,
+                parameters=pb.GenerationParameters(**{**sampled, "seed": 11 + choice.index}),
+            )
+        )
+        assert choice.text == single.text
+    streamed: dict[int, str] = {}
+    ends = {}
+    request = pb.InferStreamRequest(
+        model="cont", prompt=prompt, parameters=pb.GenerationParameters(n=4, **sampled)
+    )
+    messages = [message async for message in cont_stub.InferStream(request)]
+    for message in messages:
+        streamed[message.choice_index] = streamed.get(message.choice_index, "") + message.text
+        if message.finish_reason:
+            ends[message.choice_index] = message.finish_reason
+    assert streamed == {c.index: c.text for c in many.choices}
+    assert ends == dict.fromkeys(range(4), pb.FINISH_REASON_LENGTH)
+    assert messages[-1].usage.completion_tokens == 48  # only the last carries the usage
+    assert sum(m.HasField("usage") for m in messages) == 1

@@ -185,7 +185,7 @@ def test_completions_logprobs_list_tokens_offsets_and_alternatives(client):
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"n": 2}, "n"),
+        ({"n": 17}, "n"),
         ({"top_p": 2.0}, "top_p"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"max_completion_tokens": 100_000}, "max_completion_tokens"),
@@ -222,6 +222,43 @@ def test_logit_bias_and_penalties_are_taken(client, served):
     plain = client.chat.completions.create(**asked, presence_penalty=0, frequency_penalty=0)
     repeated = client.chat.completions.create(**asked, extra_body={"repetition_penalty": 1.3})
     assert plain.usage.completion_tokens == repeated.usage.completion_tokens == 4
+
+
+def test_n_choices_reproduce_their_seeds_and_stream_as_unary(client):
+    """n = 3: choice i samples with seed + i, so each is the single answer of that seed;
+    usage counts the prompt once and every choice's tokens; the stream's choices, joined
+    by index, are the unary ones."""
+    asked = dict(
+        model="demo",
+        messages=CHAT,
+        max_tokens=8,
+        temperature=0.9,
+        seed=7,
+        extra_body={"ignore_eos": True},
+    )
+    many = client.chat.completions.create(**asked, n=3)
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    for index, choice in enumerate(many.choices):
+        single = client.chat.completions.create(**{**asked, "seed": 7 + index})
+        assert choice.message.content == single.choices[0].message.content
+        assert choice.finish_reason == "length"
+    assert many.usage.prompt_tokens == single.usage.prompt_tokens
+    assert many.usage.completion_tokens == 3 * 8
+    assert len({c.message.content for c in many.choices}) > 1  # sampled: they differ
+    texts: dict[int, str] = {}
+    reasons: dict[int, str] = {}
+    usage = None
+    for chunk in client.chat.completions.create(
+        **asked, n=3, stream=True, stream_options={"include_usage": True}
+    ):
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                reasons[choice.index] = choice.finish_reason
+    assert texts == {c.index: c.message.content for c in many.choices}
+    assert reasons == {0: "length", 1: "length", 2: "length"}
+    assert usage is not None and usage.completion_tokens == 24
 
 
 def token_ids(served: ServerProcess, text: str) -> list[int]:

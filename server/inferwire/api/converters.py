@@ -17,7 +17,7 @@ from inferwire.core.chat import (
 )
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.requests import InferenceRequest, Priority
-from inferwire.core.results import FinishReason, Timing, TokenLogprob, Usage
+from inferwire.core.results import Choice, FinishReason, Timing, TokenLogprob, Usage
 from inferwire.core.sampling import ConstraintKind, GenerationParams, OutputConstraint
 from inferwire.core.status import HealthReport, ModelState, ModelStatus
 from inferwire.v1 import inference_pb2 as pb
@@ -67,6 +67,7 @@ def request_from_proto(
         frequency_penalty=p.frequency_penalty if p.HasField("frequency_penalty") else None,
         repetition_penalty=p.repetition_penalty if p.HasField("repetition_penalty") else None,
         logit_bias=dict(p.logit_bias),
+        n=p.n if p.HasField("n") else None,
     )
     return InferenceRequest(
         request_id=message.request_id,
@@ -101,6 +102,19 @@ def tool_choice_from_proto(choice: pb.ToolChoice) -> ToolChoice | None:
             [FieldViolation("tool_choice.mode", f"unknown mode {choice.mode}")]
         )
     return ToolChoice(_TOOL_CHOICE_MODE[choice.mode])
+
+
+def choices_to_proto(choices: Iterable[Choice]) -> list[pb.Choice]:
+    return [
+        pb.Choice(
+            index=c.index,
+            text=c.text,
+            finish_reason=FINISH_REASON[c.finish_reason],
+            tool_calls=tool_calls_to_proto(c.tool_calls),
+            logprobs=logprobs_to_proto(c.logprobs),
+        )
+        for c in choices
+    ]
 
 
 def tool_calls_to_proto(calls: Iterable[ToolCall]) -> list[pb.ToolCall]:

@@ -14,6 +14,7 @@ import grpc
 
 from inferwire.api.converters import (
     FINISH_REASON,
+    choices_to_proto,
     health_to_proto,
     list_models_response,
     logprobs_to_proto,
@@ -79,6 +80,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             timing=timing_to_proto(result.timing),
             logprobs=logprobs_to_proto(result.logprobs),
             tool_calls=tool_calls_to_proto(result.tool_calls),
+            choices=choices_to_proto(result.choices),
         )
 
     async def InferStream(
@@ -92,7 +94,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
                 message = pb.InferStreamResponse(
-                    request_id=request_id, model=request.model, text=chunk.text
+                    request_id=request_id,
+                    model=request.model,
+                    text=chunk.text,
+                    choice_index=chunk.choice,
                 )
                 if chunk.logprobs:
                     message.logprobs.extend(logprobs_to_proto(chunk.logprobs))

@@ -75,6 +75,14 @@ class GenerationProgress(Protocol):
         tests prove cancellation stops generation promptly)."""
 
 
+class CountedProgress(GenerationProgress, Protocol):
+    """A request's progress with its counts readable: its record, or one of its choices
+    (core/choices.py); what the core's stream stages read and write."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
 class Backend(abc.ABC):
     """One model served by one backend implementation."""
 

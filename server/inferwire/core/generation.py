@@ -13,12 +13,11 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from inferwire.core.backend import GenerationEvents
+from inferwire.core.backend import CountedProgress, GenerationEvents
 from inferwire.core.chat import Tool, ToolSyntax
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
 from inferwire.core.models import ManagedModel
-from inferwire.core.record import RequestRecord
 from inferwire.core.requests import GenerationRequest, InferenceRequest
 from inferwire.core.results import FinishReason, GenerationEnd, TextDelta, TokenLogprob, Usage
 from inferwire.core.sampling import GenerationParams
@@ -169,7 +168,7 @@ def check_prompt_fits(
 
 
 async def stop_at_sequences(
-    events: GenerationEvents, stops: Sequence[str], record: RequestRecord
+    events: GenerationEvents, stops: Sequence[str], record: CountedProgress
 ) -> GenerationEvents:
     """The backend's events, cut at the earliest stop string.
 
@@ -223,7 +222,7 @@ def coalesce_deltas(deltas: Sequence[TextDelta]) -> TextDelta:
 
 
 async def join(
-    events: GenerationEvents, record: RequestRecord
+    events: GenerationEvents, record: CountedProgress
 ) -> tuple[str, GenerationEnd, tuple[TokenLogprob, ...]]:
     """The text of a generation's deltas, its end, and its tokens' log-probabilities;
     the record counts the tokens as they come (a failure mid-way has its count)."""

@@ -16,8 +16,9 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
-from inferwire.core.backend import GenerationEvents
+from inferwire.core.backend import CountedProgress, GenerationEvents
 from inferwire.core.chat import ChatMessage, ToolCall
+from inferwire.core.choices import ChoiceProgress, choice_jobs, merged
 from inferwire.core.errors import DeadlineExceededError
 from inferwire.core.generation import generation_request, join, stop_at_sequences
 from inferwire.core.lifecycle import Lifecycle
@@ -26,7 +27,14 @@ from inferwire.core.models import ManagedModel, find_model
 from inferwire.core.quotas import TokenCharge
 from inferwire.core.record import Outcome, RequestRecord
 from inferwire.core.requests import GenerationRequest, InferenceRequest
-from inferwire.core.results import InferenceResult, StreamChunk, TextDelta, Tokenization
+from inferwire.core.results import (
+    Choice,
+    FinishReason,
+    InferenceResult,
+    StreamChunk,
+    TextDelta,
+    Tokenization,
+)
 from inferwire.core.tenants import Tenants, admitted
 from inferwire.core.tool_calls import ToolCallParser
 from inferwire.core.tracing import GENERATE, Tracer
@@ -65,28 +73,54 @@ class RequestPath:
         """Unary generation through the backend's own `infer`."""
         record = self._arrived(request)
         async with self._admitted(request, record) as (model, job, _):
-            text, end, logprobs = await join(self._events(model, job, record, unary=True), record)
-            record.counted(end.usage.prompt_tokens, end.usage.completion_tokens)
+            count = job.params.n or 1
+            if count == 1:
+                choices = [await self._choice(model, job, record, 0)]
+            else:
+                progresses: list[ChoiceProgress] = []
+                choices = list(
+                    await asyncio.gather(
+                        *(
+                            self._choice(model, choice, ChoiceProgress(record, progresses), i)
+                            for i, choice in enumerate(choice_jobs(job, count))
+                        )
+                    )
+                )
+            first = choices[0].choice
+            record.tool_calls = sum(len(answer.choice.tool_calls) for answer in choices)
             if record.text is not None:
-                record.text.append(text)
-            reason, calls = end.finish_reason, tuple[ToolCall, ...]()
-            if (parser := _parser(job)) is not None:
-                head, _ = parser.feed(text)
-                tail, _ = parser.finish()
-                text, calls, reason = head + tail, parser.calls, parser.finish_reason(reason)
-                record.tool_calls = len(calls)
-            record.end(Outcome.finished(end.finish_reason))
+                record.text.extend(answer.choice.text for answer in choices)
+            record.end(Outcome.finished(choices[0].ended))
             return InferenceResult(
                 request_id=record.request_id,
                 model=request.model,
                 backend=model.spec.backend,
-                text=text,
-                finish_reason=reason,
+                text=first.text,
+                finish_reason=first.finish_reason,
                 usage=record.usage(),
                 timing=record.timing(),
-                logprobs=logprobs,
-                tool_calls=calls,
+                logprobs=first.logprobs,
+                tool_calls=first.tool_calls,
+                choices=tuple(answer.choice for answer in choices) if count > 1 else (),
             )
+
+    async def _choice(
+        self,
+        model: ManagedModel,
+        job: GenerationRequest,
+        progress: RequestRecord | ChoiceProgress,
+        index: int,
+    ) -> _Answer:
+        """One choice, whole: its text, calls and finish reason."""
+        events = self._events(model, job, progress, unary=True)
+        text, end, logprobs = await join(events, progress)
+        progress.counted(end.usage.prompt_tokens, end.usage.completion_tokens)
+        reason, calls = end.finish_reason, tuple[ToolCall, ...]()
+        if (parser := _parser(job)) is not None:
+            head, _ = parser.feed(text)
+            tail, _ = parser.finish()
+            text, calls, reason = head + tail, parser.calls, parser.finish_reason(reason)
+        return _Answer(Choice(index, text, reason, logprobs, calls), end.finish_reason)
 
     def infer_stream(
         self, request: InferenceRequest
@@ -99,43 +133,72 @@ class RequestPath:
         self, request: InferenceRequest, record: RequestRecord
     ) -> AsyncGenerator[StreamChunk, None]:
         async with self._admitted(request, record) as (model, job, charge):
-            events = self._events(model, job, record, unary=False)
-            kept = record.text
-            parser = _parser(job)
-            async with contextlib.aclosing(events):
-                async for event in events:
-                    if isinstance(event, TextDelta):
-                        if event.completion_tokens is not None:
-                            record.completion_tokens = event.completion_tokens
-                            charge.up_to(event.completion_tokens)  # as they are produced
-                        if kept is not None:
-                            kept.append(event.text)
-                        if parser is None:
-                            yield StreamChunk(
-                                event.text, logprobs=event.logprobs, tokens=event.completion_tokens
-                            )
-                            continue
-                        text, calls = parser.feed(event.text)
-                        if text or calls:
-                            yield StreamChunk(
-                                text, tokens=event.completion_tokens, tool_calls=tuple(calls)
-                            )
-                    else:
-                        reason = event.finish_reason
-                        record.counted(event.usage.prompt_tokens, event.usage.completion_tokens)
-                        if parser is not None:
-                            text, calls = parser.finish()
-                            if text or calls:
-                                yield StreamChunk(text, tool_calls=tuple(calls))
-                            reason = parser.finish_reason(reason)
-                            record.tool_calls = len(parser.calls)
-                        record.end(Outcome.finished(event.finish_reason))
-                        yield StreamChunk(
-                            "",
-                            finish_reason=reason,
-                            usage=record.usage(),
-                            timing=record.timing(),
+            count = job.params.n or 1
+            ended_by: dict[int, FinishReason] = {}  # each choice's end, as the engine said
+            if count == 1:
+                chunks = self._choice_chunks(model, job, record, charge, ended_by)
+            else:
+                progresses: list[ChoiceProgress] = []
+                chunks = merged(
+                    [
+                        self._choice_chunks(
+                            model, choice, ChoiceProgress(record, progresses), charge, ended_by, i
                         )
+                        for i, choice in enumerate(choice_jobs(job, count))
+                    ]
+                )
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    if chunk.finish_reason is None or len(ended_by) < count:
+                        yield chunk  # text, or a choice's end while others run
+                        continue
+                    record.end(Outcome.finished(ended_by[0]))
+                    yield dataclasses.replace(chunk, usage=record.usage(), timing=record.timing())
+
+    async def _choice_chunks(
+        self,
+        model: ManagedModel,
+        job: GenerationRequest,
+        progress: RequestRecord | ChoiceProgress,
+        charge: TokenCharge,
+        ended_by: dict[int, FinishReason],
+        index: int = 0,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """One choice's chunks, ending with one that holds its finish reason (and the
+        engine's own, before a tool call renamed it, in `ended_by[index]`)."""
+        record = progress.record if isinstance(progress, ChoiceProgress) else progress
+        events = self._events(model, job, progress, unary=False)
+        kept = record.text
+        parser = _parser(job)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    if event.completion_tokens is not None:
+                        progress.completion_tokens = event.completion_tokens
+                        charge.up_to(record.completion_tokens)  # as they are produced
+                    if kept is not None:
+                        kept.append(event.text)
+                    if parser is None:
+                        yield StreamChunk(
+                            event.text, logprobs=event.logprobs, tokens=event.completion_tokens
+                        )
+                        continue
+                    text, calls = parser.feed(event.text)
+                    if text or calls:
+                        yield StreamChunk(
+                            text, tokens=event.completion_tokens, tool_calls=tuple(calls)
+                        )
+                else:
+                    reason = event.finish_reason
+                    progress.counted(event.usage.prompt_tokens, event.usage.completion_tokens)
+                    if parser is not None:
+                        text, calls = parser.finish()
+                        if text or calls:
+                            yield StreamChunk(text, tool_calls=tuple(calls))
+                        reason = parser.finish_reason(reason)
+                        record.tool_calls += len(parser.calls)
+                    ended_by[index] = event.finish_reason
+                    yield StreamChunk("", finish_reason=reason)
 
     async def tokenize(
         self, model_name: str, prompt: str, messages: tuple[ChatMessage, ...]
@@ -177,7 +240,7 @@ class RequestPath:
 
     @staticmethod
     def _events(
-        model: ManagedModel, job: GenerationRequest, record: RequestRecord, unary: bool
+        model: ManagedModel, job: GenerationRequest, record: CountedProgress, unary: bool
     ) -> GenerationEvents:
         backend = model.backend
         events = (backend.infer if unary else backend.infer_stream)(job, record)
@@ -236,6 +299,14 @@ class RequestPath:
                     self._lifecycle.residency.memory_may_have_freed()
             self._metrics.request_finished(record)
             self._tracer.request_finished(record)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Answer:
+    """A choice, and how its engine ended it (its outcome: a call's end is the model's)."""
+
+    choice: Choice
+    ended: FinishReason
 
 
 def _parser(job: GenerationRequest) -> ToolCallParser | None:

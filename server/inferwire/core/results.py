@@ -89,6 +89,20 @@ class StreamChunk:
     logprobs: tuple[TokenLogprob, ...] = ()
     tokens: int | None = None  # generated so far, when the backend reports a running count
     tool_calls: tuple[ToolCallDelta, ...] = ()
+    # With n choices (core/choices.py): the choice this chunk belongs to. A choice's end is
+    # a chunk with its finish_reason; the stream's last chunk is the one with `usage`.
+    choice: int = 0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a request's n answers (OpenAI's `choices[i]`)."""
+
+    index: int
+    text: str
+    finish_reason: FinishReason
+    logprobs: tuple[TokenLogprob, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,8 @@ class InferenceResult:
     timing: Timing
     logprobs: tuple[TokenLogprob, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
+    # With n > 1, every choice (the fields above are choice 0's); empty otherwise.
+    choices: tuple[Choice, ...] = ()
 
 
 @dataclass(frozen=True)

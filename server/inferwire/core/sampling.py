@@ -73,9 +73,8 @@ class GenerationParams:
     n: int | None = None  # choices to generate for the prompt; None or 1: one
 
     def parameters_set(self) -> tuple[str, ...]:
-        """The sampling parameters this request sets (each one a backend must take); a
-        presence or frequency penalty of 0 changes nothing (OpenAI's SDKs send it), so
-        every backend takes it."""
+        """The sampling parameters this request sets (each one a backend must take), less
+        those set to a value that changes nothing (`_NEUTRAL`)."""
         return tuple(
             name
             for name in SAMPLING_PARAMETERS
@@ -101,7 +100,8 @@ SAMPLING_PARAMETERS = (
 # What a backend takes unless it says otherwise: what every backend took before backends
 # declared their parameters.
 BASE_PARAMETERS = frozenset(SAMPLING_PARAMETERS[:6])
-_NEUTRAL: dict[str, object] = {"presence_penalty": 0.0, "frequency_penalty": 0.0}
+# Values that change nothing (OpenAI's SDKs send them): every backend takes them.
+_NEUTRAL: dict[str, object] = {"presence_penalty": 0.0, "frequency_penalty": 0.0, "n": 1}
 
 
 def _is_set(value: object) -> bool:

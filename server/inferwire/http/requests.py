@@ -1,7 +1,7 @@
 """OpenAI request bodies (Completions, Chat Completions) as the core's InferenceRequest.
 
 Field for field as OpenAI's API and vLLM's server take them; what inferwire does not do
-is refused with the field named (`n` > 1, `best_of`, `echo`, `suffix`, image or audio
+is refused with the field named (`best_of`, `echo`, `suffix`, image or audio
 parts; a sampling parameter the model's backend does not take), never ignored; a field
 this server does not know at all is ignored and logged once per name, as vLLM does, so
 that SDK upgrades that add fields do not break callers. The core's field violations are
@@ -248,8 +248,6 @@ def request_id_violation(request_id: str | None) -> FieldViolation | None:
 def _refusals(parsed: ChatBody | CompletionBody) -> Iterable[FieldViolation]:
     if (violation := request_id_violation(parsed.request_id)) is not None:
         yield violation
-    if parsed.n is not None and parsed.n != 1:
-        yield FieldViolation("n", "only 1 choice per request is supported; send n requests")
     if isinstance(parsed, CompletionBody):
         if parsed.best_of is not None and parsed.best_of != 1:
             yield FieldViolation("best_of", "is not supported (only 1)")
@@ -302,6 +300,7 @@ def _params(parsed: ChatBody | CompletionBody, sources: dict[str, str]) -> Gener
         frequency_penalty=parsed.frequency_penalty,
         repetition_penalty=parsed.repetition_penalty,
         logit_bias=_logit_bias(parsed.logit_bias),
+        n=parsed.n,
     )
 
 

@@ -82,11 +82,13 @@ class ChunkEvents(Protocol):
 async def chunk_events(
     stream: ChunkEvents, first: StreamChunk, chunks: AsyncGenerator[StreamChunk, None]
 ) -> AsyncGenerator[bytes, None]:
-    """The stream's events from its first chunk on; closing it closes the core's stream."""
+    """The stream's events from its first chunk on; closing it closes the core's stream.
+    The last chunk is the one with the usage (with n choices, each choice's end is a chunk
+    with its finish reason before it: a delta here)."""
     delta, end = stream.delta, stream.end
     try:
         chunk = first
-        while chunk.finish_reason is None:
+        while chunk.usage is None:
             yield delta(chunk)
             chunk = await anext(chunks)
         yield end(chunk)

@@ -340,7 +340,12 @@ type GenerationParameters struct {
 	RepetitionPenalty *float32 `protobuf:"fixed32,14,opt,name=repetition_penalty,json=repetitionPenalty,proto3,oneof" json:"repetition_penalty,omitempty"`
 	// Token id -> a value in [-100, 100] added to its logit before sampling; at
 	// most 300 entries.
-	LogitBias     map[uint32]float32 `protobuf:"bytes,15,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
+	LogitBias map[uint32]float32 `protobuf:"bytes,15,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"fixed32,2,opt,name=value"`
+	// How many answers to generate for the prompt (OpenAI's n), 1 to 16; unset
+	// or 1: one. Choice i samples with seed + i when a seed is set. With n > 1,
+	// InferResponse.choices holds every answer and a stream's messages carry
+	// their choice_index.
+	N             *uint32 `protobuf:"varint,16,opt,name=n,proto3,oneof" json:"n,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,6 +483,13 @@ func (x *GenerationParameters) GetLogitBias() map[uint32]float32 {
 		return x.LogitBias
 	}
 	return nil
+}
+
+func (x *GenerationParameters) GetN() uint32 {
+	if x != nil && x.N != nil {
+		return *x.N
+	}
+	return 0
 }
 
 // OutputConstraint restricts what the model may generate.
@@ -1380,7 +1392,11 @@ type InferResponse struct {
 	// With parameters.logprobs: one entry per generated token, in order.
 	Logprobs []*TokenLogprob `protobuf:"bytes,8,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	// The model's calls of the request's tools; the text is what came before.
-	ToolCalls     []*ToolCall `protobuf:"bytes,9,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ToolCalls []*ToolCall `protobuf:"bytes,9,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// With parameters.n > 1: every answer, in order of index (the fields above
+	// are choice 0's; usage counts the prompt once and every choice's tokens).
+	// Empty otherwise.
+	Choices       []*Choice `protobuf:"bytes,10,rep,name=choices,proto3" json:"choices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1478,6 +1494,90 @@ func (x *InferResponse) GetToolCalls() []*ToolCall {
 	return nil
 }
 
+func (x *InferResponse) GetChoices() []*Choice {
+	if x != nil {
+		return x.Choices
+	}
+	return nil
+}
+
+// Choice is one of a request's n answers.
+type Choice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Text          string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	FinishReason  FinishReason           `protobuf:"varint,3,opt,name=finish_reason,json=finishReason,proto3,enum=inferwire.v1.FinishReason" json:"finish_reason,omitempty"`
+	ToolCalls     []*ToolCall            `protobuf:"bytes,4,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	Logprobs      []*TokenLogprob        `protobuf:"bytes,5,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Choice) Reset() {
+	*x = Choice{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Choice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Choice) ProtoMessage() {}
+
+func (x *Choice) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Choice.ProtoReflect.Descriptor instead.
+func (*Choice) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Choice) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Choice) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Choice) GetFinishReason() FinishReason {
+	if x != nil {
+		return x.FinishReason
+	}
+	return FinishReason_FINISH_REASON_UNSPECIFIED
+}
+
+func (x *Choice) GetToolCalls() []*ToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *Choice) GetLogprobs() []*TokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
 // InferStreamRequest asks for one completion, streamed as text deltas. Its
 // fields mean the same as InferRequest's.
 type InferStreamRequest struct {
@@ -1511,7 +1611,7 @@ type InferStreamRequest struct {
 
 func (x *InferStreamRequest) Reset() {
 	*x = InferStreamRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1623,7 @@ func (x *InferStreamRequest) String() string {
 func (*InferStreamRequest) ProtoMessage() {}
 
 func (x *InferStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[13]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1636,7 @@ func (x *InferStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferStreamRequest.ProtoReflect.Descriptor instead.
 func (*InferStreamRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{13}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *InferStreamRequest) GetModel() string {
@@ -1619,9 +1719,11 @@ type InferStreamResponse struct {
 	// The text generated since the previous message (may be empty on the last
 	// message).
 	Text string `protobuf:"bytes,3,opt,name=text,proto3" json:"text,omitempty"`
-	// Set on the last message only: why generation ended.
+	// Set on the last message only: why generation ended. With parameters.n >
+	// 1, on the last message of each choice.
 	FinishReason FinishReason `protobuf:"varint,4,opt,name=finish_reason,json=finishReason,proto3,enum=inferwire.v1.FinishReason" json:"finish_reason,omitempty"`
-	// Set on the last message only: token counts.
+	// Set on the last message only: token counts (with n > 1: the prompt once
+	// and every choice's tokens).
 	Usage *Usage `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Set on the last message only: latency breakdown.
 	Timing *Timing `protobuf:"bytes,6,opt,name=timing,proto3" json:"timing,omitempty"`
@@ -1629,14 +1731,17 @@ type InferStreamResponse struct {
 	// order. Concatenated over the stream they equal InferResponse.logprobs.
 	Logprobs []*TokenLogprob `protobuf:"bytes,7,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	// Pieces of the model's calls, in order.
-	ToolCalls     []*ToolCallDelta `protobuf:"bytes,8,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	ToolCalls []*ToolCallDelta `protobuf:"bytes,8,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// With parameters.n > 1: the choice this message belongs to; messages of
+	// different choices interleave.
+	ChoiceIndex   uint32 `protobuf:"varint,9,opt,name=choice_index,json=choiceIndex,proto3" json:"choice_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InferStreamResponse) Reset() {
 	*x = InferStreamResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1753,7 @@ func (x *InferStreamResponse) String() string {
 func (*InferStreamResponse) ProtoMessage() {}
 
 func (x *InferStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[14]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1766,7 @@ func (x *InferStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InferStreamResponse.ProtoReflect.Descriptor instead.
 func (*InferStreamResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{14}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *InferStreamResponse) GetRequestId() string {
@@ -1720,6 +1825,13 @@ func (x *InferStreamResponse) GetToolCalls() []*ToolCallDelta {
 	return nil
 }
 
+func (x *InferStreamResponse) GetChoiceIndex() uint32 {
+	if x != nil {
+		return x.ChoiceIndex
+	}
+	return 0
+}
+
 // ModelCapabilities describe what a model and its backend can do.
 type ModelCapabilities struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1757,7 +1869,7 @@ type ModelCapabilities struct {
 
 func (x *ModelCapabilities) Reset() {
 	*x = ModelCapabilities{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1881,7 @@ func (x *ModelCapabilities) String() string {
 func (*ModelCapabilities) ProtoMessage() {}
 
 func (x *ModelCapabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[15]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1894,7 @@ func (x *ModelCapabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelCapabilities.ProtoReflect.Descriptor instead.
 func (*ModelCapabilities) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{15}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ModelCapabilities) GetStreaming() bool {
@@ -1900,7 +2012,7 @@ type ModelStatus struct {
 
 func (x *ModelStatus) Reset() {
 	*x = ModelStatus{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2024,7 @@ func (x *ModelStatus) String() string {
 func (*ModelStatus) ProtoMessage() {}
 
 func (x *ModelStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[16]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2037,7 @@ func (x *ModelStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelStatus.ProtoReflect.Descriptor instead.
 func (*ModelStatus) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{16}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ModelStatus) GetName() string {
@@ -2013,7 +2125,7 @@ type LoadModelRequest struct {
 
 func (x *LoadModelRequest) Reset() {
 	*x = LoadModelRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2137,7 @@ func (x *LoadModelRequest) String() string {
 func (*LoadModelRequest) ProtoMessage() {}
 
 func (x *LoadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[17]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2150,7 @@ func (x *LoadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelRequest.ProtoReflect.Descriptor instead.
 func (*LoadModelRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{17}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LoadModelRequest) GetModel() string {
@@ -2070,7 +2182,7 @@ type AdapterSource struct {
 
 func (x *AdapterSource) Reset() {
 	*x = AdapterSource{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2194,7 @@ func (x *AdapterSource) String() string {
 func (*AdapterSource) ProtoMessage() {}
 
 func (x *AdapterSource) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[18]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2207,7 @@ func (x *AdapterSource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterSource.ProtoReflect.Descriptor instead.
 func (*AdapterSource) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{18}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AdapterSource) GetBaseModel() string {
@@ -2125,7 +2237,7 @@ type LoadModelResponse struct {
 
 func (x *LoadModelResponse) Reset() {
 	*x = LoadModelResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2137,7 +2249,7 @@ func (x *LoadModelResponse) String() string {
 func (*LoadModelResponse) ProtoMessage() {}
 
 func (x *LoadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[19]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2150,7 +2262,7 @@ func (x *LoadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelResponse.ProtoReflect.Descriptor instead.
 func (*LoadModelResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{19}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LoadModelResponse) GetModel() *ModelStatus {
@@ -2178,7 +2290,7 @@ type UnloadModelRequest struct {
 
 func (x *UnloadModelRequest) Reset() {
 	*x = UnloadModelRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2302,7 @@ func (x *UnloadModelRequest) String() string {
 func (*UnloadModelRequest) ProtoMessage() {}
 
 func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[20]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2315,7 @@ func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelRequest.ProtoReflect.Descriptor instead.
 func (*UnloadModelRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{20}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UnloadModelRequest) GetModel() string {
@@ -2224,7 +2336,7 @@ type UnloadModelResponse struct {
 
 func (x *UnloadModelResponse) Reset() {
 	*x = UnloadModelResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2348,7 @@ func (x *UnloadModelResponse) String() string {
 func (*UnloadModelResponse) ProtoMessage() {}
 
 func (x *UnloadModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[21]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2361,7 @@ func (x *UnloadModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelResponse.ProtoReflect.Descriptor instead.
 func (*UnloadModelResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{21}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UnloadModelResponse) GetModel() *ModelStatus {
@@ -2268,7 +2380,7 @@ type ListModelsRequest struct {
 
 func (x *ListModelsRequest) Reset() {
 	*x = ListModelsRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2392,7 @@ func (x *ListModelsRequest) String() string {
 func (*ListModelsRequest) ProtoMessage() {}
 
 func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[22]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2405,7 @@ func (x *ListModelsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsRequest.ProtoReflect.Descriptor instead.
 func (*ListModelsRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{22}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{23}
 }
 
 // ListModelsResponse holds every configured model.
@@ -2307,7 +2419,7 @@ type ListModelsResponse struct {
 
 func (x *ListModelsResponse) Reset() {
 	*x = ListModelsResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2431,7 @@ func (x *ListModelsResponse) String() string {
 func (*ListModelsResponse) ProtoMessage() {}
 
 func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[23]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2444,7 @@ func (x *ListModelsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListModelsResponse.ProtoReflect.Descriptor instead.
 func (*ListModelsResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{23}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListModelsResponse) GetModels() []*ModelStatus {
@@ -2353,7 +2465,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2477,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[24]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2490,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{24}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HealthRequest) GetModel() string {
@@ -2416,7 +2528,7 @@ type ModelHealth struct {
 
 func (x *ModelHealth) Reset() {
 	*x = ModelHealth{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2540,7 @@ func (x *ModelHealth) String() string {
 func (*ModelHealth) ProtoMessage() {}
 
 func (x *ModelHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[25]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2553,7 @@ func (x *ModelHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelHealth.ProtoReflect.Descriptor instead.
 func (*ModelHealth) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{25}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ModelHealth) GetName() string {
@@ -2522,7 +2634,7 @@ type BackendHealth struct {
 
 func (x *BackendHealth) Reset() {
 	*x = BackendHealth{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[26]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2534,7 +2646,7 @@ func (x *BackendHealth) String() string {
 func (*BackendHealth) ProtoMessage() {}
 
 func (x *BackendHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[26]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2547,7 +2659,7 @@ func (x *BackendHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackendHealth.ProtoReflect.Descriptor instead.
 func (*BackendHealth) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{26}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BackendHealth) GetName() string {
@@ -2587,7 +2699,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[27]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2711,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[27]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2724,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{27}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HealthResponse) GetServing() bool {
@@ -2652,7 +2764,7 @@ type TokenizeRequest struct {
 
 func (x *TokenizeRequest) Reset() {
 	*x = TokenizeRequest{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[28]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2776,7 @@ func (x *TokenizeRequest) String() string {
 func (*TokenizeRequest) ProtoMessage() {}
 
 func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[28]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2789,7 @@ func (x *TokenizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeRequest.ProtoReflect.Descriptor instead.
 func (*TokenizeRequest) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{28}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TokenizeRequest) GetModel() string {
@@ -2716,7 +2828,7 @@ type TokenizeResponse struct {
 
 func (x *TokenizeResponse) Reset() {
 	*x = TokenizeResponse{}
-	mi := &file_inferwire_v1_inference_proto_msgTypes[29]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2840,7 @@ func (x *TokenizeResponse) String() string {
 func (*TokenizeResponse) ProtoMessage() {}
 
 func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_inferwire_v1_inference_proto_msgTypes[29]
+	mi := &file_inferwire_v1_inference_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2853,7 @@ func (x *TokenizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenizeResponse.ProtoReflect.Descriptor instead.
 func (*TokenizeResponse) Descriptor() ([]byte, []int) {
-	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{29}
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TokenizeResponse) GetTokenIds() []uint32 {
@@ -2769,7 +2881,7 @@ var File_inferwire_v1_inference_proto protoreflect.FileDescriptor
 
 const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\n" +
-	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x06\n" +
+	"\x1cinferwire/v1/inference.proto\x12\finferwire.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\a\n" +
 	"\x14GenerationParameters\x12\"\n" +
 	"\n" +
 	"max_tokens\x18\x01 \x01(\x05H\x00R\tmaxTokens\x88\x01\x01\x12%\n" +
@@ -2793,7 +2905,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"R\x10frequencyPenalty\x88\x01\x01\x122\n" +
 	"\x12repetition_penalty\x18\x0e \x01(\x02H\vR\x11repetitionPenalty\x88\x01\x01\x12P\n" +
 	"\n" +
-	"logit_bias\x18\x0f \x03(\v21.inferwire.v1.GenerationParameters.LogitBiasEntryR\tlogitBias\x1a<\n" +
+	"logit_bias\x18\x0f \x03(\v21.inferwire.v1.GenerationParameters.LogitBiasEntryR\tlogitBias\x12\x11\n" +
+	"\x01n\x18\x10 \x01(\rH\fR\x01n\x88\x01\x01\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01B\r\n" +
@@ -2808,7 +2921,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\v_ignore_eosB\x13\n" +
 	"\x11_presence_penaltyB\x14\n" +
 	"\x12_frequency_penaltyB\x15\n" +
-	"\x13_repetition_penalty\"z\n" +
+	"\x13_repetition_penaltyB\x04\n" +
+	"\x02_n\"z\n" +
 	"\x10OutputConstraint\x12!\n" +
 	"\vjson_schema\x18\x01 \x01(\tH\x00R\n" +
 	"jsonSchema\x12\x16\n" +
@@ -2875,7 +2989,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\bqueue_ms\x18\x01 \x01(\x01R\aqueueMs\x122\n" +
 	"\x16time_to_first_token_ms\x18\x02 \x01(\x01R\x12timeToFirstTokenMs\x12\x19\n" +
 	"\btotal_ms\x18\x03 \x01(\x01R\atotalMs\x12\x17\n" +
-	"\aload_ms\x18\x04 \x01(\x01R\x06loadMs\"\xfb\x02\n" +
+	"\aload_ms\x18\x04 \x01(\x01R\x06loadMs\"\xab\x03\n" +
 	"\rInferResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -2887,7 +3001,16 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x06timing\x18\a \x01(\v2\x14.inferwire.v1.TimingR\x06timing\x126\n" +
 	"\blogprobs\x18\b \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\x125\n" +
 	"\n" +
-	"tool_calls\x18\t \x03(\v2\x16.inferwire.v1.ToolCallR\ttoolCalls\"\xdc\x03\n" +
+	"tool_calls\x18\t \x03(\v2\x16.inferwire.v1.ToolCallR\ttoolCalls\x12.\n" +
+	"\achoices\x18\n" +
+	" \x03(\v2\x14.inferwire.v1.ChoiceR\achoices\"\xe2\x01\n" +
+	"\x06Choice\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12?\n" +
+	"\rfinish_reason\x18\x03 \x01(\x0e2\x1a.inferwire.v1.FinishReasonR\ffinishReason\x125\n" +
+	"\n" +
+	"tool_calls\x18\x04 \x03(\v2\x16.inferwire.v1.ToolCallR\ttoolCalls\x126\n" +
+	"\blogprobs\x18\x05 \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\"\xdc\x03\n" +
 	"\x12InferStreamRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
 	"\x06prompt\x18\x02 \x01(\tR\x06prompt\x12\x18\n" +
@@ -2904,7 +3027,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"toolChoice\x123\n" +
 	"\x13parallel_tool_calls\x18\n" +
 	" \x01(\bH\x00R\x11parallelToolCalls\x88\x01\x01B\x16\n" +
-	"\x14_parallel_tool_calls\"\xec\x02\n" +
+	"\x14_parallel_tool_calls\"\x8f\x03\n" +
 	"\x13InferStreamResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
@@ -2915,7 +3038,8 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x06timing\x18\x06 \x01(\v2\x14.inferwire.v1.TimingR\x06timing\x126\n" +
 	"\blogprobs\x18\a \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\x12:\n" +
 	"\n" +
-	"tool_calls\x18\b \x03(\v2\x1b.inferwire.v1.ToolCallDeltaR\ttoolCalls\"\xc1\x03\n" +
+	"tool_calls\x18\b \x03(\v2\x1b.inferwire.v1.ToolCallDeltaR\ttoolCalls\x12!\n" +
+	"\fchoice_index\x18\t \x01(\rR\vchoiceIndex\"\xc1\x03\n" +
 	"\x11ModelCapabilities\x12\x1c\n" +
 	"\tstreaming\x18\x01 \x01(\bR\tstreaming\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\rR\x0emaxConcurrency\x12\x1f\n" +
@@ -3039,7 +3163,7 @@ func file_inferwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_inferwire_v1_inference_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: inferwire.v1.FinishReason
 	(ModelState)(0),               // 1: inferwire.v1.ModelState
@@ -3058,29 +3182,30 @@ var file_inferwire_v1_inference_proto_goTypes = []any{
 	(*Usage)(nil),                 // 14: inferwire.v1.Usage
 	(*Timing)(nil),                // 15: inferwire.v1.Timing
 	(*InferResponse)(nil),         // 16: inferwire.v1.InferResponse
-	(*InferStreamRequest)(nil),    // 17: inferwire.v1.InferStreamRequest
-	(*InferStreamResponse)(nil),   // 18: inferwire.v1.InferStreamResponse
-	(*ModelCapabilities)(nil),     // 19: inferwire.v1.ModelCapabilities
-	(*ModelStatus)(nil),           // 20: inferwire.v1.ModelStatus
-	(*LoadModelRequest)(nil),      // 21: inferwire.v1.LoadModelRequest
-	(*AdapterSource)(nil),         // 22: inferwire.v1.AdapterSource
-	(*LoadModelResponse)(nil),     // 23: inferwire.v1.LoadModelResponse
-	(*UnloadModelRequest)(nil),    // 24: inferwire.v1.UnloadModelRequest
-	(*UnloadModelResponse)(nil),   // 25: inferwire.v1.UnloadModelResponse
-	(*ListModelsRequest)(nil),     // 26: inferwire.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),    // 27: inferwire.v1.ListModelsResponse
-	(*HealthRequest)(nil),         // 28: inferwire.v1.HealthRequest
-	(*ModelHealth)(nil),           // 29: inferwire.v1.ModelHealth
-	(*BackendHealth)(nil),         // 30: inferwire.v1.BackendHealth
-	(*HealthResponse)(nil),        // 31: inferwire.v1.HealthResponse
-	(*TokenizeRequest)(nil),       // 32: inferwire.v1.TokenizeRequest
-	(*TokenizeResponse)(nil),      // 33: inferwire.v1.TokenizeResponse
-	nil,                           // 34: inferwire.v1.GenerationParameters.LogitBiasEntry
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*Choice)(nil),                // 17: inferwire.v1.Choice
+	(*InferStreamRequest)(nil),    // 18: inferwire.v1.InferStreamRequest
+	(*InferStreamResponse)(nil),   // 19: inferwire.v1.InferStreamResponse
+	(*ModelCapabilities)(nil),     // 20: inferwire.v1.ModelCapabilities
+	(*ModelStatus)(nil),           // 21: inferwire.v1.ModelStatus
+	(*LoadModelRequest)(nil),      // 22: inferwire.v1.LoadModelRequest
+	(*AdapterSource)(nil),         // 23: inferwire.v1.AdapterSource
+	(*LoadModelResponse)(nil),     // 24: inferwire.v1.LoadModelResponse
+	(*UnloadModelRequest)(nil),    // 25: inferwire.v1.UnloadModelRequest
+	(*UnloadModelResponse)(nil),   // 26: inferwire.v1.UnloadModelResponse
+	(*ListModelsRequest)(nil),     // 27: inferwire.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),    // 28: inferwire.v1.ListModelsResponse
+	(*HealthRequest)(nil),         // 29: inferwire.v1.HealthRequest
+	(*ModelHealth)(nil),           // 30: inferwire.v1.ModelHealth
+	(*BackendHealth)(nil),         // 31: inferwire.v1.BackendHealth
+	(*HealthResponse)(nil),        // 32: inferwire.v1.HealthResponse
+	(*TokenizeRequest)(nil),       // 33: inferwire.v1.TokenizeRequest
+	(*TokenizeResponse)(nil),      // 34: inferwire.v1.TokenizeResponse
+	nil,                           // 35: inferwire.v1.GenerationParameters.LogitBiasEntry
+	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
 }
 var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	5,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
-	34, // 1: inferwire.v1.GenerationParameters.logit_bias:type_name -> inferwire.v1.GenerationParameters.LogitBiasEntry
+	35, // 1: inferwire.v1.GenerationParameters.logit_bias:type_name -> inferwire.v1.GenerationParameters.LogitBiasEntry
 	9,  // 2: inferwire.v1.ChatMessage.tool_calls:type_name -> inferwire.v1.ToolCall
 	2,  // 3: inferwire.v1.ToolChoice.mode:type_name -> inferwire.v1.ToolChoiceMode
 	11, // 4: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
@@ -3094,46 +3219,50 @@ var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	15, // 12: inferwire.v1.InferResponse.timing:type_name -> inferwire.v1.Timing
 	12, // 13: inferwire.v1.InferResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
 	9,  // 14: inferwire.v1.InferResponse.tool_calls:type_name -> inferwire.v1.ToolCall
-	4,  // 15: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
-	6,  // 16: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
-	3,  // 17: inferwire.v1.InferStreamRequest.priority:type_name -> inferwire.v1.Priority
-	7,  // 18: inferwire.v1.InferStreamRequest.tools:type_name -> inferwire.v1.Tool
-	8,  // 19: inferwire.v1.InferStreamRequest.tool_choice:type_name -> inferwire.v1.ToolChoice
-	0,  // 20: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
-	14, // 21: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
-	15, // 22: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
-	12, // 23: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
-	10, // 24: inferwire.v1.InferStreamResponse.tool_calls:type_name -> inferwire.v1.ToolCallDelta
-	1,  // 25: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
-	19, // 26: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
-	35, // 27: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
-	22, // 28: inferwire.v1.LoadModelRequest.adapter:type_name -> inferwire.v1.AdapterSource
-	20, // 29: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	20, // 30: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
-	20, // 31: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
-	1,  // 32: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
-	29, // 33: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
-	30, // 34: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
-	6,  // 35: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
-	21, // 36: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
-	24, // 37: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
-	13, // 38: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
-	17, // 39: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
-	28, // 40: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
-	26, // 41: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
-	32, // 42: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
-	23, // 43: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
-	25, // 44: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
-	16, // 45: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
-	18, // 46: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
-	31, // 47: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
-	27, // 48: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
-	33, // 49: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	17, // 15: inferwire.v1.InferResponse.choices:type_name -> inferwire.v1.Choice
+	0,  // 16: inferwire.v1.Choice.finish_reason:type_name -> inferwire.v1.FinishReason
+	9,  // 17: inferwire.v1.Choice.tool_calls:type_name -> inferwire.v1.ToolCall
+	12, // 18: inferwire.v1.Choice.logprobs:type_name -> inferwire.v1.TokenLogprob
+	4,  // 19: inferwire.v1.InferStreamRequest.parameters:type_name -> inferwire.v1.GenerationParameters
+	6,  // 20: inferwire.v1.InferStreamRequest.messages:type_name -> inferwire.v1.ChatMessage
+	3,  // 21: inferwire.v1.InferStreamRequest.priority:type_name -> inferwire.v1.Priority
+	7,  // 22: inferwire.v1.InferStreamRequest.tools:type_name -> inferwire.v1.Tool
+	8,  // 23: inferwire.v1.InferStreamRequest.tool_choice:type_name -> inferwire.v1.ToolChoice
+	0,  // 24: inferwire.v1.InferStreamResponse.finish_reason:type_name -> inferwire.v1.FinishReason
+	14, // 25: inferwire.v1.InferStreamResponse.usage:type_name -> inferwire.v1.Usage
+	15, // 26: inferwire.v1.InferStreamResponse.timing:type_name -> inferwire.v1.Timing
+	12, // 27: inferwire.v1.InferStreamResponse.logprobs:type_name -> inferwire.v1.TokenLogprob
+	10, // 28: inferwire.v1.InferStreamResponse.tool_calls:type_name -> inferwire.v1.ToolCallDelta
+	1,  // 29: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
+	20, // 30: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
+	36, // 31: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
+	23, // 32: inferwire.v1.LoadModelRequest.adapter:type_name -> inferwire.v1.AdapterSource
+	21, // 33: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	21, // 34: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
+	21, // 35: inferwire.v1.ListModelsResponse.models:type_name -> inferwire.v1.ModelStatus
+	1,  // 36: inferwire.v1.ModelHealth.state:type_name -> inferwire.v1.ModelState
+	30, // 37: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
+	31, // 38: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
+	6,  // 39: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
+	22, // 40: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
+	25, // 41: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
+	13, // 42: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
+	18, // 43: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
+	29, // 44: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
+	27, // 45: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
+	33, // 46: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
+	24, // 47: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
+	26, // 48: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
+	16, // 49: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
+	19, // 50: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
+	32, // 51: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
+	28, // 52: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
+	34, // 53: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
+	47, // [47:54] is the sub-list for method output_type
+	40, // [40:47] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_inferwire_v1_inference_proto_init() }
@@ -3152,14 +3281,14 @@ func file_inferwire_v1_inference_proto_init() {
 		(*ToolChoice_FunctionName)(nil),
 	}
 	file_inferwire_v1_inference_proto_msgTypes[9].OneofWrappers = []any{}
-	file_inferwire_v1_inference_proto_msgTypes[13].OneofWrappers = []any{}
+	file_inferwire_v1_inference_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inferwire_v1_inference_proto_rawDesc), len(file_inferwire_v1_inference_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

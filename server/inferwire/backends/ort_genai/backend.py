@@ -60,6 +60,7 @@ CONTINUOUS_PARAMETERS = BASE_PARAMETERS | {
     "frequency_penalty",
     "repetition_penalty",
     "logit_bias",
+    "n",  # the core's choices (core/choices.py); the loop reads their prompt once
 }
 
 Served = OgServed | ContinuousModel

@@ -199,6 +199,11 @@ class ContinuousLoop(SlotStepLoop[_Job]):
             # request would read it is taken, not another answer's tokens, which were
             # computed one at a time (differently rounded; see the module's docstring).
             shared = min(shared, holder.exact)
+        source, live = self._live_prefix(prompt, adapter)
+        if live > shared:  # a running request holds more of it: copied, not read again
+            holder, shared = min(free, key=lambda s: s.last_used), live
+            holder.tokens[:] = prompt[:live]
+            holder.exact = live
         # At least the last two prompt tokens are read: their logits are needed, and a
         # read of one token is rounded as a decode step is, not as a prompt.
         reused = max(0, min(shared, len(prompt) - 2))
@@ -206,12 +211,28 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         holder.exact = len(prompt) if reused <= holder.exact else holder.exact
         holder.adapter = adapter
         self._place(holder, self._decoding)
+        if source is not None and live == shared:
+            self._decoder.kv.move(source.row, holder.row, reused)
         self._prompt_tokens_total += len(prompt)
         self._reused_tokens_total += reused
         self._uses += 1
         holder.job, holder.last_used = job, self._uses
         job.slot, job.pending = holder, prompt[reused:]
         self._reading = job
+
+    def _live_prefix(self, prompt: list[int], adapter: str) -> tuple[_Slot | None, int]:
+        """The decoding slot holding the longest prefix of `prompt` read as a prompt (under
+        the same adapter), and its length: the n choices of one request, or requests that
+        share a long system prompt, read it once."""
+        best: tuple[_Slot | None, int] = (None, 0)
+        if not self._reuse:
+            return best
+        for slot in self._slots[: self._decoding]:
+            if slot.adapter == adapter and slot.exact > best[1]:
+                shared = _shared(slot.tokens[: slot.exact], prompt)
+                if shared > best[1]:
+                    best = (slot, shared)
+        return best
 
     def _cache_holder(
         self, prompt: list[int], adapter: str, free: list[_Slot]
@@ -410,9 +431,13 @@ class ContinuousLoop(SlotStepLoop[_Job]):
 
 
 def _shared(cached: list[int], prompt: list[int]) -> int:
-    """How many first tokens `cached` and `prompt` have in common."""
-    count = min(len(cached), len(prompt))
-    for index in range(count):
-        if cached[index] != prompt[index]:
-            return index
-    return count
+    """How many first tokens `cached` and `prompt` have in common (a binary search over
+    slice comparisons, which run in C)."""
+    low, high = 0, min(len(cached), len(prompt))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if cached[:middle] == prompt[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -385,6 +385,13 @@ export interface GenerationParameters {
    * most 300 entries.
    */
   logitBias: { [key: number]: number };
+  /**
+   * How many answers to generate for the prompt (OpenAI's n), 1 to 16; unset
+   * or 1: one. Choice i samples with seed + i when a seed is set. With n > 1,
+   * InferResponse.choices holds every answer and a stream's messages carry
+   * their choice_index.
+   */
+  n?: number | undefined;
 }
 
 export interface GenerationParameters_LogitBiasEntry {
@@ -592,6 +599,21 @@ export interface InferResponse {
   logprobs: TokenLogprob[];
   /** The model's calls of the request's tools; the text is what came before. */
   toolCalls: ToolCall[];
+  /**
+   * With parameters.n > 1: every answer, in order of index (the fields above
+   * are choice 0's; usage counts the prompt once and every choice's tokens).
+   * Empty otherwise.
+   */
+  choices: Choice[];
+}
+
+/** Choice is one of a request's n answers. */
+export interface Choice {
+  index: number;
+  text: string;
+  finishReason: FinishReason;
+  toolCalls: ToolCall[];
+  logprobs: TokenLogprob[];
 }
 
 /**
@@ -645,9 +667,15 @@ export interface InferStreamResponse {
    * message).
    */
   text: string;
-  /** Set on the last message only: why generation ended. */
+  /**
+   * Set on the last message only: why generation ended. With parameters.n >
+   * 1, on the last message of each choice.
+   */
   finishReason: FinishReason;
-  /** Set on the last message only: token counts. */
+  /**
+   * Set on the last message only: token counts (with n > 1: the prompt once
+   * and every choice's tokens).
+   */
   usage:
     | Usage
     | undefined;
@@ -662,6 +690,11 @@ export interface InferStreamResponse {
   logprobs: TokenLogprob[];
   /** Pieces of the model's calls, in order. */
   toolCalls: ToolCallDelta[];
+  /**
+   * With parameters.n > 1: the choice this message belongs to; messages of
+   * different choices interleave.
+   */
+  choiceIndex: number;
 }
 
 /** ModelCapabilities describe what a model and its backend can do. */
@@ -886,6 +919,7 @@ function createBaseGenerationParameters(): GenerationParameters {
     frequencyPenalty: undefined,
     repetitionPenalty: undefined,
     logitBias: {},
+    n: undefined,
   };
 }
 
@@ -936,6 +970,9 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
     globalThis.Object.entries(message.logitBias).forEach(([key, value]: [string, number]) => {
       GenerationParameters_LogitBiasEntry.encode({ key: key as any, value }, writer.uint32(122).fork()).join();
     });
+    if (message.n !== undefined) {
+      writer.uint32(128).uint32(message.n);
+    }
     return writer;
   },
 
@@ -1075,6 +1112,14 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
             }
             continue;
           }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.n = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1166,6 +1211,7 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
           {},
         )
         : {},
+      n: isSet(object.n) ? globalThis.Number(object.n) : undefined,
     };
   },
 
@@ -1222,6 +1268,9 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
         });
       }
     }
+    if (message.n !== undefined) {
+      obj.n = Math.round(message.n);
+    }
     return obj;
   },
 
@@ -1255,6 +1304,7 @@ export const GenerationParameters: MessageFns<GenerationParameters> = {
       },
       {},
     );
+    message.n = object.n ?? undefined;
     return message;
   },
 };
@@ -2723,6 +2773,7 @@ function createBaseInferResponse(): InferResponse {
     timing: undefined,
     logprobs: [],
     toolCalls: [],
+    choices: [],
   };
 }
 
@@ -2754,6 +2805,9 @@ export const InferResponse: MessageFns<InferResponse> = {
     }
     for (const v of message.toolCalls) {
       ToolCall.encode(v!, writer.uint32(74).fork()).join();
+    }
+    for (const v of message.choices) {
+      Choice.encode(v!, writer.uint32(82).fork()).join();
     }
     return writer;
   },
@@ -2843,6 +2897,14 @@ export const InferResponse: MessageFns<InferResponse> = {
             message.toolCalls.push(ToolCall.decode(reader, reader.uint32()));
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.choices.push(Choice.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2880,6 +2942,7 @@ export const InferResponse: MessageFns<InferResponse> = {
         : globalThis.Array.isArray(object?.tool_calls)
         ? object.tool_calls.map((e: any) => ToolCall.fromJSON(e))
         : [],
+      choices: globalThis.Array.isArray(object?.choices) ? object.choices.map((e: any) => Choice.fromJSON(e)) : [],
     };
   },
 
@@ -2912,6 +2975,9 @@ export const InferResponse: MessageFns<InferResponse> = {
     if (message.toolCalls?.length) {
       obj.toolCalls = message.toolCalls.map((e) => ToolCall.toJSON(e));
     }
+    if (message.choices?.length) {
+      obj.choices = message.choices.map((e) => Choice.toJSON(e));
+    }
     return obj;
   },
 
@@ -2931,6 +2997,150 @@ export const InferResponse: MessageFns<InferResponse> = {
       : undefined;
     message.logprobs = object.logprobs?.map((e) => TokenLogprob.fromPartial(e)) || [];
     message.toolCalls = object.toolCalls?.map((e) => ToolCall.fromPartial(e)) || [];
+    message.choices = object.choices?.map((e) => Choice.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseChoice(): Choice {
+  return { index: 0, text: "", finishReason: 0, toolCalls: [], logprobs: [] };
+}
+
+export const Choice: MessageFns<Choice> = {
+  encode(message: Choice, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).uint32(message.index);
+    }
+    if (message.text !== "") {
+      writer.uint32(18).string(message.text);
+    }
+    if (message.finishReason !== 0) {
+      writer.uint32(24).int32(message.finishReason);
+    }
+    for (const v of message.toolCalls) {
+      ToolCall.encode(v!, writer.uint32(34).fork()).join();
+    }
+    for (const v of message.logprobs) {
+      TokenLogprob.encode(v!, writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Choice {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseChoice();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.text = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.finishReason = reader.int32() as any;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.toolCalls.push(ToolCall.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.logprobs.push(TokenLogprob.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Choice {
+    return {
+      index: isSet(object.index) ? globalThis.Number(object.index) : 0,
+      text: isSet(object.text) ? globalThis.String(object.text) : "",
+      finishReason: isSet(object.finishReason)
+        ? finishReasonFromJSON(object.finishReason)
+        : isSet(object.finish_reason)
+        ? finishReasonFromJSON(object.finish_reason)
+        : 0,
+      toolCalls: globalThis.Array.isArray(object?.toolCalls)
+        ? object.toolCalls.map((e: any) => ToolCall.fromJSON(e))
+        : globalThis.Array.isArray(object?.tool_calls)
+        ? object.tool_calls.map((e: any) => ToolCall.fromJSON(e))
+        : [],
+      logprobs: globalThis.Array.isArray(object?.logprobs)
+        ? object.logprobs.map((e: any) => TokenLogprob.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: Choice): unknown {
+    const obj: any = {};
+    if (message.index !== 0) {
+      obj.index = Math.round(message.index);
+    }
+    if (message.text !== "") {
+      obj.text = message.text;
+    }
+    if (message.finishReason !== 0) {
+      obj.finishReason = finishReasonToJSON(message.finishReason);
+    }
+    if (message.toolCalls?.length) {
+      obj.toolCalls = message.toolCalls.map((e) => ToolCall.toJSON(e));
+    }
+    if (message.logprobs?.length) {
+      obj.logprobs = message.logprobs.map((e) => TokenLogprob.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Choice>, I>>(base?: I): Choice {
+    return Choice.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Choice>, I>>(object: I): Choice {
+    const message = createBaseChoice();
+    message.index = object.index ?? 0;
+    message.text = object.text ?? "";
+    message.finishReason = object.finishReason ?? 0;
+    message.toolCalls = object.toolCalls?.map((e) => ToolCall.fromPartial(e)) || [];
+    message.logprobs = object.logprobs?.map((e) => TokenLogprob.fromPartial(e)) || [];
     return message;
   },
 };
@@ -3187,6 +3397,7 @@ function createBaseInferStreamResponse(): InferStreamResponse {
     timing: undefined,
     logprobs: [],
     toolCalls: [],
+    choiceIndex: 0,
   };
 }
 
@@ -3215,6 +3426,9 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
     }
     for (const v of message.toolCalls) {
       ToolCallDelta.encode(v!, writer.uint32(66).fork()).join();
+    }
+    if (message.choiceIndex !== 0) {
+      writer.uint32(72).uint32(message.choiceIndex);
     }
     return writer;
   },
@@ -3296,6 +3510,14 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
             message.toolCalls.push(ToolCallDelta.decode(reader, reader.uint32()));
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.choiceIndex = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3332,6 +3554,11 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
         : globalThis.Array.isArray(object?.tool_calls)
         ? object.tool_calls.map((e: any) => ToolCallDelta.fromJSON(e))
         : [],
+      choiceIndex: isSet(object.choiceIndex)
+        ? globalThis.Number(object.choiceIndex)
+        : isSet(object.choice_index)
+        ? globalThis.Number(object.choice_index)
+        : 0,
     };
   },
 
@@ -3361,6 +3588,9 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
     if (message.toolCalls?.length) {
       obj.toolCalls = message.toolCalls.map((e) => ToolCallDelta.toJSON(e));
     }
+    if (message.choiceIndex !== 0) {
+      obj.choiceIndex = Math.round(message.choiceIndex);
+    }
     return obj;
   },
 
@@ -3379,6 +3609,7 @@ export const InferStreamResponse: MessageFns<InferStreamResponse> = {
       : undefined;
     message.logprobs = object.logprobs?.map((e) => TokenLogprob.fromPartial(e)) || [];
     message.toolCalls = object.toolCalls?.map((e) => ToolCallDelta.fromPartial(e)) || [];
+    message.choiceIndex = object.choiceIndex ?? 0;
     return message;
   },
 };
