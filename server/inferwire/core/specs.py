@@ -25,7 +25,9 @@ class ModelSpec(BaseModel):
     """The name clients use; also the grpc.health.v1 service `model/<name>`. Up to 128
     letters, digits, '.', '_' and '-', starting with a letter or digit."""
     backend: str = "onnxruntime-genai"
-    """Backend that serves the model: onnxruntime-genai (embedded) or triton."""
+    """Backend that serves the model, by its registered name: `onnxruntime-genai` (embedded,
+    the default), `llama-cpp` (a GGUF file, embedded), `triton` (remote Triton servers),
+    `simulator` (no engine), or a plugin's (the `inferwire.backends` entry point group)."""
     adapter_of: str | None = None
     """Makes this an adapter model: a LoRA adapter served on the named base model, which
     must be configured (not itself an adapter). Its `options` are the adapter's: the
