@@ -12,7 +12,7 @@ the bundled model by scripts/demo_gguf.py), and NVIDIA's aiperf over the OpenAI 
   32 slots (llama-server `--parallel 32`, inferwire `max_concurrency: 32`) of SLOT_TOKENS
   at every level. inferwire runs twice: on the same GGUF with its llama-cpp backend
   (`inferwire`, what a CPU deployment runs), and as `inferwire serve` runs the model's ONNX
-  Runtime GenAI folder (`inferwire_ort`: `batching: auto`, the per-request path on a CPU
+  Runtime GenAI folder (`inferwire_ort`: `batching: auto`, the continuous path on a CPU
   model). The servers take turns, the first of each cell rotating, so drift on a shared
   machine falls on all.
 - Cores: the servers run on one half of the CPUs, aiperf, ghz and this process on the
@@ -60,9 +60,9 @@ NAME = "peers"
 CONCURRENCY = (1, 8, 32)
 ENDPOINTS = ("completions", "chat")
 # inferwire on the GGUF with its llama-cpp backend, inferwire as `inferwire serve` runs the
-# ONNX Runtime GenAI folder (batching: auto, the per-request path on a CPU model), and
+# ONNX Runtime GenAI folder (batching: auto, the continuous path on a CPU model), and
 # llama-server. (`batching: engine`, og.Engine's static batches, made 0.78-1.38x the
-# per-request path's tokens/s with TTFT p99 up to 48 s: docs/performance.md.)
+# per-request path's tokens/s with TTFT p99 up to 48 s: the performance notebook.)
 SERVERS = ("inferwire", "inferwire_ort", "llama_cpp")
 INPUT_TOKENS = 64
 OUTPUT_TOKENS = 128

@@ -10,7 +10,7 @@
   (continuous batching, a prompt cache per slot), the same slots, slot length, threads and
   repetition penalty as llama-server.
 - `inferwire`: `inferwire serve` with the model's ONNX Runtime GenAI folder (by default
-  `batching: auto`, which is the per-request path on a CPU model), `max_concurrency` = the
+  `batching: auto`, which is the continuous path on a CPU model), `max_concurrency` = the
   slots.
 - `split_cores` and `pinned`: the servers on one half of the CPUs, the load tool (and this
   process) on the other, so that a ratio compares the servers, not the scheduler's mix.

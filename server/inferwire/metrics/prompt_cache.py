@@ -1,5 +1,6 @@
 """Each model's prompt cache (a backend that keeps finished requests' KV for the next turn
-of a conversation: llama-cpp), read from the backends at every scrape."""
+of a conversation: llama-cpp, and onnxruntime-genai's continuous path), read from the
+backends at every scrape."""
 
 from __future__ import annotations
 

@@ -2,17 +2,22 @@
 
 Modules:
 
-- `backend.py`: the `Backend` (options, load, health, chat, Tokenize); prepares each
-  request (tokenize, check it fits, map its sampling) and hands it to one path.
-- `model.py`: `LoadedModel`, the engine objects and configuration read at load.
-- `sampling.py`: `SearchOptions`, the one mapping of GenerationParams onto ORT GenAI's
-  sampling options for both paths, and `PathRequest`, what a path is handed.
-- `generator.py`: the per-request path, one `og.Generator` per request in a thread.
-- `engine.py`: the engine path, one `og.Engine` batching requests, driven by one thread.
-- `inferwire.backends.threaded` (shared with the llama.cpp backend): the hand-over of
-  text from the generating threads to the event loops (`delivery.Outbox`) and the
-  consumer's loop, channel and token counting (`consumer`).
-- `logprobs.py`: log-probabilities from the generator's logits.
+- `backend.py`: the `Backend` (options, load, facts, health, chat, Tokenize): loads the
+  model on its path and hands each request to it; `options.py` its options.
+- `continuous/`: the CPU path (`batching: auto` on the CPU, or `continuous`): the folder's
+  ONNX graph run by ONNX Runtime itself, one KV slot per request, every request in one
+  step loop's steps, with inferwire's own sampler, log-probabilities, llguidance
+  constraints and LoRA weights (decoder.py, loop.py, sampler.py, guidance.py, model.py).
+- `og_paths.py`: ONNX Runtime GenAI's own objects, the path on CUDA (or when asked):
+  `generator.py`, one `og.Generator` per request in a thread; `engine.py`, one `og.Engine`
+  batching requests, driven by one thread (`engine_process.py`, `engine_host.py`: that
+  thread in a process of its own); `model.py`, `LoadedModel`, read at load, and the
+  helpers both paths share; `sampling.py`, `SearchOptions`, the mapping of
+  GenerationParams onto ORT GenAI's search options; `logprobs.py`, log-probabilities from
+  a generator's logits.
+- `adapter.py`: LoRA adapter models on a base model of this backend, on either path.
+- `inferwire.backends.threaded` (shared with the llama.cpp backend): the step-loop frame
+  and the hand-over of text from the generating threads to the event loops.
 """
 
 from inferwire.backends.ort_genai.backend import (
