@@ -1,8 +1,10 @@
 """Who is calling: the principal of a call, from what any door reads off it.
 
-The call (edge/calls.py) hands over its `Authorization` header (gRPC metadata or HTTP),
-the scope its method needs (None for an open one: health, reflection, metrics) and, only if
-asked, its client certificate's subjects (mutual TLS). `Authenticator` answers with the
+The call (edge/calls.py) hands over its `Authorization` header (gRPC metadata or HTTP)
+and, where its method takes one (edge/methods.py `key_header`: Anthropic's `x-api-key`),
+the header that carries the bare token instead; the scope its method needs (None for an
+open one: health, reflection, metrics); and, only if asked, its client certificate's
+subjects (mutual TLS). `Authenticator` answers with the
 principal, or raises UnauthenticatedError / PermissionDeniedError; the per-model check
 is the principal's own (`Principal.require_model`), made by the call from the field its
 method's facts say names the model (`Call.check_model`).
@@ -36,6 +38,12 @@ def bearer_token(authorization: str | None) -> str | None:
     return None
 
 
+def _bare_token(value: str | None) -> str | None:
+    """The token of a header that carries one as it is (`x-api-key: <token>`)."""
+    token = value.strip() if value is not None else ""
+    return token or None
+
+
 class Authenticator:
     """The server's credentials: its tokens file (re-read when it changes), the scopes of
     anonymous callers, and which certificate subject counts against which tenant."""
@@ -67,14 +75,17 @@ class Authenticator:
         scope: Scope | None,
         what: str,
         subjects: Callable[[], Iterable[str]] = tuple,
+        api_key: str | None = None,
     ) -> Principal:
         """The principal a call of `what` runs as. `scope`: what it needs (None: open to
         anyone); `subjects`: the client certificate's subjects, read only when they can
-        name the caller's tenant (an anonymous caller with certificate tenants set)."""
+        name the caller's tenant (an anonymous caller with certificate tenants set);
+        `api_key`: the bare token of a header that carries one (`x-api-key`), taken when
+        `authorization` has no bearer token."""
         if self._store is None or scope is None:
             principal = UNRESTRICTED
         else:
-            token = bearer_token(authorization)
+            token = bearer_token(authorization) or _bare_token(api_key)
             principal = authorize(identify(self._store, self._anonymous, token), scope, what)
         if principal.name == ANONYMOUS and self._tenant_by_subject:
             # A call that sent a token keeps the token's tenant; one without counts against

@@ -133,11 +133,13 @@ class Call:
         the method."""
         authenticator = self._reception.authenticator
         if authenticator.checks_anything:
+            key_header = self.method.facts.key_header
             self.principal = authenticator.principal(
                 self._headers.get("authorization"),
                 self.method.facts.scope,
                 self.method.what,
                 self._subjects,
+                self._headers.get(key_header) if key_header else None,
             )
         headers = self._headers
         fairness_id, objective = headers.get(FAIRNESS_HEADER), headers.get(OBJECTIVE_HEADER)

@@ -7,7 +7,9 @@ A method is an RPC (`/inferwire.v1.InferenceService/Infer`) or an HTTP route
   not the core saw the request;
 - the field of its request that names the model it uses (`model_at`), which the call
   checks before anything looks the model up (edge/calls.py `Call.check_model`); on HTTP a
-  route's path parameter of that name, else its JSON body's member.
+  route's path parameter of that name, else its JSON body's member;
+- a header that may carry the caller's token instead of `Authorization: Bearer`
+  (`key_header`: Anthropic's `x-api-key`, on the routes of Anthropic's API only).
 Methods that do the same on both doors are one `Operation`, whose scope and inference they
 share, so equivalent methods cannot drift apart. A door reads only its own wire: which
 field of its request (a message, a body) holds a name is the door's to look up.
@@ -45,6 +47,7 @@ class MethodFacts:
     model_at: str | None = None  # the request's field naming its model; None: it names none
     every_model_if_empty: bool = False  # an empty name asks about every model (no check)
     open: bool = False  # served open whatever its operation (server.auth.open_services)
+    key_header: str | None = None  # a header with the token, if no Authorization has one
 
     @property
     def scope(self) -> Scope | None:
@@ -61,10 +64,18 @@ _OIP = "/inference.GRPCInferenceService/"  # wire/oip.py SERVICE_NAME (a unit te
 _GENERATE, _TOKENIZE = MethodFacts(Operation.GENERATE), MethodFacts(Operation.TOKENIZE)
 _READ, _MANAGE = MethodFacts(Operation.READ), MethodFacts(Operation.MANAGE)
 _PROBE = MethodFacts(Operation.PROBE)
+_API_KEY = "x-api-key"  # Anthropic's header for the token (its SDKs send no Authorization)
 
 
-def _at(facts: MethodFacts, field: str, every_model_if_empty: bool = False) -> MethodFacts:
-    return dataclasses.replace(facts, model_at=field, every_model_if_empty=every_model_if_empty)
+def _at(
+    facts: MethodFacts,
+    field: str,
+    every_model_if_empty: bool = False,
+    key_header: str | None = None,
+) -> MethodFacts:
+    return dataclasses.replace(
+        facts, model_at=field, every_model_if_empty=every_model_if_empty, key_header=key_header
+    )
 
 
 # Every method either door serves. A method missing here needs admin (fail closed):
@@ -100,10 +111,14 @@ METHODS: dict[str, MethodFacts] = {
     "POST /v1/responses": _at(_GENERATE, "model"),
     "GET /v1/responses/{response_id}": MethodFacts(Operation.STORED),
     "DELETE /v1/responses/{response_id}": MethodFacts(Operation.STORED),
+    # Anthropic's Messages API (http/anthropic/): the token in x-api-key, or as Bearer.
+    "POST /v1/messages": _at(_GENERATE, "model", key_header=_API_KEY),
+    "POST /v1/messages/count_tokens": _at(_TOKENIZE, "model", key_header=_API_KEY),
     "GET /v1/models": _READ,
     "GET /v1/models/{model}": _at(_READ, "model"),
     "POST /tokenize": _at(_TOKENIZE, "model"),
     "POST /detokenize": _at(_TOKENIZE, "model"),
+    "HEAD /": _PROBE,  # Claude Code probes it before its first request
     "GET /health": _PROBE,
     "GET /version": _PROBE,
     "GET /metrics": _PROBE,

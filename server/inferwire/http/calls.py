@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from inferwire.edge.calls import Call, Method, Reception
-from inferwire.edge.errors import Code
+from inferwire.edge.errors import Code, ErrorReply
 from inferwire.edge.methods import facts_of
 from inferwire.http.bodies import ClientGone, read_json
 from inferwire.http.errors import HTTP_STATUS, http_answer
@@ -29,6 +29,9 @@ from inferwire.http.metrics import HttpMetrics
 # A route's handler: the request and its JSON body (None: a route that takes none) in, the
 # response out. Its call is the current one (edge/calls.py `current_call`), as on gRPC.
 Handler = Callable[[Request, Any], Awaitable[Response]]
+# How a route writes an error: its status, body and headers (OpenAI's body by default,
+# http/errors.py; Anthropic's on its routes, http/anthropic/errors.py).
+ErrorAnswer = Callable[[ErrorReply], tuple[int, dict[str, Any], dict[str, str]]]
 TLS_SUBJECTS = "inferwire.tls_subjects"  # the connection's client certificate (listener.py)
 
 
@@ -64,11 +67,12 @@ class HttpCalls:
         self._max_body_bytes, self._body_timeout_s = max_body_bytes, body_timeout_s
 
     def route(
-        self, method: str, path: str, handler: Handler
+        self, method: str, path: str, handler: Handler, answer: ErrorAnswer = http_answer
     ) -> Callable[[Request], Awaitable[Response]]:
         """The Starlette endpoint of `handler`, served with the facts of `method path` in
         the edge's one table (edge/methods.py). A POST route's body is read before the
-        handler runs, so that the model it names is checked first."""
+        handler runs, so that the model it names is checked first. `answer` writes its
+        errors."""
         name = f"{method} {path}"
         spec = Method(
             name=name,
@@ -101,7 +105,7 @@ class HttpCalls:
                     finish_http(call, HTTP_STATUS[Code.CANCELLED], Code.CANCELLED)
                     return Response(status_code=HTTP_STATUS[Code.CANCELLED])
                 except Exception as error:
-                    return error_response(call, error)
+                    return error_response(call, error, answer)
             if not getattr(response, "streams", False):  # a stream's call ends with it
                 status = response.status_code
                 finish_http(call, status, Code.OK if status < 400 else _code_of(response))
@@ -122,10 +126,13 @@ def _field_reader(request: Request, body: Any) -> Callable[[str], object]:
     return field
 
 
-def error_response(call: Call, error: BaseException) -> JSONResponse:
-    """OpenAI's error body for `error`, with its status and headers; the call ends here."""
+def error_response(
+    call: Call, error: BaseException, answer: ErrorAnswer = http_answer
+) -> JSONResponse:
+    """The error body for `error` (`answer`'s: OpenAI's by default), with its status and
+    headers; the call ends here."""
     reply = call.error_reply(error)
-    status, body, headers = http_answer(reply)
+    status, body, headers = answer(reply)
     finish_http(call, status, reply.code, reply.message)
     return JSONResponse(body, status_code=status, headers=headers)
 

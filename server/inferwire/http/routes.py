@@ -1,12 +1,13 @@
-"""The HTTP routes: OpenAI's Completions, Chat Completions, Responses and Models, vLLM's
-/tokenize and /detokenize, and /health, /version and /metrics.
+"""The HTTP routes: OpenAI's Completions, Chat Completions, Responses and Models,
+Anthropic's Messages, vLLM's /tokenize and /detokenize, and /health, /version, /metrics
+and `HEAD /`.
 
 What each route needs is its row of the edge's one table (edge/methods.py): generation,
 models and tokens the `infer` scope (a token, or an anonymous scope); /health, /version
 and /metrics stay open with a tokens file, as grpc.health.v1 and reflection do on gRPC:
 probes and the gateway's endpoint picker call them. A path that
 is no route (404), a method a route does not take (405) and anything that escaped a
-handler (500) get OpenAI's error body too.
+handler (500) get OpenAI's error body too; Anthropic's routes answer in Anthropic's shape.
 """
 
 from __future__ import annotations
@@ -39,8 +40,11 @@ from inferwire.edge.errors import (
     error_reply,
 )
 from inferwire.edge.listing import ListedModels
+from inferwire.http.anthropic.errors import anthropic_answer
+from inferwire.http.anthropic.routes import PATHS as ANTHROPIC_PATHS
+from inferwire.http.anthropic.routes import AnthropicApi
 from inferwire.http.bodies import BodyModel
-from inferwire.http.calls import Handler, HttpCalls
+from inferwire.http.calls import ErrorAnswer, Handler, HttpCalls
 from inferwire.http.completion_output import EventStream, unary_json
 from inferwire.http.errors import http_answer
 from inferwire.http.metrics import ResponseStoreGauges
@@ -86,6 +90,7 @@ class Routes:
         store = ResponseStore(bounds.max_entries, bounds.max_bytes)
         registry.register(ResponseStoreGauges(store.usage))
         self._responses = ResponsesApi(manager, store)
+        self._anthropic = AnthropicApi(manager)
         # /v1/models' answer, kept while its models do not change (as gRPC's ListModels):
         # a model card shows nothing that moves without the model's version.
         self._listed = ListedModels(_models_list)
@@ -99,6 +104,8 @@ class Routes:
             ("POST", "/v1/responses", self._responses.create),
             ("GET", "/v1/responses/{response_id}", self._responses.retrieve),
             ("DELETE", "/v1/responses/{response_id}", self._responses.delete),
+            ("POST", "/v1/messages", self._anthropic.messages),
+            ("POST", "/v1/messages/count_tokens", self._anthropic.count_tokens),
             ("GET", "/v1/models", self._models),
             ("GET", "/v1/models/{model}", self._model),
             ("POST", "/tokenize", self._tokenize),
@@ -106,12 +113,13 @@ class Routes:
             ("GET", "/health", self._health),
             ("GET", "/version", self._version),
             ("GET", "/metrics", self._metrics),
+            ("HEAD", "/", self._root),
         ]
 
     def app(self) -> ASGIApp:
         route = self._calls.route
         routes = [
-            Route(path, route(method, path, handler), methods=[method])
+            Route(path, route(method, path, handler, _answer_of(path)), methods=[method])
             for method, path, handler in self.table()
         ]
         handlers = {HTTPException: _no_such_route, Exception: _escaped}
@@ -200,6 +208,15 @@ class Routes:
 
     async def _metrics(self, request: Request, body: None) -> Response:
         return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def _root(self, request: Request, body: None) -> Response:
+        """`HEAD /`: the server is there (Claude Code probes it before its first request)."""
+        return Response(status_code=200)
+
+
+def _answer_of(path: str) -> ErrorAnswer:
+    """How a route writes its errors: Anthropic's routes in Anthropic's shape."""
+    return anthropic_answer if path in ANTHROPIC_PATHS else http_answer
 
 
 async def _no_such_route(request: Request, exc: HTTPException) -> Response:

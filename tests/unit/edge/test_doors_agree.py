@@ -252,6 +252,15 @@ HTTP_CALLS: dict[str, Any] = {
     "POST /v1/completions": {"model": "m", "prompt": "hi"},
     "POST /v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
     "POST /v1/responses": {"model": "m", "input": "hi", "store": False},
+    "POST /v1/messages": {
+        "model": "m",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "hi"}],
+    },
+    "POST /v1/messages/count_tokens": {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+    },
     "POST /tokenize": {"model": "m", "prompt": "hi"},
     "POST /detokenize": {"model": "m", "tokens": [1]},
     "GET /v1/models": None,
@@ -290,11 +299,25 @@ async def test_equivalent_methods_need_the_same_scope_on_both_doors(tmp_path):
                     method, path = name.split(" ")
                     path = path.format(model="m", response_id="resp_none")
                     reply = await client.request(method, path, json=body, headers=headers)
-                    code = "ok" if reply.status_code < 400 else reply.json()["error"]["code"]
+                    code = "ok" if reply.status_code < 400 else error_code(reply.json())
                     seen.setdefault(METHODS[name].operation, set()).add(code)
     for caller, by_operation in codes.items():
         for operation, seen in by_operation.items():
             assert seen == {expected(caller, operation)}, (caller, operation)
+
+
+# Anthropic's error types (http/anthropic/errors.py) of the codes these calls end with.
+ANTHROPIC_CODES = {
+    "authentication_error": "unauthenticated",
+    "permission_error": "permission_denied",
+    "not_found_error": "not_found",
+}
+
+
+def error_code(body: dict[str, Any]) -> str:
+    """The code of an error body: OpenAI's says it, Anthropic's by its type."""
+    error = body["error"]
+    return error["code"] if "code" in error else ANTHROPIC_CODES[error["type"]]
 
 
 CALLER_SCOPES = {"speaker": {"gateway"}, "reader": {"infer"}, "plain": {"admin"}}
@@ -331,7 +354,12 @@ async def test_an_inference_method_s_access_line_says_request_finished_on_both_d
                     with contextlib.suppress(grpc.aio.AioRpcError):
                         await calls[name](metadata)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client:
-            for name in ("POST /v1/completions", "POST /v1/responses", "GET /v1/models"):
+            for name in (
+                "POST /v1/completions",
+                "POST /v1/responses",
+                "POST /v1/messages",
+                "GET /v1/models",
+            ):
                 method, path = name.split(" ")
                 for headers in ({"authorization": f"Bearer {TOKENS['plain']}"}, {}):
                     await client.request(method, path, json=HTTP_CALLS[name], headers=headers)
@@ -343,7 +371,7 @@ async def test_an_inference_method_s_access_line_says_request_finished_on_both_d
         said = "request finished" if METHODS[name].inference else "rpc finished"
         assert {message for _, message in seen} == {said}, name
         assert "UNAUTHENTICATED" in {code for code, _ in seen}, name
-    assert len(lines) == 6
+    assert len(lines) == 7
 
 
 async def test_the_core_s_refusal_of_a_field_names_the_field_each_door_s_caller_sent(

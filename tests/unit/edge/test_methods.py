@@ -33,5 +33,6 @@ def test_inference_methods_are_the_generating_ones_on_both_doors():
         "POST /v1/completions",
         "POST /v1/chat/completions",
         "POST /v1/responses",
+        "POST /v1/messages",
     }
     assert all(METHODS[name].operation is Operation.GENERATE for name in inference)
