@@ -1,8 +1,9 @@
 """Fuzzing the HTTP door of a real `inferwire serve`, as test_fuzz.py does the gRPC one:
-random JSON, OpenAI (Responses too) and vLLM request bodies with wild fields, raw and
-cut-short bodies of every content type, methods, paths and headers, heads httptools
-cannot parse or that never end, and slow senders. Every answer is a clean one: a status
-of `CLEAN` with OpenAI's error body (never a 500, never a stack trace), within a client
+random JSON, OpenAI (Responses too), Anthropic (Messages) and vLLM request bodies with
+wild fields, raw and cut-short bodies of every content type, methods, paths and headers,
+heads httptools cannot parse or that never end, and slow senders. Every answer is a clean
+one: a status of `CLEAN` with OpenAI's error body (Anthropic's on its routes; never a
+500, never a stack trace), within a client
 timeout well above the server's own bounds, and no error in the server's log; afterwards
 the server is SERVING and answers the greedy request as before.
 
@@ -26,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support import figures, fuzz, http_fuzz
+from tests.support import anthropic_fuzz, figures, fuzz, http_fuzz
 from tests.support.http_fuzz import body_bytes
 from tests.support.process import ServerProcess, start_serving_server, stop_server_process
 from tests.support.raw_http import Reply, exchange, slow_sender
@@ -54,7 +55,8 @@ CLEAN = {200, 400, 403, 404, 405, 408, 413, 415, 429, 431, 503}
 GREEDY = {"model": "demo", "prompt": "KING HENRY:\n", "max_tokens": 24, "temperature": 0}
 ERROR_KEYS = {"message", "type", "param", "code"}
 CODES: Counter[str] = Counter()
-BODY_ROUTES = sorted(http_fuzz.BODIES)
+BODIES = {**http_fuzz.BODIES, **anthropic_fuzz.BODIES}
+BODY_ROUTES = sorted(BODIES)
 FEWER = settings(fuzz.FUZZ_SETTINGS, max_examples=max(fuzz.EXAMPLES // 3, 10))
 
 
@@ -109,6 +111,41 @@ def responses_events_problem(text: str) -> str | None:
 RESPONSES_ENDS = ("response.completed", "response.incomplete", "response.failed")
 
 
+def anthropic_error_problem(body: bytes) -> str | None:
+    """Why `body` is not Anthropic's error body of a clean refusal, or None."""
+    try:
+        parsed = json.loads(body)
+        error = parsed["error"]
+    except (ValueError, KeyError, TypeError):
+        return f"the error body is not Anthropic's: {body[:300]!r}"
+    if parsed.get("type") != "error" or not isinstance(error, dict):
+        return f"the error body is not Anthropic's: {body[:300]!r}"
+    if set(error) != {"type", "message"} or error["type"] not in anthropic_fuzz.ERROR_TYPES:
+        return f"the error is not a clean refusal: {body[:300]!r}"
+    if not isinstance(error["message"], str) or "Traceback" in error["message"]:
+        return f"the error message is no message: {error['message']!r}"[:500]
+    return None
+
+
+def anthropic_events_problem(text: str) -> str | None:
+    """Why `text` is not a finished stream of Anthropic's events, each `event:` and
+    `data:`, the first `message_start` and the last `message_stop` (or a clean `error`)."""
+    events = []
+    for block in (block for block in text.split("\n\n") if block):
+        name, _, data = block.partition("\n")
+        if not name.startswith("event: ") or not data.startswith("data: "):
+            return f"not an event: {block[:300]!r}"
+        event = json.loads(data.removeprefix("data: "))
+        if name.removeprefix("event: ") != event.get("type"):
+            return f"the event's name is not its type: {block[:300]!r}"
+        if event["type"] == "error":
+            return anthropic_error_problem(data.removeprefix("data: ").encode())
+        events.append(event["type"])
+    if not events or events[0] != "message_start" or events[-1] != "message_stop":
+        return f"the stream is not a whole message: {text[:300]!r} ... {text[-300:]!r}"
+    return None
+
+
 class Fuzzed:
     """The fuzzed server, a client of it, and the greedy answer from before fuzzing."""
 
@@ -153,6 +190,13 @@ class Fuzzed:
         if status not in clean:
             return f"{status} is not a clean answer: {reply.text[:500]!r}"
         if reply.request.method == "HEAD":
+            return None
+        if reply.request.method == "POST" and reply.request.url.path in anthropic_fuzz.PATHS:
+            if status >= 400:
+                return anthropic_error_problem(reply.content)
+            if reply.headers.get("content-type", "").startswith("text/event-stream"):
+                return anthropic_events_problem(reply.text)
+            reply.json()
             return None
         if status >= 400:
             return error_problem(reply.content)
@@ -224,7 +268,7 @@ def test_json_bodies_get_a_clean_answer(fuzzed, path, shaped):
 
     @fuzz.FUZZ_SETTINGS
     @given(
-        value=http_fuzz.BODIES[path] if shaped else http_fuzz.json_value,
+        value=BODIES[path] if shaped else http_fuzz.json_value,
         escaped=st.sampled_from([True, True, True, False]),
     )
     def send(value: object, escaped: bool) -> None:
@@ -238,7 +282,7 @@ def test_json_bodies_get_a_clean_answer(fuzzed, path, shaped):
 def test_raw_bodies_of_any_content_type_get_a_clean_answer(fuzzed, path):
     @fuzz.FUZZ_SETTINGS
     @given(
-        content=st.one_of(st.none(), http_fuzz.raw_body(http_fuzz.BODIES[path])),
+        content=st.one_of(st.none(), http_fuzz.raw_body(BODIES[path])),
         content_type=http_fuzz.content_type,
     )
     def send(content: bytes | None, content_type: str | None) -> None:

@@ -242,11 +242,15 @@ def wild_for(name: str) -> st.SearchStrategy:
 
 @st.composite
 def _body(
-    draw: st.DrawFn, required: dict[str, st.SearchStrategy], fields: dict[str, st.SearchStrategy]
+    draw: st.DrawFn,
+    required: dict[str, st.SearchStrategy],
+    fields: dict[str, st.SearchStrategy],
+    wilds: dict[str, st.SearchStrategy] | None = None,
 ) -> dict[str, Any]:
     """The required fields and some optional ones, plausible but for one thing at most:
     a wild value in one field (mostly), a required field left out, or a key no request
-    has. One wild thing among plausible ones is what reaches past the first check."""
+    has. One wild thing among plausible ones is what reaches past the first check.
+    `wilds`: a field's wild values where they are not `wild_for`'s."""
     body = {name: draw(strategy) for name, strategy in required.items()}
     for name in sorted(fields):
         if name == "max_tokens" or draw(st.integers(0, 3)) == 2:
@@ -261,7 +265,8 @@ def _body(
             if name in exclusive:
                 for other in exclusive & body.keys():
                     del body[other]
-        body[name] = draw(wild_for(name))
+        given = (wilds or {}).get(name)
+        body[name] = draw(given if given is not None else wild_for(name))
     elif kind == "left out":
         del body[draw(st.sampled_from(sorted(required)))]
     elif kind == "key":
@@ -441,6 +446,7 @@ def raw_body(draw: st.DrawFn, bodies: st.SearchStrategy) -> bytes:
 ROUTES = ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize")
 ROUTES += ("/v1/models", "/v1/models/demo", "/health", "/version", "/metrics")
 ROUTES += ("/v1/responses", "/v1/responses/resp_0", "/v1/responses/")
+ROUTES += ("/v1/messages", "/v1/messages/count_tokens", "/v1/messages?beta=true")
 
 
 # A path: a route, a route with a tail, a near miss, or any text (percent-encoded by the
