@@ -1,6 +1,6 @@
 """The HTTP calls docs/http.md and README.md show, run as they are written (the real `curl`,
-the Python `openai` snippet) against a live `inferwire serve` with the bundled model,
-its `localhost:8000` pointed at the test server's port."""
+the Python `openai` and `anthropic` snippets) against a live `inferwire serve` with the
+bundled model, its `localhost:8000` pointed at the test server's port."""
 
 from __future__ import annotations
 
@@ -71,7 +71,9 @@ def test_each_documented_curl_answers_as_shown(served, command):
     ]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    if "/v1/responses" in command and '"stream": true' in command:
+    if "/v1/messages" in command:
+        anthropic_answers_as_shown(command, result.stdout)
+    elif "/v1/responses" in command and '"stream": true' in command:
         # Responses' events: `event:` and `data:` pairs, no [DONE], the response last.
         lines = [line for line in result.stdout.splitlines() if line]
         events = [json.loads(line.removeprefix("data: ")) for line in lines[1::2]]
@@ -88,13 +90,31 @@ def test_each_documented_curl_answers_as_shown(served, command):
         assert answer["object"] in ("list", "text_completion", "chat.completion", "response")
 
 
-def test_each_documented_python_openai_snippet_runs(served):
+def anthropic_answers_as_shown(command: str, output: str) -> None:
+    """Anthropic's Messages: a stream of `event:` and `data:` pairs from `message_start` to
+    `message_stop`, a count, a message, or (without max_tokens) the error shown."""
+    if '"stream": true' in command:
+        lines = [line for line in output.splitlines() if line]
+        events = [json.loads(line.removeprefix("data: ")) for line in lines[1::2]]
+        assert lines[0::2] == [f"event: {event['type']}" for event in events], output
+        assert (events[0]["type"], events[-1]["type"]) == ("message_start", "message_stop")
+        return
+    answer = json.loads(output)
+    if "/count_tokens" in command:
+        assert answer["input_tokens"] > 0, answer
+    elif '"max_tokens"' not in command:
+        assert answer["error"]["message"] == "max_tokens: Field required", answer
+    else:
+        assert (answer["type"], answer["role"]) == ("message", "assistant"), answer
+
+
+def test_each_documented_python_snippet_runs(served):
     for doc, code in blocks("python"):
-        if "from openai import OpenAI" not in code:
+        if "from openai import OpenAI" not in code and "import anthropic" not in code:
             continue
         patched = code.replace("localhost:8000", f"127.0.0.1:{served.http_port}")
         result = subprocess.run(
             [sys.executable, "-c", patched], capture_output=True, text=True, timeout=120
         )
         assert result.returncode == 0, f"{doc.name}: {result.stderr}"
-        assert "prompt_tokens" in result.stdout, result.stdout
+        assert "prompt_tokens" in result.stdout or "input_tokens" in result.stdout, result.stdout
