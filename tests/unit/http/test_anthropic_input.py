@@ -66,6 +66,24 @@ def test_system_blocks_and_text_blocks_are_chat_messages_with_cache_control_igno
     assert asked.inference.params.max_tokens == 16
 
 
+def test_a_system_message_among_the_messages_stays_in_its_place():
+    # Claude Code sends its environment so, after the user's first message.
+    asked = request(
+        {
+            "system": "You are an agent.",
+            "messages": [
+                {"role": "user", "content": "Say hello"},
+                {"role": "system", "content": [{"type": "text", "text": "# Environment"}]},
+            ],
+        }
+    )
+    assert [(m.role, m.content) for m in asked.inference.messages] == [
+        ("system", "You are an agent."),
+        ("user", "Say hello"),
+        ("system", "# Environment"),
+    ]
+
+
 def test_tool_use_and_tool_results_are_calls_and_tool_messages_and_thinking_is_dropped():
     asked = request(
         {
@@ -178,7 +196,11 @@ def test_sampling_stop_sequences_and_the_output_format_are_the_core_s_parameters
             ["messages[0].content[1].type", "messages[0].content[2].type"],
         ),
         ({"messages": [{"role": "user", "content": [USE]}]}, ["messages[0].content[0].type"]),
-        ({"messages": [{"role": "system", "content": "x"}]}, ["messages[0].role"]),
+        ({"messages": [{"role": "tool", "content": "x"}]}, ["messages[0].role"]),
+        (
+            {"messages": [{"role": "system", "content": [{"type": "image"}]}]},
+            ["messages[0].content[0].type"],
+        ),
         ({"messages": [{"role": "user"}]}, ["messages[0].content"]),
         (
             {"messages": [{"role": "assistant", "content": [{**USE, "input": "Oslo"}]}]},

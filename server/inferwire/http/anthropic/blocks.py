@@ -1,16 +1,18 @@
 """The `system` and `messages` of an Anthropic request as the core's chat messages.
 
-`system` (a string or text blocks) is a system message first. A `user` or `assistant`
-message's content is a string or blocks: `text` blocks are joined by newlines; an
-assistant's `tool_use` blocks are its calls (`input` as the arguments' JSON text); each
-`tool_result` block of a user message is a message of role `tool` answering its
-`tool_use_id` (its content a string or text blocks; `is_error` puts `Error: ` before it,
-since chat templates have no flag for it), in the order the blocks come, the user's text
-after them (Anthropic puts results first). `thinking` and `redacted_thinking` blocks (a
-reasoning model's turns replayed) are dropped: no inferwire model reasons. Images,
-documents and every other block are refused naming the block. `cache_control` and
-`citations` on a block are taken and ignored. Each message remembers the body field it
-came from, so that the core's violations name the block (`messages[3].content[0].tool_use_id`).
+`system` (a string or text blocks) is a system message first; a message of role `system`
+among `messages` (Claude Code sends its environment so) is a system message in its place,
+of text blocks only. A `user` or `assistant` message's content is a string or blocks:
+`text` blocks are joined by newlines; an assistant's `tool_use` blocks are its calls
+(`input` as the arguments' JSON text); each `tool_result` block of a user message is a
+message of role `tool` answering its `tool_use_id` (its content a string or text blocks;
+`is_error` puts `Error: ` before it, since chat templates have no flag for it), in the
+order the blocks come, the user's text after them (Anthropic puts results first).
+`thinking` and `redacted_thinking` blocks (a reasoning model's turns replayed) are
+dropped: no inferwire model reasons. Images, documents and every other block are refused
+naming the block. `cache_control` and `citations` on a block are taken and ignored. Each
+message remembers the body field it came from, so that the core's violations name the
+block (`messages[3].content[0].tool_use_id`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from inferwire.core.errors import FieldViolation
 from inferwire.http.bodies import BodyModel
 from inferwire.http.requests import validation_error
 
-_ROLES = ("user", "assistant")
+_ROLES = ("user", "assistant", "system")
 _DROPPED = {"thinking", "redacted_thinking"}
 _TAKEN = "text, tool_use (assistant) and tool_result (user) blocks"
 
@@ -85,9 +87,12 @@ class Conversation:
                 self.violations.extend(validation_error(exc, where).violations)
                 continue
             if message.role not in _ROLES:
-                self._refuse(f"{where}.role", "must be user or assistant")
+                self._refuse(f"{where}.role", "must be user, assistant or system")
             elif isinstance(message.content, str):
                 self.add(ChatMessage(message.role, message.content), where)
+            elif message.role == "system":
+                text = self._texts(message.content, f"{where}.content")
+                self.add(ChatMessage("system", text), where)
             elif message.role == "user":
                 self._user(message.content, where)
             else:
