@@ -15,19 +15,25 @@ def _bytes(match: tuple[str, str]) -> float:
     return float(match[0]) * _UNITS[match[1]]
 
 
-async def test_the_memory_estimate_of_the_load_is_within_a_quarter_of_what_it_took(stub):
+async def test_the_memory_estimate_brackets_what_the_load_took(stub):
+    """The estimate is the import's measurement of the continuous path's load (1 slot of 16
+    tokens) plus the KV slots in full. What the server's load made resident holds the
+    weights and the KV pages its warm-up touched (ONNX Runtime's attention touches a row's
+    capacity on its first step: on smollm2 at 2048 tokens, 60-90 MiB a row, pages that
+    requests would touch anyway); so the measurement is at least the load's estimate, at
+    most the whole, and the load's estimate is most of it."""
     status = next(
         s for s in (await stub.ListModels(pb.ListModelsRequest())).models if s.name == "smollm2"
     )
     estimate = re.search(rf"at load {_SIZE} \(measured by its import\)", status.detail)
+    kv = re.search(
+        rf"\+ KV cache {_SIZE} \(\d+ slots and a spare row x \d+ tokens\)", status.detail
+    )
     measured = re.search(rf"\+{_SIZE} RSS at load", status.detail)
-    assert estimate and measured, status.detail
-    at_load, rss = _bytes(estimate.groups()), _bytes(measured.groups())
-    assert abs(at_load - rss) <= 0.25 * rss, status.detail
-    # Charged too: the continuous path's KV slots, allocated at load (pages touched as
-    # requests fill them, so the RSS at load does not show them).
-    kv = rf"\+ KV cache {_SIZE} \(\d+ slots and a spare row x \d+ tokens\)"
-    assert re.search(kv, status.detail), status.detail
+    assert estimate and kv and measured, status.detail
+    at_load, kv_bytes, rss = (_bytes(m.groups()) for m in (estimate, kv, measured))
+    assert 0.9 * at_load <= rss <= at_load + kv_bytes, status.detail
+    assert at_load >= 0.5 * rss, status.detail
 
 
 async def test_its_capabilities_come_from_the_imported_model(stub):

@@ -118,7 +118,7 @@ class OrtGenAIBackend(Backend):
                 return estimate_footprint(
                     path, config, self.options.device, self.max_concurrency, copies
                 )
-            base = estimate_footprint(path, config, "cpu", 0)
+            base = estimate_footprint(path, config, "cpu", 0, continuous=True)
             slot_tokens = self._slot_tokens(config)
             kv = read_layout(path).kv_bytes_per_token(np.dtype(np.float32)) * slot_tokens
             kv *= self.max_concurrency + 1  # and the decoder's spare row (continuous/loop.py)

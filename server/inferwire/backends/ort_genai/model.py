@@ -88,7 +88,12 @@ def is_dynamic_batching(config: dict[str, Any]) -> bool:
 
 
 def estimate_footprint(
-    path: Path, config: dict[str, Any], device: str, max_concurrency: int, copies: int = 1
+    path: Path,
+    config: dict[str, Any],
+    device: str,
+    max_concurrency: int,
+    copies: int = 1,
+    continuous: bool = False,
 ) -> Footprint:
     """Before loading: what the load makes resident, plus the KV cache of `max_concurrency`
     requests at the full context length (layers x KV heads x head size x 2 x dtype bytes x
@@ -96,7 +101,8 @@ def estimate_footprint(
     makes resident is what `inferwire models import` measured when it built the model
     (its `inferwire-import.json`), else the model files' bytes. The KV dtype is not in
     genai_config.json: float32 on the CPU, float16 on CUDA, as the exports usually are.
-    `copies`: processes that load the model (2 with the engine in a process of its own)."""
+    `copies`: processes that load the model (2 with the engine in a process of its own);
+    `continuous`: the load is the continuous path's (its import measured it apart)."""
     model = config["model"]
     decoder = model["decoder"]
     heads = int(decoder["num_attention_heads"])
@@ -105,7 +111,7 @@ def estimate_footprint(
     layers, context_length = int(decoder["num_hidden_layers"]), int(model["context_length"])
     dtype_bytes = 2 if device == "cuda" else 4
     kv_cache = layers * kv_heads * head_size * 2 * dtype_bytes * context_length * max_concurrency
-    at_load, source = _load_estimate(path)
+    at_load, source = _load_estimate(path, continuous)
     loaded = f"{copies} x {format_size(at_load)}" if copies > 1 else format_size(at_load)
     detail = (
         f"estimated: at load {loaded} ({source}) + KV cache up to "
@@ -118,10 +124,12 @@ def estimate_footprint(
 IMPORT_PROVENANCE = "inferwire-import.json"  # written by inferwire/importer/pipeline.py
 
 
-def _load_estimate(path: Path) -> tuple[int, str]:
-    """(bytes, how they were found): the import's measurement, else the files' size."""
+def _load_estimate(path: Path, continuous: bool = False) -> tuple[int, str]:
+    """(bytes, how they were found): the import's measurement of the path that serves it
+    (the continuous path's or the og paths'), else the files' size."""
+    key = "continuous_load_rss_bytes" if continuous else "load_rss_bytes"
     try:
-        measured = json.loads((path / IMPORT_PROVENANCE).read_text()).get("load_rss_bytes")
+        measured = json.loads((path / IMPORT_PROVENANCE).read_text()).get(key)
     except (OSError, ValueError):
         measured = None
     if isinstance(measured, int) and measured > 0:
