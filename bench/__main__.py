@@ -43,6 +43,7 @@ SCENARIOS = {
     "adapters": "bench.adapters",
     "peers": "bench.peers",
     "peers_smollm2": "bench.peers_smollm2",
+    "engines_smollm2": "bench.engines_smollm2",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")
