@@ -3,9 +3,10 @@
 Smoke only: the sizes are tiny and nothing here looks at how fast anything was. It lives
 in the Triton tier because two scenarios need tritonserver (and one ghz).
 
-`peers` and `peers_smollm2` are left out: their setup compiles llama.cpp's server (6-13
-minutes on 2 cores) and puts aiperf in a venv of its own, which `make test` never does
-(docs/benchmarks.md); their pure parts are in tests/unit/test_peers_bench.py.
+`peers`, `peers_smollm2` and `engines_smollm2` are left out: their setup compiles llama.cpp's
+server (6-13 minutes on 2 cores) and puts aiperf and OpenVINO GenAI in venvs of their own,
+which `make test` never does (docs/benchmarks.md); their pure parts are in
+tests/unit/test_peers_bench.py and test_engines_bench.py.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The fixture's run counts towards the first test's pytest-timeout.
 BENCH_TIMEOUT_S = 600
 pytestmark = pytest.mark.timeout(BENCH_TIMEOUT_S)
-SMOKED = [name for name in SCENARIOS if not name.startswith("peers")]
+# Those that build llama.cpp's server (and, for engines_smollm2, OpenVINO's venv) first.
+PEERS = {"peers", "peers_smollm2", "engines_smollm2"}
+SMOKED = [name for name in SCENARIOS if name not in PEERS]
 # The issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2, gateway_capacity 2;
 # issue 33: http_overhead 3, with the 16-stream floor).
 TARGET_COUNT = 19

@@ -1,0 +1,58 @@
+"""The pure parts of the `engines_smollm2` benchmark (bench/engines_smollm2.py): its prompts
+are OpenVINO's driver's, and its report names each peer's ratios and the issue's targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import engines_smollm2 as bench
+from bench.common import RunOptions
+from scripts.smollm2 import MODELS
+
+
+def test_the_sentences_are_the_openvino_drivers():
+    sentences = bench._sentences()
+    assert len(sentences) >= 15
+    assert sentences[0].startswith("The river bends twice")
+    assert all(s.endswith(".") for s in sentences)
+
+
+@pytest.mark.skipif(
+    not (MODELS / "smollm2" / "tokenizer.json").is_file(), reason="make smollm2 not run"
+)
+def test_prompts_are_distinct_runs_of_56_to_64_tokens():
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(MODELS / "smollm2" / "tokenizer.json"))
+    prompts = bench.make_prompts(16, seed=1)
+    assert len(set(prompts)) == 16
+    assert all(56 <= len(tokenizer.encode(p).ids) <= 64 for p in prompts)
+    assert prompts == bench.make_prompts(16, seed=1)  # the same every run
+
+
+def _cell(concurrency: int, tokens_per_s: float, ttft: float) -> dict:
+    return {
+        "concurrency": concurrency,
+        "tokens_per_s": tokens_per_s,
+        "ttft_p50_ms": ttft,
+        "ttft_p99_ms": 2 * ttft,
+        "cpu_ms_per_token": 1000 / tokens_per_s,
+        "other_cores": 0.0,
+    }
+
+
+def test_the_report_keys_each_peer_and_keeps_each_cells_best_round(tmp_path):
+    rates = {"inferwire_grpc": 100, "inferwire_http": 110, "llama_server": 50, "openvino": 120}
+    cells = {
+        engine: [_cell(c, rate * c**0.5, 100.0) for c in bench.CONCURRENCY]
+        + [_cell(c, rate * c**0.5 / 2, 50.0) for c in bench.CONCURRENCY]  # a slower round
+        for engine, rate in rates.items()
+    }
+    result = bench._result(RunOptions(out_dir=tmp_path), cells, {})
+    assert result.ratios["grpc_vs_openvino_tokens_per_s_at_8"] == pytest.approx(100 / 120)
+    assert result.ratios["http_vs_llama_cpp_tokens_per_s_at_32"] == pytest.approx(110 / 50)
+    assert result.ratios["grpc_vs_llama_cpp_ttft_p50_at_1"] == pytest.approx(1.0)
+    by_measure = {t.measure: t.passed for t in result.targets}
+    assert by_measure["grpc tokens/s x the best peer's (openvino) at 1"] is False  # 0.83
+    assert by_measure["http tokens/s x llama-server's at 32"] is True  # 2.2
+    assert (tmp_path / "engines_smollm2.png").is_file()
