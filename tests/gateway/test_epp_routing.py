@@ -158,6 +158,28 @@ async def test_an_adapter_s_requests_go_to_the_replica_where_it_is_resident(
     assert counts == Counter({resident.name: 6, "pod-1": 0, "pod-2": 0})
 
 
+async def test_an_anthropic_message_is_routed_as_a_chat_completion(scraped, replicas, gateway):
+    """POST /v1/messages (Anthropic's Messages API) through the picker: it reads the model
+    from the body as it does a chat completion's, so an adapter's messages go to the
+    replica where the adapter is resident, and the replica answers in Anthropic's shape."""
+    resident = replicas[0]
+    routed = []
+    for _ in range(4):
+        body = {
+            "model": "demo-sonnets",
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": fresh_prompt()}],
+        }
+        sent = await gateway.send("/v1/messages", body, GATEWAY_AUTH)
+        assert sent.status == 200, sent.body
+        answer = json.loads(sent.body)
+        assert answer["type"] == "message" and answer["usage"]["output_tokens"] == 4
+        routed.append(sent)
+    counts = per_replica(routed, replicas)
+    figures.record("gateway (real picker): Anthropic messages", f"demo-sonnets: {dict(counts)}")
+    assert counts == Counter({resident.name: 4, "pod-1": 0, "pod-2": 0})
+
+
 async def test_the_objective_reaches_inferwire_as_its_priority_from_the_gateway_only(
     scraped, replicas, gateway
 ):
