@@ -7,7 +7,7 @@ this backend is the CPU choice for concurrent traffic and multi-turn chat
 (docs/llama_cpp.md has the measurements). The GGUF file is served as it is, no import.
 
 This module prepares each request (tokenizes it, checks it fits a slot, maps its
-sampling) and hands it to the scheduler thread (`scheduler.py`).
+sampling) and hands it to the step loop thread (`step_loop.py`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field
 from inferwire.backends.chat_template import ChatTemplate
 from inferwire.backends.llama_cpp.model import ContextShape, GgufModel
 from inferwire.backends.llama_cpp.sampling import MAX_SEED, ChainSettings
-from inferwire.backends.llama_cpp.scheduler import Scheduler
+from inferwire.backends.llama_cpp.step_loop import LlamaStepLoop
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
 from inferwire.core.chat import ChatMessage
 from inferwire.core.errors import ModelNotReadyError
@@ -82,7 +82,7 @@ class LlamaCppOptions(BackendOptions):
     file)."""
 
     stream_interval_ms: float = Field(default=2.0, ge=0, le=1000)
-    """The least time between two hand-overs of text from the scheduler thread to the event
+    """The least time between two hand-overs of text from the step loop thread to the event
     loop (as the onnxruntime-genai backend's option, and its default: at 1 ms a small model
     paid a hand-over per token, docs/llama_cpp.md)."""
 
@@ -94,7 +94,7 @@ class LlamaCppBackend(Backend):
     options_type = LlamaCppOptions
     options: LlamaCppOptions
     _model: GgufModel | None = None
-    _scheduler: Scheduler | None = None
+    _step_loop: LlamaStepLoop | None = None
     _template: ChatTemplate | None = None
 
     @property
@@ -129,8 +129,8 @@ class LlamaCppBackend(Backend):
             template = self._chat_template(model)
             shape = self._shape()
             interval = self.options.stream_interval_ms / 1e3
-            scheduler = await asyncio.to_thread(
-                Scheduler,
+            step_loop = await asyncio.to_thread(
+                LlamaStepLoop,
                 model,
                 shape,
                 self.model_name,
@@ -141,7 +141,7 @@ class LlamaCppBackend(Backend):
         except BaseException:
             model.close()
             raise
-        self._model, self._scheduler, self._template = model, scheduler, template
+        self._model, self._step_loop, self._template = model, step_loop, template
         log.info(
             "model loaded",
             extra={"model": self.model_name, "path": str(model.path), "slots": shape.slots},
@@ -174,21 +174,21 @@ class LlamaCppBackend(Backend):
         return ChatTemplate.compile(source, model.path, bos, eos)
 
     async def unload(self) -> None:
-        model, scheduler = self._model, self._scheduler
-        self._model = self._scheduler = self._template = None
+        model, step_loop = self._model, self._step_loop
+        self._model = self._step_loop = self._template = None
         self.facts = None
-        if scheduler is not None:
-            await asyncio.to_thread(scheduler.close)
+        if step_loop is not None:
+            await asyncio.to_thread(step_loop.close)
         if model is not None:
             model.close()
 
     async def health(self) -> BackendHealth:
-        scheduler = self._scheduler
-        if scheduler is None:
+        step_loop = self._step_loop
+        if step_loop is None:
             return BackendHealth(False, "model not loaded")
-        if not scheduler.alive:
-            return BackendHealth(False, f"llama.cpp scheduler stopped: {scheduler.failure}")
-        shape = scheduler.shape
+        if not step_loop.alive:
+            return BackendHealth(False, f"llama.cpp step loop stopped: {step_loop.failure}")
+        shape = step_loop.shape
         return BackendHealth(
             True,
             f"in-process llama.cpp on the cpu, continuous batching of {shape.slots} slots "
@@ -196,8 +196,8 @@ class LlamaCppBackend(Backend):
         )
 
     def prompt_cache(self) -> PromptCacheStats | None:
-        scheduler = self._scheduler
-        return None if scheduler is None else scheduler.cache_stats()
+        step_loop = self._step_loop
+        return None if step_loop is None else step_loop.cache_stats()
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         if self._template is None:
@@ -207,10 +207,10 @@ class LlamaCppBackend(Backend):
             )
         return self._template.render(messages)
 
-    def _loaded(self) -> tuple[GgufModel, Scheduler]:
-        if self._model is None or self._scheduler is None:
+    def _loaded(self) -> tuple[GgufModel, LlamaStepLoop]:
+        if self._model is None or self._step_loop is None:
             raise ModelNotReadyError(f"model {self.model_name!r} is not loaded")
-        return self._model, self._scheduler
+        return self._model, self._step_loop
 
     async def tokenize(self, text: str) -> list[int]:
         return self._loaded()[0].tokenize(text)
@@ -221,7 +221,7 @@ class LlamaCppBackend(Backend):
     async def infer_stream(
         self, request: GenerationRequest, progress: GenerationProgress
     ) -> GenerationEvents:
-        scheduler = self._loaded()[1]
+        step_loop = self._loaded()[1]
         assert self.facts is not None
         settings = ChainSettings.of(
             request.params, self.options.repetition_penalty, self.options.slot_tokens
@@ -229,7 +229,7 @@ class LlamaCppBackend(Backend):
         prepared = await prepare(
             request, progress, self.tokenize, self.model_name, self.facts.limits, settings
         )
-        events = scheduler.stream(prepared, progress)
+        events = step_loop.stream(prepared, progress)
         async with contextlib.aclosing(events):
             async for event in events:
                 yield event

@@ -2,7 +2,7 @@
 its vocabulary and one context whose KV cache holds a stream per slot.
 
 llama.cpp's calls are C calls through ctypes, which releases the GIL while they run: a
-decode step on the scheduler thread leaves the event loop free. Tokenizing and
+decode step on the step loop's thread leaves the event loop free. Tokenizing and
 detokenizing are quick and thread-safe on the vocabulary, so the event loop calls them
 directly.
 """

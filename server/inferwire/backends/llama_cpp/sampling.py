@@ -153,4 +153,4 @@ class TokenPicker:
                 chain.free()
 
 
-SlotRequest = PreparedRequest[ChainSettings]  # what the scheduler is handed
+SlotRequest = PreparedRequest[ChainSettings]  # what the step loop is handed

@@ -1,4 +1,4 @@
-"""The engine path: one `og.Engine` per model, driven by one scheduler thread.
+"""The engine path: one `og.Engine` per model, driven by one step loop thread.
 
 What ONNX Runtime GenAI 0.18's engine offers (checked against the installed library and
 the bundled model; see docs/ort_genai_batching.md for the measurements):
@@ -19,7 +19,7 @@ the bundled model; see docs/ort_genai_batching.md for the measurements):
 - A per-request seed is refused by a static engine ("A per-turn seed requires an Engine
   configured for dynamic batching"); temperature, top_p and top_k hold per row. Seeded
   requests therefore take the per-request generator unless the model is a
-  dynamic-batching one (`EngineScheduler.serves`), and so do the generator's features,
+  dynamic-batching one (`EngineStepLoop.serves`), and so do the generator's features,
   log-probabilities and output constraints, and a request in a reserved slot
   (core/reserve.py), so as not to wait for a static batch (docs/ort_genai_batching.md).
 - `TurnOptions.set_min_generated_tokens(n)` masks every end-of-sequence id until the turn
@@ -33,7 +33,7 @@ the bundled model; see docs/ort_genai_batching.md for the measurements):
   request (a new turn there does not resume the sequence exactly), but a new request with
   the prompt plus the tokens generated so far continues it token for token (greedy).
 
-How this scheduler uses that:
+How this step loop uses that:
 
 - Commands from the event loop (start, cancel, resume) are applied between `run` steps.
   On a dynamic engine a started row joins the running batch at once. On a static engine
@@ -49,7 +49,7 @@ How this scheduler uses that:
   `BUFFERED_DELTAS` undelivered deltas; when its consumer falls that far behind, the row
   is preempted the same way and parked, and it is begun again once the consumer has read
   down to `RESUME_AT`. So a stalled reader costs a bounded buffer and no batch slot.
-- Tokens are decoded to text here, on the scheduler thread, with one `TokenizerStream`
+- Tokens are decoded to text here, on the step loop's thread, with one `TokenizerStream`
   per request (kept across preemptions); they reach each event loop at most once per
   `stream_interval_ms` (first tokens and ends at once) through one `delivery.Outbox`,
   the hand-over the per-request path uses too (delivery.py says why). The consumer's side
@@ -98,7 +98,7 @@ _FINISH_REASON = {
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How the scheduler batches (the backend's options)."""
+    """How the step loop batches (the backend's options)."""
 
     max_batch_size: int
     # On a static engine, the steps a batch runs while others wait before it is
@@ -132,10 +132,10 @@ def engine_serves(dynamic: bool, params: GenerationParams, reserved: bool) -> bo
     return (params.seed is None and not reserved) or dynamic
 
 
-class EngineScheduler(StepLoop[_Row]):
+class EngineStepLoop(StepLoop[_Row]):
     """Drives one `og.Engine` from one thread; `stream` runs a request on it."""
 
-    what = "engine scheduler"
+    what = "og.Engine step loop"
 
     def __init__(
         self, model: LoadedModel, settings: EngineSettings, handover: Handover | None = None
@@ -173,7 +173,7 @@ class EngineScheduler(StepLoop[_Row]):
     def new_row(
         self, request: PathRequest, tally: TokenTally, loop: asyncio.AbstractEventLoop
     ) -> _Row:
-        """A request for this scheduler, its items for `loop`; `start()` submits it."""
+        """A request for this step loop, its items for `loop`; `start()` submits it."""
         return _Row(
             send=self.send,
             prepared=request,

@@ -1,15 +1,15 @@
-"""The engine process (`engine_process: true`): the engine path's scheduler, run by
+"""The engine process (`engine_process: true`): the engine path's step loop, run by
 `engine_process.EngineProcess` as `python -m inferwire.backends.ort_genai.engine_host FD SPEC`.
 
 Why a process: in the server's process, `og.Engine.run` takes the GIL back after each
 step, so every step waits for whatever Python the event loop is running, and a busy Python
 thread beside it costs the step 10-18% more CPU (the bench notebook, 3 December). Here the
-scheduler (engine.py, unchanged) has an interpreter to itself; its rows' items leave
+step loop (engine.py, unchanged) has an interpreter to itself; its rows' items leave
 through the socket `FD` instead of reaching an event loop, one message per hand-over
 (`stream_interval_ms`), and the server sends commands back: start, taken, stop, close.
 
-A reader thread takes commands; the scheduler's own thread steps the engine and writes.
-The process ends with the scheduler's thread: status 0 once closed, 3 if it failed (its
+A reader thread takes commands; the step loop's own thread steps the engine and writes.
+The process ends with the step loop's thread: status 0 once closed, 3 if it failed (its
 requests were failed first, and the server reports the status). A closed socket (the
 server gone) ends it at once.
 """
@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from inferwire.backends.ort_genai.engine import EngineScheduler, EngineSettings
+from inferwire.backends.ort_genai.engine import EngineSettings, EngineStepLoop
 from inferwire.backends.ort_genai.model import load_model, read_config
 from inferwire.backends.threaded.consumer import StreamEvent, TokenTally
 from inferwire.backends.threaded.delivery import Outbox
@@ -45,11 +45,11 @@ from inferwire.core.tracing import NO_TRACER, Tracer
 # What one item of a message from this process is: (row id, kind, value, extra).
 DELTA, END, ERROR, RELEASED, FIRST_TOKEN, AFTER_CANCEL = range(6)
 Item = tuple[int, int, Any, Any]
-SCHEDULER_FAILED = 3  # the exit status when the scheduler's thread stopped on an error
+STEP_LOOP_FAILED = 3  # the exit status when the step loop's thread stopped on an error
 
 
 class PipeOutbox(Outbox[Delivery]):
-    """The scheduler's outbox: each hand-over is one message on the socket."""
+    """The step loop's outbox: each hand-over is one message on the socket."""
 
     def __init__(self, connection: Connection, interval_s: float) -> None:
         super().__init__(deliver, interval_s)  # `deliver` is never called here
@@ -65,7 +65,7 @@ class PipeOutbox(Outbox[Delivery]):
         return self._rows.get(row_id)
 
     def note(self, row_id: int, kind: int, value: float | int) -> None:
-        """Progress the server's record needs (scheduler thread); goes at the next flush."""
+        """Progress the server's record needs (step loop thread); goes at the next flush."""
         self._notes.append((row_id, kind, value, None))
         self._urgent = True
 
@@ -112,7 +112,7 @@ class _NotedProgress:
         """The server counts these from the items (engine_process.py)."""
 
 
-def _serve(connection: Connection, scheduler: EngineScheduler, outbox: PipeOutbox) -> None:
+def _serve(connection: Connection, step_loop: EngineStepLoop, outbox: PipeOutbox) -> None:
     # The rows' items leave through the socket: this loop never runs, it only keys them.
     unused_loop = asyncio.new_event_loop()
     while True:
@@ -124,11 +124,11 @@ def _serve(connection: Connection, scheduler: EngineScheduler, outbox: PipeOutbo
         if kind == "start":
             _, row_id, prepared = command
             tally = TokenTally(_NotedProgress(outbox, row_id), len(prepared.prompt_ids))
-            started = scheduler.new_row(prepared, tally, unused_loop)
+            started = step_loop.new_row(prepared, tally, unused_loop)
             outbox.register(row_id, started)
             started.start()
         elif kind == "close":
-            scheduler.close()
+            step_loop.close()
         elif (row := outbox.row(command[1])) is None:
             continue  # released meanwhile
         elif kind == "taken":
@@ -156,11 +156,11 @@ def main(argv: list[str]) -> int:
         model = load_model(path, config, spec["device"], spec["static_batch_size"])
         settings = EngineSettings(**spec["settings"])
         outbox = PipeOutbox(connection, settings.stream_interval_s)
-        scheduler = EngineScheduler(model, settings, Handover(settings.stream_interval_s, outbox))
+        step_loop = EngineStepLoop(model, settings, Handover(settings.stream_interval_s, outbox))
     except Exception as exc:
         connection.send(("failed", f"{type(exc).__name__}: {exc}"))
         return 1
-    connection.send(("ready", scheduler.dynamic, scheduler.max_batch_size, scheduler.step_width))
-    threading.Thread(target=_serve, args=(connection, scheduler, outbox), daemon=True).start()
-    scheduler.wait()
-    return 0 if scheduler.failure is None else SCHEDULER_FAILED
+    connection.send(("ready", step_loop.dynamic, step_loop.max_batch_size, step_loop.step_width))
+    threading.Thread(target=_serve, args=(connection, step_loop, outbox), daemon=True).start()
+    step_loop.wait()
+    return 0 if step_loop.failure is None else STEP_LOOP_FAILED

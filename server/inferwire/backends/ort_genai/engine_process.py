@@ -1,6 +1,6 @@
-"""The engine path with its scheduler in a process of its own (`engine_process: true`).
+"""The engine path with its step loop in a process of its own (`engine_process: true`).
 
-`EngineProcess` stands where `EngineScheduler` stands in the backend (the same `stream`,
+`EngineProcess` stands where `EngineStepLoop` stands in the backend (the same `stream`,
 `serves`, `close`, `alive`): it starts engine_host.py with one end of a socket pair, sends
 each request's commands (start with the prepared request, taken, stop) as small pickled
 tuples, and a reader thread turns the host's messages (one per hand-over) into each
@@ -110,7 +110,7 @@ class _Host:
 
 
 class EngineProcess:
-    """The engine path, its scheduler in engine_host.py's process; restarted when it dies."""
+    """The engine path, its step loop in engine_host.py's process; restarted when it dies."""
 
     def __init__(
         self, path: Path, device: str, static_batch_size: int | None, settings: EngineSettings
@@ -357,6 +357,6 @@ def _deliver(items: list[tuple[_RemoteRow, _Item]]) -> None:
 def _exit_description(code: int) -> str:
     if code < 0:
         return f"died with {signal.Signals(-code).name}"
-    if code == engine_host.SCHEDULER_FAILED:
-        return "ended: its scheduler failed (its error is in the server's stderr)"
+    if code == engine_host.STEP_LOOP_FAILED:
+        return "ended: its step loop failed (its error is in the server's stderr)"
     return f"exited with status {code}"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from inferwire.backends.ort_genai.continuous.guidance import refuse_minimum_with_constraint
-from inferwire.backends.ort_genai.engine import EngineScheduler, EngineSettings
+from inferwire.backends.ort_genai.engine import EngineSettings, EngineStepLoop
 from inferwire.backends.ort_genai.engine_process import EngineProcess
 from inferwire.backends.ort_genai.generator import GeneratorPath
 from inferwire.backends.ort_genai.model import LoadedModel, is_dynamic_batching, load_model
@@ -54,7 +54,7 @@ class OgServed:
     model: LoadedModel
     per_request: GeneratorPath
     # With batching: engine (or auto on a dynamic model), in this process or its own.
-    engine: EngineScheduler | EngineProcess | None
+    engine: EngineStepLoop | EngineProcess | None
     name: str
 
     @classmethod
@@ -64,7 +64,7 @@ class OgServed:
         model = await asyncio.to_thread(
             load_model, path, config, settings.device, static_batch_size
         )
-        engine: EngineScheduler | EngineProcess | None = None
+        engine: EngineStepLoop | EngineProcess | None = None
         if settings.batched:
             engine_settings = EngineSettings(
                 settings.max_batch_size,
@@ -77,7 +77,7 @@ class OgServed:
                     EngineProcess, path, settings.device, static_batch_size, engine_settings
                 )
             else:
-                engine = await asyncio.to_thread(EngineScheduler, model, engine_settings)
+                engine = await asyncio.to_thread(EngineStepLoop, model, engine_settings)
         per_request = GeneratorPath(
             model,
             settings.max_concurrency,
@@ -106,7 +106,7 @@ class OgServed:
     def health(self, device: str) -> tuple[bool, str]:
         engine = self.engine
         if engine is not None and not engine.alive:
-            return False, f"engine scheduler stopped: {engine.failure}"
+            return False, f"og.Engine step loop stopped: {engine.failure}"
         where = "engine process" if isinstance(engine, EngineProcess) else "in-process"
         return True, f"{where} on {device}, {_path_description(engine)}"
 
@@ -177,7 +177,7 @@ def _refuse_logprobs_with_constraint(request: GenerationRequest, model: str) -> 
         )
 
 
-def _path_description(engine: EngineScheduler | EngineProcess | None) -> str:
+def _path_description(engine: EngineStepLoop | EngineProcess | None) -> str:
     """Which path serves requests, for operators reading Health and ListModels."""
     if engine is None:
         return "a generator per request"

@@ -1,5 +1,5 @@
 """The hand-over of items from a generating thread to the event loops of their consumers,
-on both paths: the engine scheduler's (one `Outbox` for every row) and each per-request
+on both paths: the og.Engine step loop's (one `Outbox` for every row) and each per-request
 generator's (one `Outbox` per request).
 
 Every hand-over costs both threads: a wake-up of the loop (a write to its self-pipe),

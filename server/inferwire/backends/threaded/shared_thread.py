@@ -1,9 +1,9 @@
-"""A request served by a thread that serves many at once (a batching scheduler), and the
+"""A request served by a thread that serves many at once (a batching step loop), and the
 hand-over of its items to its consumer: both the onnxruntime-genai engine path and the
-llama.cpp scheduler build on these.
+llama.cpp step loop build on these.
 
 Flow control: a request whose consumer has `BUFFERED_DELTAS` undelivered deltas is set
-aside by its scheduler (`paused`); once its consumer has read down to `RESUME_AT` it sends
+aside by its step loop (`paused`); once its consumer has read down to `RESUME_AT` it sends
 `resume`. Large enough that an event loop delayed for a few steps (two shared cores) does
 not set a healthy stream aside.
 """

@@ -9,7 +9,7 @@ every request the loop holds with the error (and refuses those sent after it), s
 consumer is left waiting on a thread that is gone. An engine supplies only what is its
 own: opening its engine on the thread (`_open`), admitting (`_admit`), a step (`_step`),
 and what cancel, resume and close mean for a request it is running. An engine whose
-requests each hold a slot of its KV cache (`SlotStepLoop`: the llama.cpp scheduler, the
+requests each hold a slot of its KV cache (`SlotStepLoop`: the llama.cpp step loop, the
 continuous path) supplies only whether a slot is free, how a request takes one, and how
 it ends.
 

@@ -89,10 +89,10 @@ class _Job(SharedThreadRequest):
     )
 
 
-class Scheduler(SlotStepLoop[_Job]):
+class LlamaStepLoop(SlotStepLoop[_Job]):
     """Drives one llama.cpp context from one thread; `stream` runs a request on it."""
 
-    what = "llama.cpp scheduler"
+    what = "llama.cpp step loop"
 
     def __init__(
         self,
