@@ -106,11 +106,20 @@ def test_a_stop_sequence_ends_the_message_and_is_named(client):
         model="demo",
         max_tokens=24,
         messages=USER,
-        stop_sequences=[stop],
+        stop_sequences=["never said, not once", stop],  # of several, the one that matched
         extra_body={"temperature": 0},
     )
     assert (cut.stop_reason, cut.stop_sequence) == ("stop_sequence", stop)
     assert cut.content[0].text == text[: text.index(stop)]  # type: ignore[union-attr]
+    with client.messages.stream(
+        model="demo",
+        max_tokens=24,
+        messages=USER,
+        stop_sequences=[stop, "never said, not once"],
+        extra_body={"temperature": 0},
+    ) as events:
+        streamed = events.get_final_message()
+    assert (streamed.stop_reason, streamed.stop_sequence) == ("stop_sequence", stop)
 
 
 def test_the_stream_helper_accumulates_the_events_to_the_whole_message(client):

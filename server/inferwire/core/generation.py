@@ -205,7 +205,8 @@ async def stop_at_sequences(
     completion_tokens = matched_at.completion_tokens
     if completion_tokens is None:
         completion_tokens = record.completion_tokens
-    yield GenerationEnd(FinishReason.STOP_SEQUENCE, Usage(record.prompt_tokens, completion_tokens))
+    usage = Usage(record.prompt_tokens, completion_tokens)
+    yield GenerationEnd(FinishReason.STOP_SEQUENCE, usage, matcher.matched)
 
 
 def coalesce_deltas(deltas: Sequence[TextDelta]) -> TextDelta:

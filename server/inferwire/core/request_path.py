@@ -102,6 +102,7 @@ class RequestPath:
                 logprobs=first.logprobs,
                 tool_calls=first.tool_calls,
                 choices=tuple(answer.choice for answer in choices) if count > 1 else (),
+                stop_sequence=first.stop_sequence,
             )
 
     async def _choice(
@@ -120,7 +121,8 @@ class RequestPath:
             head, _ = parser.feed(text)
             tail, _ = parser.finish()
             text, calls, reason = head + tail, parser.calls, parser.finish_reason(reason)
-        return _Answer(Choice(index, text, reason, logprobs, calls), end.finish_reason)
+        choice = Choice(index, text, reason, logprobs, calls, end.stop_sequence)
+        return _Answer(choice, end.finish_reason)
 
     def infer_stream(
         self, request: InferenceRequest
@@ -198,7 +200,7 @@ class RequestPath:
                         reason = parser.finish_reason(reason)
                         record.tool_calls += len(parser.calls)
                     ended_by[index] = event.finish_reason
-                    yield StreamChunk("", finish_reason=reason)
+                    yield StreamChunk("", finish_reason=reason, stop_sequence=event.stop_sequence)
 
     async def tokenize(
         self, model_name: str, prompt: str, messages: tuple[ChatMessage, ...]

@@ -76,6 +76,7 @@ class GenerationEnd:
 
     finish_reason: FinishReason
     usage: Usage
+    stop_sequence: str = ""  # with STOP_SEQUENCE: the stop string that ended it
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class StreamChunk:
     # With n choices (core/choices.py): the choice this chunk belongs to. A choice's end is
     # a chunk with its finish_reason; the stream's last chunk is the one with `usage`.
     choice: int = 0
+    stop_sequence: str = ""  # on a choice's end by STOP_SEQUENCE: which stop string
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class Choice:
     finish_reason: FinishReason
     logprobs: tuple[TokenLogprob, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()
+    stop_sequence: str = ""  # with STOP_SEQUENCE: the stop string that ended it
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class InferenceResult:
     tool_calls: tuple[ToolCall, ...] = ()
     # With n > 1, every choice (the fields above are choice 0's); empty otherwise.
     choices: tuple[Choice, ...] = ()
+    stop_sequence: str = ""  # with STOP_SEQUENCE: the stop string that ended choice 0
 
 
 @dataclass(frozen=True)

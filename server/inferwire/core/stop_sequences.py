@@ -17,6 +17,7 @@ class StopSequenceMatcher:
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = tuple(s for s in stops if s)
         self._pending = ""
+        self.matched = ""  # the stop string found (the earliest; the first given at a tie)
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Add a delta; return (text safe to emit, whether a stop string matched).
@@ -26,10 +27,11 @@ class StopSequenceMatcher:
         if not self._stops:
             return text, False
         buffer = self._pending + text
-        hits = [i for i in (buffer.find(s) for s in self._stops) if i >= 0]
+        hits = [(at, stop) for stop in self._stops if (at := buffer.find(stop)) >= 0]
         if hits:
+            at, self.matched = min(hits, key=lambda hit: hit[0])
             self._pending = ""
-            return buffer[: min(hits)], True
+            return buffer[:at], True
         held = self._longest_partial_stop_suffix(buffer)
         self._pending = buffer[len(buffer) - held :] if held else ""
         return buffer[: len(buffer) - held], False

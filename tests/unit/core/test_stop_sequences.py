@@ -36,6 +36,17 @@ def test_earliest_of_several_stop_strings_wins():
     assert "".join(emitted) == "hel"
 
 
+def test_the_matcher_names_the_stop_string_it_found():
+    matcher = StopSequenceMatcher(("world", "lo", "hel"))
+    text, matched = matcher.feed("hello world")
+    assert (text, matched, matcher.matched) == ("", True, "hel")  # the earliest in the text
+    tie = StopSequenceMatcher(("ab", "abc"))
+    assert tie.feed("xabcd") == ("x", True) and tie.matched == "ab"  # a tie: the first given
+    none = StopSequenceMatcher(("zz",))
+    none.feed("abc")
+    assert none.matched == ""
+
+
 def test_text_without_stops_passes_through_unchanged():
     emitted, matched = feed_all((), ["a", "b", "c"])
     assert not matched

@@ -34,9 +34,13 @@ USAGE = Usage(prompt_tokens=7, completion_tokens=5)
 CALL = ToolCall("call_1a2b", "get_weather", '{"city": "Oslo"}')
 
 
-def result(text: str, calls: tuple[ToolCall, ...], finish: FinishReason) -> InferenceResult:
+def result(
+    text: str, calls: tuple[ToolCall, ...], finish: FinishReason, matched: str = ""
+) -> InferenceResult:
     timing = Timing(0.0, 1.0, 2.0)
-    return InferenceResult("r", "demo", "simulator", text, finish, USAGE, timing, (), calls)
+    return InferenceResult(
+        "r", "demo", "simulator", text, finish, USAGE, timing, (), calls, stop_sequence=matched
+    )
 
 
 def parsed(stream: bytes) -> list[dict[str, Any]]:
@@ -65,7 +69,7 @@ def accumulated(events: list[dict[str, Any]]) -> Any:
 
 
 def test_a_whole_answer_is_a_text_block_then_its_tool_uses():
-    shape = MessageShape("demo", (), 16)
+    shape = MessageShape("demo", 16)
     message = Message.model_validate(
         shape.unary(result("Let me look.", (CALL,), FinishReason.TOOL_CALLS))
     )
@@ -83,20 +87,21 @@ def test_a_whole_answer_is_a_text_block_then_its_tool_uses():
     [
         (FinishReason.STOP, (), 16, "end_turn", None),
         (FinishReason.STOP_SEQUENCE, ("END",), 16, "stop_sequence", "END"),
-        # The core says a stop string matched, not which: with several, none is named.
-        (FinishReason.STOP_SEQUENCE, ("END", "\n"), 16, "stop_sequence", None),
+        # The core's matcher says which of several matched.
+        (FinishReason.STOP_SEQUENCE, ("\n", "END"), 16, "stop_sequence", "END"),
         (FinishReason.LENGTH, (), 5, "max_tokens", None),
         (FinishReason.LENGTH, (), 16, "model_context_window_exceeded", None),
     ],
 )
 def test_the_stop_reason_says_why_it_ended(finish, stops, max_tokens, reason, sequence):
-    shape = MessageShape("demo", stops, max_tokens)
-    message = Message.model_validate(shape.unary(result("To be", (), finish)))
+    shape = MessageShape("demo", max_tokens)
+    matched = "END" if finish is FinishReason.STOP_SEQUENCE else ""
+    message = Message.model_validate(shape.unary(result("To be", (), finish, matched)))
     assert (message.stop_reason, message.stop_sequence) == (reason, sequence)
 
 
 def test_an_empty_answer_is_one_empty_text_block_and_a_cut_call_has_empty_input():
-    shape = MessageShape("demo", (), 16)
+    shape = MessageShape("demo", 16)
     empty = Message.model_validate(shape.unary(result("", (), FinishReason.STOP)))
     assert [(b.type, b.text) for b in empty.content] == [("text", "")]  # type: ignore[union-attr]
     cut = ToolCall("call_2", "get_weather", '{"city": "Os')
@@ -105,7 +110,7 @@ def test_an_empty_answer_is_one_empty_text_block_and_a_cut_call_has_empty_input(
 
 
 def test_a_stream_of_text_then_a_call_accumulates_in_the_sdk_to_the_whole_message():
-    events = MessageEvents(MessageShape("demo", (), 160))
+    events = MessageEvents(MessageShape("demo", 160))
     stream = events.first()
     stream += events.delta(StreamChunk("Let me "))
     stream += events.delta(
@@ -140,8 +145,9 @@ def test_a_stream_of_text_then_a_call_accumulates_in_the_sdk_to_the_whole_messag
 
 
 def test_an_empty_stream_is_one_empty_text_block():
-    events = MessageEvents(MessageShape("demo", ("END",), 16))
-    stream = events.first() + events.end(StreamChunk("", FinishReason.STOP_SEQUENCE, USAGE))
+    events = MessageEvents(MessageShape("demo", 16))
+    end = StreamChunk("", FinishReason.STOP_SEQUENCE, USAGE, stop_sequence="END")
+    stream = events.first() + events.end(end)
     message = accumulated(parsed(stream))
     assert [(b.type, b.text) for b in message.content] == [("text", "")]
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "END")

@@ -124,10 +124,6 @@ class MessagesRequest:
     body: CountTokensBody
     sources: dict[str, str]  # `messages[3]`, `messages[3].tool_calls[0]` -> a body field
 
-    @property
-    def stop_sequences(self) -> tuple[str, ...]:
-        return self.inference.params.stop
-
     def field_of(self, core_field: str) -> str:
         """The body's field that the core's field `core_field` came from."""
         match = _MESSAGE_FIELD.match(core_field)

@@ -5,8 +5,8 @@ A message's `content` is a `text` block (the answer's text), then a `tool_use` b
 call (`id` `toolu_…`, made of the core's call id, so a conversation sent back names the
 same calls; `input` the arguments as an object); an answer with neither is one empty text
 block. `stop_reason`: `end_turn` for the end of sequence, `stop_sequence` for a stop
-string (`stop_sequence` says which when the request gave one: the core reports that one
-matched, not which), `tool_use` after calls, `max_tokens` when `max_tokens` cut it and
+string (`stop_sequence` says which: the core's stop matcher reports it), `tool_use` after
+calls, `max_tokens` when `max_tokens` cut it and
 `model_context_window_exceeded` when the context window did first. `usage` has
 `input_tokens` and `output_tokens`; the cache counts are 0 (the engines' prefix reuse is
 not counted per request).
@@ -65,14 +65,16 @@ def call_input(arguments: str) -> dict[str, Any]:
 
 class MessageShape:
     """What every rendering of one message shares: its id, model, and what its stop
-    reason is read against (the request's stop sequences and max_tokens)."""
+    reason is read against (the request's max_tokens)."""
 
-    def __init__(self, model: str, stop_sequences: tuple[str, ...], max_tokens: int) -> None:
-        self.id, self.model = "msg_" + uuid.uuid4().hex, model
-        self._stops, self._max_tokens = stop_sequences, max_tokens
+    def __init__(self, model: str, max_tokens: int) -> None:
+        self.id, self.model, self._max_tokens = "msg_" + uuid.uuid4().hex, model, max_tokens
 
-    def stop(self, finish: FinishReason | None, usage: Usage | None) -> dict[str, Any]:
-        """`stop_reason` and `stop_sequence` of an answer that ended with `finish`."""
+    def stop(
+        self, finish: FinishReason | None, usage: Usage | None, matched: str = ""
+    ) -> dict[str, Any]:
+        """`stop_reason` and `stop_sequence` of an answer that ended with `finish` (`matched`:
+        the stop string the core found)."""
         reason = _STOP_REASONS.get(finish) if finish is not None else None
         if (
             reason == "max_tokens"
@@ -80,9 +82,7 @@ class MessageShape:
             and usage.completion_tokens < self._max_tokens
         ):
             reason = "model_context_window_exceeded"
-        sequence = None
-        if finish is FinishReason.STOP_SEQUENCE and len(self._stops) == 1:
-            sequence = self._stops[0]
+        sequence = matched or None if finish is FinishReason.STOP_SEQUENCE else None
         return {"stop_reason": reason, "stop_sequence": sequence}
 
     def message(
@@ -90,6 +90,7 @@ class MessageShape:
         content: list[dict[str, Any]],
         finish: FinishReason | None,
         usage: Usage | None,
+        matched: str = "",
     ) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -97,7 +98,7 @@ class MessageShape:
             "role": "assistant",
             "model": self.model,
             "content": content,
-            **self.stop(finish, usage),
+            **self.stop(finish, usage, matched),
             "usage": usage_json(usage),
         }
 
@@ -107,7 +108,7 @@ class MessageShape:
         if result.text or not result.tool_calls:
             content.append({"type": "text", "text": result.text})
         content.extend(_tool_use(call) for call in result.tool_calls)
-        return self.message(content, result.finish_reason, result.usage)
+        return self.message(content, result.finish_reason, result.usage, result.stop_sequence)
 
 
 def _tool_use(call: ToolCall) -> dict[str, Any]:
@@ -150,7 +151,7 @@ class MessageEvents:
         if not self._blocks:  # an empty answer is one empty text block
             events += self._start({"type": "text", "text": ""})
         events += self._close()
-        stop = self._shape.stop(chunk.finish_reason, chunk.usage)
+        stop = self._shape.stop(chunk.finish_reason, chunk.usage, chunk.stop_sequence)
         events += _event("message_delta", {"delta": stop, "usage": usage_json(chunk.usage)})
         return events + _event("message_stop", {})
 

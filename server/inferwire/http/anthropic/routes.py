@@ -42,7 +42,7 @@ class AnthropicApi:
             fields, call.tenant, request.headers.get("x-request-id"), call.priority_hint
         )
         call.name_fields(asked.field_of)
-        shape = MessageShape(asked.inference.model, asked.stop_sequences, fields.max_tokens)
+        shape = MessageShape(asked.inference.model, fields.max_tokens)
         if fields.stream:
             request_id, chunks = self._manager.infer_stream(asked.inference)
             first = await first_chunk(request, chunks)
