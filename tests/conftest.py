@@ -8,12 +8,17 @@ channel of the requesting test's tier.
 
 Servers built in a test process serve metrics and HTTP on free ports, not the default
 9464 and 8000, so that several can run at once (tests/support/process.py does the same for
-processes).
+processes), and keep their state (the default Responses store's file) in a temporary
+directory removed at exit, never in the user's `~/.local/state` (tests/support/process.py
+gives each server process a directory of its own in it).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import grpc
@@ -25,6 +30,10 @@ from tests.support import figures
 
 os.environ.setdefault("INFERWIRE_SERVER__METRICS_ADDRESS", "127.0.0.1:0")
 os.environ.setdefault("INFERWIRE_SERVER__HTTP_ADDRESS", "127.0.0.1:0")
+if "INFERWIRE_SERVER__STATE_DIR" not in os.environ:
+    _STATE_DIR = tempfile.mkdtemp(prefix="inferwire-test-state-")
+    atexit.register(shutil.rmtree, _STATE_DIR, ignore_errors=True)
+    os.environ["INFERWIRE_SERVER__STATE_DIR"] = _STATE_DIR
 
 TIERS = (
     "unit",

@@ -7,6 +7,8 @@ by `__`), the YAML file given with `--config`, then the defaults below.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -161,13 +163,34 @@ class TransportSettings(BaseModel):
     """How long RPCs in flight on an aged connection may still finish."""
 
 
+RESPONSES_FILE = "responses.sqlite3"  # the default store's file, in server.state_dir
+
+
+def default_state_dir() -> Path:
+    """`$XDG_STATE_HOME/inferwire`, else `~/.local/state/inferwire` (the XDG Base
+    Directory defaults); a user without a home: the temporary directory's
+    `inferwire-state`."""
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    if xdg and Path(xdg).is_absolute():  # the specification ignores a relative one
+        return Path(xdg) / "inferwire"
+    try:
+        return Path.home() / ".local" / "state" / "inferwire"
+    except RuntimeError:
+        return Path(tempfile.gettempdir()) / "inferwire-state"
+
+
 class ResponsesSettings(BaseModel):
     """The `server.responses:` block: the stored responses of OpenAI's Responses API
     (`store: true`, the default), which `previous_response_id` and `GET
-    /v1/responses/{id}` read; held in memory, per model, evicted oldest first."""
+    /v1/responses/{id}` read; per model, evicted oldest first, in the store `store` names."""
 
     model_config = ConfigDict(extra="forbid")
 
+    store: str | None = None
+    """Where they are kept: `memory` (this process; lost on restart), `sqlite:///PATH` (a
+    file; a relative PATH, as in `sqlite://responses.sqlite3`, is under
+    `server.state_dir`) or `postgresql://…` (a PostgreSQL database that replicas
+    share). Unset: `sqlite:///<server.state_dir>/responses.sqlite3`."""
     max_entries: int = Field(default=1024, ge=0)
     """Responses each model's store holds; beyond it the oldest is evicted (0: none are
     stored, and `previous_response_id` finds nothing)."""
@@ -175,6 +198,20 @@ class ResponsesSettings(BaseModel):
     """Bytes each model's store holds (a response counted as its JSON and the whole
     conversation it carries); beyond it the oldest are evicted, and a response larger
     than this alone is not stored. Sizes take KiB, MiB, GiB or plain bytes."""
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, store: str | None) -> str | None:
+        if store is None or store == "memory":
+            return store
+        if store.startswith("sqlite://") and store.removeprefix("sqlite://").strip("/"):
+            return store
+        if store.startswith(("postgresql://", "postgres://")):
+            return store
+        raise ValueError(
+            "must be memory, sqlite:///PATH or postgresql://[user[:password]@]host[:port]/"
+            f"database, got {store[:64]!r}"
+        )
 
 
 class ServerSettings(BaseModel):
@@ -245,8 +282,12 @@ class ServerSettings(BaseModel):
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     """The Kubernetes inference gateway's objectives, by name (docs/deployment.md)."""
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
-    """The Responses API's store of responses, per model: `max_entries`, `max_bytes`
-    (docs/http.md)."""
+    """The Responses API's stored responses: `store` (memory, sqlite, postgresql), and
+    per model `max_entries`, `max_bytes` (docs/http.md)."""
+    state_dir: Path = Field(default_factory=default_state_dir)
+    """The directory where the server keeps what outlives a restart (the default
+    Responses store's file); created when first needed. Default:
+    `$XDG_STATE_HOME/inferwire`, else `~/.local/state/inferwire`."""
 
     @model_validator(mode="after")
     def _known_tenants(self) -> ServerSettings:
@@ -262,6 +303,11 @@ class ServerSettings(BaseModel):
 
     def tenant_registry(self) -> Tenants:
         return Tenants(self.tenants, self.default_tenant, self.scheduling)
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expanded(cls, state_dir: Path) -> Path:
+        return state_dir.expanduser()
 
     @field_validator("log_level", mode="before")
     @classmethod

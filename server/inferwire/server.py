@@ -32,6 +32,7 @@ from inferwire.edge.tracing import server_tracing
 from inferwire.http.calls import HttpCalls
 from inferwire.http.listener import HttpListener
 from inferwire.http.metrics import HttpMetrics
+from inferwire.http.responses_api.store import ResponseStore, open_response_store
 from inferwire.http.routes import Routes
 from inferwire.metrics.endpoint import MetricsEndpoint
 from inferwire.metrics.model_server import ModelServerGauges
@@ -119,14 +120,17 @@ class InferwireServer:
             server, self.address, self.manager, self.metrics, reception, self.tls
         )
         self.http: HttpListener | None = None
+        # The Responses API's store (server.responses.store), opened on first use.
+        self.responses: ResponseStore | None = None
         if server.http_address:
+            self.responses = open_response_store(server.responses, server.state_dir)
             calls = HttpCalls(
                 reception,
                 HttpMetrics(self.metrics),
                 server.max_receive_message_bytes,
                 server.http_read_timeout_s,
             )
-            app = Routes(self.manager, calls, self.metrics.registry, server.responses).app()
+            app = Routes(self.manager, calls, self.metrics.registry, self.responses).app()
             self.http = HttpListener(
                 app,
                 server.http_address,
@@ -180,6 +184,8 @@ class InferwireServer:
         if self.http is not None:
             doors.append(self.http.stop())
         await asyncio.gather(*doors)  # HTTP streams drain with the gRPC ones
+        if self.responses is not None:  # after the doors: draining streams store theirs
+            await self.responses.close()
         await self.manager.close()
         if self._metrics_endpoint is not None:
             await asyncio.to_thread(self._metrics_endpoint.stop)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -62,6 +63,15 @@ class ServerProcess:
         return f"server exit status: {status_text}\n" + "".join(shown)
 
 
+def _state_dir() -> dict[str, str]:
+    """A state directory of the server's own (its default Responses store's file), in
+    the test session's (tests/conftest.py), so that no two servers share a store unless
+    a test says so (its `env`, or a `server.responses.store` of its own)."""
+    session = os.environ.get("INFERWIRE_SERVER__STATE_DIR")
+    own = tempfile.mkdtemp(prefix="server-", dir=session) if session else None
+    return {"INFERWIRE_SERVER__STATE_DIR": own} if own else {}
+
+
 def start_server_process(
     *args: str, env: dict[str, str] | None = None, program: Sequence[str] = (str(INFERWIRE),)
 ) -> ServerProcess:
@@ -75,7 +85,7 @@ def start_server_process(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, **DEFAULT_ENV, **(env or {})},
+        env={**os.environ, **DEFAULT_ENV, **_state_dir(), **(env or {})},
     )
     lines: list[str] = []
     listening = threading.Event()

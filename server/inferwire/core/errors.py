@@ -66,6 +66,11 @@ class BackendUnavailableError(InferwireError):
     """The backend cannot be reached or reports itself unhealthy."""
 
 
+class StoreUnavailableError(InferwireError):
+    """A store the server keeps state in (the Responses API's responses) cannot be read or
+    written: its database is unreachable or refuses; the message names the store."""
+
+
 class BackendCancelledError(InferwireError):
     """The backend cancelled the request by itself (our client did not)."""
 

@@ -108,6 +108,7 @@ CODE_BY_ERROR: dict[type[errors.InferwireError], Code] = {
     errors.ModelNotFoundError: Code.NOT_FOUND,
     errors.ModelNotReadyError: Code.FAILED_PRECONDITION,
     errors.BackendUnavailableError: Code.UNAVAILABLE,
+    errors.StoreUnavailableError: Code.UNAVAILABLE,
     errors.BackendCancelledError: Code.CANCELLED,
     errors.QueueFullError: Code.RESOURCE_EXHAUSTED,
     errors.MemoryExhaustedError: Code.RESOURCE_EXHAUSTED,

@@ -5,17 +5,21 @@ A thin adapter over the same core as Chat Completions: the body becomes the core
 InferenceRequest (responses_api/input.py), its result or stream the `response` object
 and its events (responses_api/output.py). Each route is served as the edge's one call
 (http/calls.py), so tokens, tenants, quotas, priorities, metrics, the access line and
-traces are the other routes'. A response made with `store: true` is kept in its model's
-store (responses_api/store.py) under the tenant the call runs as; `previous_response_id`,
+traces are the other routes'. A response made with `store: true` is kept in the store
+(responses_api/store/) under the tenant the call runs as, before its answer (or its
+stream's last event) goes out: an answered response is stored. `previous_response_id`,
 GET and DELETE find only that tenant's, and anything else (never made, `store: false`,
 evicted, deleted, another tenant's, a model the caller's token may not use) is the same
-404 naming the id.
+404 naming the id. A store that cannot be reached is a 503 naming it, for these routes
+and for a request to store; a request with `store: false` and no `previous_response_id`
+never touches it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -47,36 +51,41 @@ class ResponsesApi:
         fields = read_body(body)
         previous = None
         if fields.previous_response_id is not None:
-            previous = self._find(call, fields.previous_response_id, "previous_response_id")
+            previous = await self._find(call, fields.previous_response_id, "previous_response_id")
         asked = to_request(fields, previous, tenant, request_id, call.priority_hint)
         call.name_fields(asked.field_of)
         shape = ResponseShape(asked.inference.model, asked.echo())
+        # The response to store (when asked to), made when its answer is whole.
+        answered: list[StoredResponse] = []
 
         def keep(response: dict[str, Any], turn: ChatMessage) -> bytes:
             content = _json(response)
             if fields.store:
                 conversation = (*asked.conversation, turn)
-                self._store.put(
+                answered.append(
                     StoredResponse(shape.id, shape.model, tenant, content, conversation)
                 )
             return content
 
         if fields.stream:
-            return await self._stream(call, request, asked, shape, keep)
+            return await self._stream(call, request, asked, shape, keep, answered)
         result = await unless_gone(request, self._manager.infer(asked.inference))
         content = keep(*shape.unary(result))
+        for response in answered:
+            await self._store.put(response)
         return Response(
             content, media_type="application/json", headers={"x-request-id": result.request_id}
         )
 
     async def retrieve(self, request: Request, body: None) -> Response:
-        stored = self._find(current_call(), request.path_params["response_id"], "response_id")
+        response_id = request.path_params["response_id"]
+        stored = await self._find(current_call(), response_id, "response_id")
         return Response(stored.body, media_type="application/json")
 
     async def delete(self, request: Request, body: None) -> Response:
         call, response_id = current_call(), request.path_params["response_id"]
-        self._find(call, response_id, "response_id")
-        self._store.delete(response_id, call.tenant)
+        await self._find(call, response_id, "response_id")
+        await self._store.delete(response_id, call.tenant)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
     async def _stream(
@@ -86,6 +95,7 @@ class ResponsesApi:
         asked: ResponsesRequest,
         shape: ResponseShape,
         keep: Callable[[dict[str, Any], ChatMessage], bytes],
+        answered: list[StoredResponse],
     ) -> Response:
         request_id, chunks = self._manager.infer_stream(asked.inference)
         first = await first_chunk(request, chunks)
@@ -93,14 +103,25 @@ class ResponsesApi:
         return EventStreamResponse(
             call,
             events.first(),
-            chunk_events(events, first, chunks),
+            self._storing(chunk_events(events, first, chunks), answered),
             events.error,
             headers={"x-request-id": request_id},
         )
 
-    def _find(self, call: Call, response_id: str, param: str) -> StoredResponse:
+    async def _storing(
+        self, events: AsyncGenerator[bytes, None], answered: list[StoredResponse]
+    ) -> AsyncGenerator[bytes, None]:
+        """`events`, the last (whose making filled `answered`) sent once the response is
+        stored; a store that fails makes it an `error` event and `response.failed`."""
+        async with contextlib.aclosing(events):
+            async for event in events:
+                while answered:
+                    await self._store.put(answered.pop())
+                yield event
+
+    async def _find(self, call: Call, response_id: str, param: str) -> StoredResponse:
         """The call's tenant's stored response `response_id`, or 404 (whatever the reason)."""
-        stored = self._store.get(response_id, call.tenant)
+        stored = await self._store.get(response_id, call.tenant)
         if stored is None or not call.principal.may_use(stored.model):
             raise NotFoundError(
                 f"no response {response_id[:64]!r} is stored: it was never made, was made "
