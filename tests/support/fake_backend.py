@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from array import array
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -21,7 +22,14 @@ from inferwire.config import Settings
 from inferwire.core.adapters import AdapterBackend
 from inferwire.core.backend import Backend, BackendOptions, GenerationEvents, GenerationProgress
 from inferwire.core.chat import ChatMessage
-from inferwire.core.errors import ModelNotReadyError
+from inferwire.core.embeddings import (
+    EmbeddingInput,
+    EncodingJob,
+    EncodingProgress,
+    Vector,
+    normalized,
+)
+from inferwire.core.errors import FieldViolation, InvalidArgumentError, ModelNotReadyError
 from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
 from inferwire.core.manager import ModelSpec
 from inferwire.core.memory import Footprint
@@ -70,6 +78,7 @@ class Calls:
     requests: list[GenerationRequest] = field(default_factory=list)
     unary: int = 0
     streams_closed_early: int = 0
+    embeddings: list[EncodingJob] = field(default_factory=list)
 
 
 class FakeBackend(Backend):
@@ -98,6 +107,9 @@ class FakeBackend(Backend):
         self.chat_template = False
         self.supports_logprobs = False
         self.supports_constraints = False
+        # An embedding model instead (it does not generate): `embed_vector` per input, one
+        # token per UTF-8 byte, a window of `limits_.context_length` tokens.
+        self.embeds = False
         self.footprint_: Footprint | None = None  # what footprint() estimates
         self.calls = Calls()
 
@@ -182,7 +194,32 @@ class FakeBackend(Backend):
             chat=self.chat_template,
             logprobs=self.supports_logprobs,
             constrained_output=self.supports_constraints,
+            generation=not self.embeds,
+            embeddings=self.embeds,
+            rerank=self.embeds,
+            embedding_dimensions=EMBEDDING_DIMENSIONS if self.embeds else 0,
         )
+
+    async def embed(self, job: EncodingJob, progress: EncodingProgress) -> list[Vector]:
+        if not self.embeds:
+            return await super().embed(job, progress)
+        self.calls.embeddings.append(job)
+        window = self.limits_.context_length
+        counts = []
+        for name, given in zip(job.fields, job.inputs, strict=True):
+            count = len(given.encode()) if isinstance(given, str) else len(given)
+            if count > window and not job.truncate:
+                why = f"is {count} tokens; the model's window is {window}"
+                raise InvalidArgumentError([FieldViolation(name, why)])
+            counts.append(min(count, window))
+        progress.counted(prompt_tokens=sum(counts))
+        self.started.set()
+        await self.generation_gate.passed()
+        if self.infer_error is not None:
+            raise self.infer_error
+        progress.batched(len(job.inputs))
+        vectors = [embed_vector(given) for given in job.inputs]
+        return vectors if job.normalize is False else [normalized(v) for v in vectors]
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         if not self.chat_template:
@@ -195,6 +232,16 @@ class FakeBackend(Backend):
 
     async def detokenize(self, token_ids: Sequence[int]) -> str:
         return bytes(token_ids).decode(errors="replace")
+
+
+EMBEDDING_DIMENSIONS = 4
+
+
+def embed_vector(given: EmbeddingInput) -> Vector:
+    """A fake input's embedding (before normalizing): its length, its count of `a`s, the
+    sum of its bytes (or ids) modulo 97, and 1."""
+    data = given.encode() if isinstance(given, str) else bytes(t % 256 for t in given)
+    return array("f", [len(data), data.count(b"a"), sum(data) % 97, 1.0])
 
 
 def fake_logprob(index: int, piece: str, request: GenerationRequest) -> TokenLogprob:

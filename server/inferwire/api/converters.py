@@ -15,6 +15,12 @@ from inferwire.core.chat import (
     ToolChoice,
     ToolChoiceMode,
 )
+from inferwire.core.embeddings import (
+    EmbeddingRequest,
+    EmbeddingResult,
+    RerankRequest,
+    RerankResult,
+)
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.requests import InferenceRequest, Priority
 from inferwire.core.results import Choice, FinishReason, Timing, TokenLogprob, Usage
@@ -87,6 +93,68 @@ def request_from_proto(
         parallel_tool_calls=(
             message.parallel_tool_calls if message.HasField("parallel_tool_calls") else True
         ),
+    )
+
+
+def embed_request_from_proto(
+    message: pb.EmbedRequest,
+    time_remaining: float | None = None,
+    tenant: str = "",
+    priority_hint: Priority | None = None,
+) -> EmbeddingRequest:
+    """Our embedding request (the arguments as `request_from_proto`'s)."""
+    return EmbeddingRequest(
+        request_id=message.request_id,
+        model=message.model,
+        inputs=tuple(message.inputs),
+        normalize=message.normalize if message.HasField("normalize") else None,
+        truncate=message.truncate,
+        deadline=None if time_remaining is None else time.monotonic() + time_remaining,
+        tenant=tenant,
+        priority=priority_from_proto(message.priority),
+        priority_hint=priority_hint,
+    )
+
+
+def rerank_request_from_proto(
+    message: pb.RerankRequest,
+    time_remaining: float | None = None,
+    tenant: str = "",
+    priority_hint: Priority | None = None,
+) -> RerankRequest:
+    """Our rerank request (the arguments as `request_from_proto`'s)."""
+    return RerankRequest(
+        request_id=message.request_id,
+        model=message.model,
+        query=message.query,
+        documents=tuple(message.documents),
+        top_n=message.top_n if message.HasField("top_n") else None,
+        truncate=message.truncate,
+        deadline=None if time_remaining is None else time.monotonic() + time_remaining,
+        tenant=tenant,
+        priority=priority_from_proto(message.priority),
+        priority_hint=priority_hint,
+    )
+
+
+def embed_response(result: EmbeddingResult) -> pb.EmbedResponse:
+    return pb.EmbedResponse(
+        request_id=result.request_id,
+        model=result.model,
+        embeddings=[pb.Embedding(values=vector) for vector in result.embeddings],
+        usage=usage_to_proto(result.usage),
+    )
+
+
+def rerank_response(result: RerankResult) -> pb.RerankResponse:
+    return pb.RerankResponse(
+        request_id=result.request_id,
+        model=result.model,
+        results=[
+            pb.RerankResult(index=r.index, relevance_score=r.relevance_score)
+            for r in result.results
+        ],
+        usage=usage_to_proto(result.usage),
     )
 
 
@@ -212,6 +280,9 @@ def model_status_to_proto(status: ModelStatus) -> pb.ModelStatus:
                 tools=caps.tools,
                 tools_constrained=caps.tools_constrained,
                 sampling_parameters=sorted(caps.parameters),
+                embeddings=caps.embeddings,
+                rerank=caps.rerank,
+                embedding_dimensions=caps.embedding_dimensions,
             )
         )
     return message

@@ -15,6 +15,8 @@ import grpc
 from inferwire.api.converters import (
     FINISH_REASON,
     choices_to_proto,
+    embed_request_from_proto,
+    embed_response,
     health_to_proto,
     list_models_response,
     logprobs_to_proto,
@@ -22,6 +24,8 @@ from inferwire.api.converters import (
     model_status_to_proto,
     refresh_listed,
     request_from_proto,
+    rerank_request_from_proto,
+    rerank_response,
     timing_to_proto,
     tool_call_deltas_to_proto,
     tool_calls_to_proto,
@@ -122,6 +126,24 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             count=len(result.token_ids),
             rendered_prompt=result.rendered_prompt,
         )
+
+    async def Embed(
+        self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EmbedResponse:
+        call = current_call()
+        asked = embed_request_from_proto(
+            request, context.time_remaining(), call.tenant, call.priority_hint
+        )
+        return embed_response(await self._manager.embed(asked))
+
+    async def Rerank(
+        self, request: pb.RerankRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RerankResponse:
+        call = current_call()
+        asked = rerank_request_from_proto(
+            request, context.time_remaining(), call.tenant, call.priority_hint
+        )
+        return rerank_response(await self._manager.rerank(asked))
 
     async def Health(
         self, request: pb.HealthRequest, context: grpc.aio.ServicerContext

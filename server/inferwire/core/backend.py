@@ -26,6 +26,13 @@ from typing import Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inferwire.core.chat import ChatMessage, Tool, ToolSyntax
+from inferwire.core.embeddings import (
+    EncodingJob,
+    EncodingProgress,
+    Vector,
+    cosine_scores,
+    kind_refusal,
+)
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits, PromptCacheStats
 from inferwire.core.memory import Footprint
@@ -246,6 +253,29 @@ class Backend(abc.ABC):
             f"model {self.model_name!r} has no tokenizer in inferwire; backend "
             f"{self.name!r} does not tokenize"
         )
+
+    async def embed(self, job: EncodingJob, progress: EncodingProgress) -> list[Vector]:
+        """One embedding per input of `job`, in order (Embed; core/embeddings.py).
+
+        Count the inputs' tokens through `progress` as soon as they are known. Raise
+        InvalidArgumentError naming the job's field of an input the model cannot take (longer
+        than its window without `truncate`, a token id outside its vocabulary). A model that
+        makes none refuses, naming its kind: the default.
+        """
+        raise kind_refusal(self.model_name, self._kind(), "make embeddings")
+
+    async def rerank(self, job: EncodingJob, progress: EncodingProgress) -> list[float]:
+        """Each document's relevance to the query (Rerank): `job.inputs[0]` is the query,
+        the rest the documents, in order. By default, on a model that makes embeddings, the
+        cosine of the query's and each document's embeddings; a cross-encoder scores the
+        pairs itself; any other model refuses, naming its kind."""
+        if self.facts is not None and self.facts.capabilities.embeddings:
+            vectors = await self.embed(job, progress)
+            return cosine_scores(vectors[0], vectors[1:])
+        raise kind_refusal(self.model_name, self._kind(), "rerank documents")
+
+    def _kind(self) -> str:
+        return self.facts.capabilities.kind if self.facts is not None else "a generation model"
 
     async def detokenize(self, token_ids: Sequence[int]) -> str:
         """The text of `token_ids` (vLLM's /detokenize); like `tokenize` without one."""

@@ -27,6 +27,19 @@ class Capabilities:
     # The sampling parameters it takes (core/sampling.py); a request setting another one is
     # refused naming it.
     parameters: frozenset[str] = BASE_PARAMETERS
+    generation: bool = True  # generates text (Infer); an embedding model does not
+    embeddings: bool = False  # makes embeddings (Embed)
+    rerank: bool = False  # scores documents against a query (Rerank)
+    embedding_dimensions: int = 0  # the length of its embeddings
+
+    @property
+    def kind(self) -> str:
+        """What the model is, in words, for a refusal of what it does not do."""
+        if self.generation:
+            return "a generation model"
+        if self.embeddings:
+            return "an embedding model"
+        return "a rerank model" if self.rerank else "a model that serves nothing"
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class ModelLimits:
     context_length: int  # 0: not known; the model enforces its own
     max_output_tokens: int
     max_seed: int | None = None  # the largest seed the engine takes, if it has a limit
+    max_inputs: int = 0  # embedding or rerank inputs one request may hold; 0: no limit
 
 
 @dataclass(frozen=True)

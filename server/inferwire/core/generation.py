@@ -15,6 +15,7 @@ from typing import Any
 
 from inferwire.core.backend import CountedProgress, GenerationEvents
 from inferwire.core.chat import Tool, ToolSyntax
+from inferwire.core.embeddings import kind_refusal
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits
 from inferwire.core.models import ManagedModel
@@ -37,6 +38,8 @@ def generation_request(
     """The backend's view of a shape-validated request, under the ID its record uses (made
     up when the caller sent none); raise for a limit the model sets. Only chat messages
     enter the backend (its template renders them): the rest comes from the model's facts."""
+    if not facts.capabilities.generation:  # an embedding model: refused, never INTERNAL
+        raise kind_refusal(model.name, facts.capabilities.kind, "generate text")
     params = request.params
     violations = list(_limit_violations(model.name, params, facts.limits))
     violations += _capability_violations(model.name, params, facts.capabilities)

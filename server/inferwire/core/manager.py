@@ -20,6 +20,12 @@ from inferwire.core.adapters import Adapters, AdapterSettings, AdapterSource
 from inferwire.core.backend import Backend
 from inferwire.core.breaker import FAILURE_COOLDOWN_S
 from inferwire.core.chat import ChatMessage
+from inferwire.core.embeddings import (
+    EmbeddingRequest,
+    EmbeddingResult,
+    RerankRequest,
+    RerankResult,
+)
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.facts import PromptCacheStats
 from inferwire.core.lifecycle import HealthHooks, Lifecycle, Trigger
@@ -33,6 +39,7 @@ from inferwire.core.requests import InferenceRequest
 from inferwire.core.reserve import Reservation
 from inferwire.core.residency import Residency
 from inferwire.core.results import InferenceResult, StreamChunk, Tokenization
+from inferwire.core.retrieval_path import RetrievalPath
 from inferwire.core.server_load import ServerLoad, server_load
 from inferwire.core.specs import ModelSpec, duplicate_name
 from inferwire.core.status import HealthReport, InferenceStatistics, ModelState, ModelStatus
@@ -110,6 +117,15 @@ class ModelManager:
             self._metrics,
             tracer or NO_TRACER,
             keep_text,
+        )
+        self._retrieval = RetrievalPath(
+            self._models,
+            limits,
+            self._tenants,
+            self._lifecycle,
+            self._readiness.publish,
+            self._metrics,
+            tracer or NO_TRACER,
         )
 
     def _managed(
@@ -256,6 +272,16 @@ class ModelManager:
     async def detokenize(self, model_name: str, token_ids: Sequence[int]) -> str:
         """The text of `token_ids` for a model (vLLM's /detokenize); takes no slot either."""
         return await self._requests.detokenize(model_name, token_ids)
+
+    # ---- embeddings and rerank (core/retrieval_path.py) -------------------
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        """One embedding per input, in order, in one of the model's slots."""
+        return await self._retrieval.embed(request)
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        """The documents most relevant to the query first, in one of the model's slots."""
+        return await self._retrieval.rerank(request)
 
     def _get(self, name: str) -> ManagedModel:
         return find_model(self._models, name)

@@ -31,6 +31,7 @@ class Outcome(enum.Enum):
     STOP = FinishReason.STOP.value
     STOP_SEQUENCE = FinishReason.STOP_SEQUENCE.value
     LENGTH = FinishReason.LENGTH.value
+    ANSWERED = "answered"  # an embedding or rerank request answered in full
     ERROR = "error"  # failed after admission, in the backend or on a model limit
     CANCELLED = "cancelled"  # the caller went away or stopped reading
     DEADLINE_EXCEEDED = "deadline_exceeded"  # the caller's deadline passed
@@ -69,6 +70,8 @@ class RequestRecord:
     priority: str = ""  # the class it queued in: interactive, standard or batch
     throttled: str = ""  # the tenant quota that refused it (core/quotas.py), if one did
     tool_calls: int = 0  # calls in its answer (core/tool_calls.py)
+    inputs: int = 0  # an embedding or rerank request's inputs (core/embeddings.py)
+    batch_inputs: int = 0  # the most inputs (its own and others') it ran in one batch with
 
     # ---- what a backend reports (GenerationProgress) ---------------------
 
@@ -87,6 +90,10 @@ class RequestRecord:
 
     def generated_after_cancel(self, count: int = 1) -> None:
         self.tokens_after_cancel += count
+
+    def batched(self, inputs: int) -> None:
+        """Its inputs ran in an engine batch of `inputs` inputs (EncodingProgress)."""
+        self.batch_inputs = max(self.batch_inputs, inputs)
 
     # ---- decided by the core --------------------------------------------
 

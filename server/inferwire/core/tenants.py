@@ -13,13 +13,14 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from inferwire.core.errors import ConfigurationError, PermissionDeniedError, QuotaExceededError
 from inferwire.core.quotas import TenantQuota, TokenCharge
 from inferwire.core.record import RequestRecord
-from inferwire.core.requests import InferenceRequest, Priority
+from inferwire.core.requests import Priority
 from inferwire.core.scheduling import Claim
 
 UNCONFIGURED_LABEL = "unconfigured"
@@ -28,6 +29,19 @@ MAX_UNCONFIGURED_TENANTS = 1024  # the metrics label of a tenant not in server.t
 ANONYMOUS_TENANT = "anonymous"
 # A tenant's priority is one of Priority's labels: ^(interactive|standard|batch)$.
 _PRIORITY_NAMES = f"^({'|'.join(p.label for p in Priority)})$"
+
+
+class TenantRequest(Protocol):
+    """What tenancy reads of any request (a generation, an embedding, a rerank)."""
+
+    @property
+    def tenant(self) -> str: ...  # whose request it is; "": anonymous
+
+    @property
+    def priority(self) -> Priority | None: ...  # the priority it asks for
+
+    @property
+    def priority_hint(self) -> Priority | None: ...  # what the gateway asks on its behalf
 
 
 class TenantSettings(BaseModel):
@@ -138,7 +152,7 @@ class Tenants:
             t.level is Priority.INTERACTIVE for t in (*configured, self.default)
         )
 
-    def of(self, request: InferenceRequest) -> Tenant:
+    def of(self, request: TenantRequest) -> Tenant:
         """The tenant a request counts against (anonymous when it names none)."""
         return self.get(request.tenant or ANONYMOUS_TENANT)
 
@@ -169,7 +183,7 @@ class Admission:
 
 @contextlib.contextmanager
 def admitted(
-    tenants: Tenants, request: InferenceRequest, record: RequestRecord
+    tenants: Tenants, request: TenantRequest, record: RequestRecord
 ) -> Iterator[Admission]:
     """Hold the request's place in its tenant's quota while it queues and runs.
 

@@ -29,6 +29,7 @@ class Operation(enum.Enum):
     is inference."""
 
     GENERATE = ("generate", Scope.INFER, True)  # run a model
+    EMBED = ("embed", Scope.INFER, True)  # run a model for embeddings or rerank scores
     TOKENIZE = ("tokenize", Scope.INFER, False)  # a model's tokenizer, both ways
     READ = ("read", Scope.INFER, False)  # the models' (or the server's) state and facts
     STORED = ("stored", Scope.INFER, False)  # the Responses API's stored responses
@@ -62,6 +63,7 @@ class MethodFacts:
 _V1 = "/inferwire.v1.InferenceService/"
 _OIP = "/inference.GRPCInferenceService/"  # wire/oip.py SERVICE_NAME (a unit test pins it)
 _GENERATE, _TOKENIZE = MethodFacts(Operation.GENERATE), MethodFacts(Operation.TOKENIZE)
+_EMBED = MethodFacts(Operation.EMBED)
 _READ, _MANAGE = MethodFacts(Operation.READ), MethodFacts(Operation.MANAGE)
 _PROBE = MethodFacts(Operation.PROBE)
 _API_KEY = "x-api-key"  # Anthropic's header for the token (its SDKs send no Authorization)
@@ -87,6 +89,8 @@ METHODS: dict[str, MethodFacts] = {
     _V1 + "Infer": _at(_GENERATE, "model"),
     _V1 + "InferStream": _at(_GENERATE, "model"),
     _V1 + "Tokenize": _at(_TOKENIZE, "model"),
+    _V1 + "Embed": _at(_EMBED, "model"),
+    _V1 + "Rerank": _at(_EMBED, "model"),
     _V1 + "ListModels": _READ,
     _V1 + "Health": _at(_READ, "model", every_model_if_empty=True),
     _V1 + "LoadModel": _at(_MANAGE, "model"),
@@ -114,6 +118,10 @@ METHODS: dict[str, MethodFacts] = {
     # Anthropic's Messages API (http/anthropic/): the token in x-api-key, or as Bearer.
     "POST /v1/messages": _at(_GENERATE, "model", key_header=_API_KEY),
     "POST /v1/messages/count_tokens": _at(_TOKENIZE, "model", key_header=_API_KEY),
+    # Embeddings (OpenAI's) and rerank (Jina's and Cohere's v1, Cohere's v2): http/retrieval/.
+    "POST /v1/embeddings": _at(_EMBED, "model"),
+    "POST /v1/rerank": _at(_EMBED, "model"),
+    "POST /v2/rerank": _at(_EMBED, "model"),
     "GET /v1/models": _READ,
     "GET /v1/models/{model}": _at(_READ, "model"),
     "POST /tokenize": _at(_TOKENIZE, "model"),

@@ -1,6 +1,6 @@
-"""The HTTP routes: OpenAI's Completions, Chat Completions, Responses and Models,
-Anthropic's Messages, vLLM's /tokenize and /detokenize, and /health, /version, /metrics
-and `HEAD /`.
+"""The HTTP routes: OpenAI's Completions, Chat Completions, Responses, Embeddings and
+Models, Anthropic's Messages, Jina's and Cohere's rerank, vLLM's /tokenize and /detokenize,
+and /health, /version, /metrics and `HEAD /`.
 
 What each route needs is its row of the edge's one table (edge/methods.py): generation,
 models and tokens the `infer` scope (a token, or an anonymous scope); /health, /version
@@ -51,6 +51,7 @@ from inferwire.http.metrics import ResponseStoreGauges
 from inferwire.http.requests import ParsedRequest, parse, validation_error
 from inferwire.http.responses_api.routes import ResponsesApi
 from inferwire.http.responses_api.store import MemoryStore, ResponseStore
+from inferwire.http.retrieval.routes import RetrievalApi
 from inferwire.http.streams import (
     EventStreamResponse,
     chunk_events,
@@ -91,6 +92,7 @@ class Routes:
         registry.register(ResponseStoreGauges(store.usage))
         self._responses = ResponsesApi(manager, store)
         self._anthropic = AnthropicApi(manager)
+        self._retrieval = RetrievalApi(manager)
         # /v1/models' answer, kept while its models do not change (as gRPC's ListModels):
         # a model card shows nothing that moves without the model's version.
         self._listed = ListedModels(_models_list)
@@ -106,6 +108,9 @@ class Routes:
             ("DELETE", "/v1/responses/{response_id}", self._responses.delete),
             ("POST", "/v1/messages", self._anthropic.messages),
             ("POST", "/v1/messages/count_tokens", self._anthropic.count_tokens),
+            ("POST", "/v1/embeddings", self._retrieval.embeddings),
+            ("POST", "/v1/rerank", self._retrieval.rerank_v1),
+            ("POST", "/v2/rerank", self._retrieval.rerank_v2),
             ("GET", "/v1/models", self._models),
             ("GET", "/v1/models/{model}", self._model),
             ("POST", "/tokenize", self._tokenize),

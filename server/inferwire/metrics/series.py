@@ -27,6 +27,7 @@ FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 PER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 LOAD_TRIGGERS = ("startup", "explicit", "on_demand")
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 QUEUE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -64,6 +65,15 @@ class ServerMetrics:
             "inferwire_time_per_output_token_seconds",
             "Mean time per output token after the first, per request.",
             PER_TOKEN_BUCKETS,
+        )
+        self.embedding_inputs = per_model(
+            "inferwire_embedding_inputs_total", "Inputs of embedding and rerank requests."
+        )
+        self.batch_inputs = histogram(
+            "inferwire_embedding_batch_inputs",
+            "Per embedding or rerank request: the most inputs (its own and other requests')"
+            " its inputs ran in one engine batch with.",
+            BATCH_BUCKETS,
         )
         self.queue_depth = gauge("inferwire_queue_depth", "Requests waiting for a slot.")
         self.inflight = gauge("inferwire_inflight_requests", "Requests running on the backend.")
@@ -135,6 +145,8 @@ class ServerMetrics:
             self.prompt_tokens,
             self.generated_tokens,
             self.tool_calls,
+            self.embedding_inputs,
+            self.batch_inputs,
             self.first_token,
             self.per_token,
             self.queue_depth,
@@ -178,6 +190,10 @@ class ServerMetrics:
         child(self.generated_tokens, model).inc(record.completion_tokens)
         if record.tool_calls:
             child(self.tool_calls, model).inc(record.tool_calls)
+        if record.inputs:
+            child(self.embedding_inputs, model).inc(record.inputs)
+        if record.batch_inputs:
+            child(self.batch_inputs, model).observe(record.batch_inputs)
         if (first_token_s := record.time_to_first_token_s) is not None:
             child(self.first_token, model).observe(first_token_s)
         if (per_token_s := record.time_per_output_token_s) is not None:

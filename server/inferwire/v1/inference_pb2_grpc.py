@@ -70,6 +70,16 @@ class InferenceServiceStub:
                 request_serializer=inferwire_dot_v1_dot_inference__pb2.TokenizeRequest.SerializeToString,
                 response_deserializer=inferwire_dot_v1_dot_inference__pb2.TokenizeResponse.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/inferwire.v1.InferenceService/Embed',
+                request_serializer=inferwire_dot_v1_dot_inference__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=inferwire_dot_v1_dot_inference__pb2.EmbedResponse.FromString,
+                _registered_method=True)
+        self.Rerank = channel.unary_unary(
+                '/inferwire.v1.InferenceService/Rerank',
+                request_serializer=inferwire_dot_v1_dot_inference__pb2.RerankRequest.SerializeToString,
+                response_deserializer=inferwire_dot_v1_dot_inference__pb2.RerankResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -144,6 +154,28 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """Embed returns one embedding per input, in order, from an embedding model
+        (ModelCapabilities.embeddings). Concurrent requests, and the inputs of one
+        request, run together in the model's batches. A generation model refuses it
+        with INVALID_ARGUMENT naming the model's kind; an input longer than the
+        model's window is refused naming inputs[i] and its token count unless
+        truncate is set. It needs the same scope as Infer, and counts against the
+        caller's tenant as Infer does (its inputs' tokens as a prompt's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Rerank(self, request, context):
+        """Rerank scores each document's relevance to the query and returns them most
+        relevant first (ModelCapabilities.rerank). On an embedding model the score
+        is the cosine of the query's and the document's embeddings.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -181,6 +213,16 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.Tokenize,
                     request_deserializer=inferwire_dot_v1_dot_inference__pb2.TokenizeRequest.FromString,
                     response_serializer=inferwire_dot_v1_dot_inference__pb2.TokenizeResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=inferwire_dot_v1_dot_inference__pb2.EmbedRequest.FromString,
+                    response_serializer=inferwire_dot_v1_dot_inference__pb2.EmbedResponse.SerializeToString,
+            ),
+            'Rerank': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rerank,
+                    request_deserializer=inferwire_dot_v1_dot_inference__pb2.RerankRequest.FromString,
+                    response_serializer=inferwire_dot_v1_dot_inference__pb2.RerankResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -373,6 +415,60 @@ class InferenceService:
             '/inferwire.v1.InferenceService/Tokenize',
             inferwire_dot_v1_dot_inference__pb2.TokenizeRequest.SerializeToString,
             inferwire_dot_v1_dot_inference__pb2.TokenizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inferwire.v1.InferenceService/Embed',
+            inferwire_dot_v1_dot_inference__pb2.EmbedRequest.SerializeToString,
+            inferwire_dot_v1_dot_inference__pb2.EmbedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rerank(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inferwire.v1.InferenceService/Rerank',
+            inferwire_dot_v1_dot_inference__pb2.RerankRequest.SerializeToString,
+            inferwire_dot_v1_dot_inference__pb2.RerankResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -229,6 +229,12 @@ def grpc_calls(channel: grpc.aio.Channel) -> dict[str, Any]:
         v1 + "Tokenize": lambda m: stub.Tokenize(
             pb.TokenizeRequest(model="m", prompt="hi"), metadata=m
         ),
+        v1 + "Embed": lambda m: stub.Embed(
+            pb.EmbedRequest(model="open-one", inputs=["hi"]), metadata=m
+        ),
+        v1 + "Rerank": lambda m: stub.Rerank(
+            pb.RerankRequest(model="open-one", query="hi", documents=["a", "b"]), metadata=m
+        ),
         v1 + "ListModels": lambda m: stub.ListModels(pb.ListModelsRequest(), metadata=m),
         v1 + "Health": lambda m: stub.Health(pb.HealthRequest(model="m"), metadata=m),
         v1 + "LoadModel": lambda m: stub.LoadModel(pb.LoadModelRequest(model="m"), metadata=m),
@@ -261,6 +267,9 @@ HTTP_CALLS: dict[str, Any] = {
         "model": "m",
         "messages": [{"role": "user", "content": "hi"}],
     },
+    "POST /v1/embeddings": {"model": "open-one", "input": "hi"},
+    "POST /v1/rerank": {"model": "open-one", "query": "hi", "documents": ["a"]},
+    "POST /v2/rerank": {"model": "open-one", "query": "hi", "documents": ["a"]},
     "POST /tokenize": {"model": "m", "prompt": "hi"},
     "POST /detokenize": {"model": "m", "tokens": [1]},
     "GET /v1/models": None,
@@ -278,6 +287,7 @@ async def test_equivalent_methods_need_the_same_scope_on_both_doors(tmp_path):
     async with (
         serving_fakes(settings(tmp_path)) as served,
         switched(served, "m", chat_template=True),
+        switched(served, "open-one", embeds=True),
     ):
         server = served[0]
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
@@ -428,6 +438,63 @@ async def test_the_core_s_refusal_of_a_field_names_the_field_each_door_s_caller_
         f"POST {path} stream={stream}": "temperature"
         for path in ("/v1/completions", "/v1/chat/completions", "/v1/responses")
         for stream in (False, True)
+    }
+
+
+async def test_an_embedding_refusal_names_the_field_each_door_s_caller_sent(tmp_path):
+    """The core's `inputs[1]` is `input[1]` in OpenAI's body (`input` when it was one
+    string), a document given as an object is `documents[i].text`; gRPC names its own."""
+    named: dict[str, list[str]] = {}
+    async with (
+        serving_fakes(settings(tmp_path)) as served,
+        switched(served, "open-one", embeds=True),
+    ):
+        server, metadata = served[0], bearer("plain")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            for name, call in (
+                (
+                    "Embed",
+                    stub.Embed(
+                        pb.EmbedRequest(model="open-one", inputs=["ok", ""]), metadata=metadata
+                    ),
+                ),
+                (
+                    "Rerank",
+                    stub.Rerank(
+                        pb.RerankRequest(model="open-one", query="q", documents=["", "d"]),
+                        metadata=metadata,
+                    ),
+                ),
+            ):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call
+                assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+                named[name] = bad_request_fields(refused.value)
+        headers = {"authorization": f"Bearer {TOKENS['plain']}"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.http_port}") as client:
+            for name, path, body in (
+                ("list", "/v1/embeddings", {"model": "open-one", "input": ["ok", ""]}),
+                ("one", "/v1/embeddings", {"model": "open-one", "input": ""}),
+                ("ids", "/v1/embeddings", {"model": "open-one", "input": [[1], []]}),
+                ("v1", "/v1/rerank", {"model": "open-one", "query": "q", "documents": ["", "d"]}),
+                (
+                    "v2",
+                    "/v2/rerank",
+                    {"model": "open-one", "query": "", "documents": [{"text": ""}]},
+                ),
+            ):
+                reply = await client.post(path, json=body, headers=headers)
+                assert reply.status_code == 400, reply.text
+                named[name] = [reply.json()["error"]["param"]]
+    assert named == {
+        "Embed": ["inputs[1]"],
+        "Rerank": ["documents[0]"],
+        "list": ["input[1]"],
+        "one": ["input"],
+        "ids": ["input[1]"],
+        "v1": ["documents[0]"],
+        "v2": ["query"],
     }
 
 

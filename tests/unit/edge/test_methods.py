@@ -23,16 +23,29 @@ def test_an_unlisted_method_needs_admin_and_an_open_service_none():
     assert (opened.scope, opened.inference, opened.model_at) == (None, True, "model")
 
 
-def test_inference_methods_are_the_generating_ones_on_both_doors():
+GENERATING = {
+    "/inferwire.v1.InferenceService/Infer",
+    "/inferwire.v1.InferenceService/InferStream",
+    "/inference.GRPCInferenceService/ModelInfer",
+    "/inference.GRPCInferenceService/ModelStreamInfer",
+    "POST /v1/completions",
+    "POST /v1/chat/completions",
+    "POST /v1/responses",
+    "POST /v1/messages",
+}
+EMBEDDING = {
+    "/inferwire.v1.InferenceService/Embed",
+    "/inferwire.v1.InferenceService/Rerank",
+    "POST /v1/embeddings",
+    "POST /v1/rerank",
+    "POST /v2/rerank",
+}
+
+
+def test_inference_methods_are_the_generating_and_embedding_ones_on_both_doors():
     inference = {name for name, facts in METHODS.items() if facts.inference}
-    assert inference == {
-        "/inferwire.v1.InferenceService/Infer",
-        "/inferwire.v1.InferenceService/InferStream",
-        "/inference.GRPCInferenceService/ModelInfer",
-        "/inference.GRPCInferenceService/ModelStreamInfer",
-        "POST /v1/completions",
-        "POST /v1/chat/completions",
-        "POST /v1/responses",
-        "POST /v1/messages",
-    }
-    assert all(METHODS[name].operation is Operation.GENERATE for name in inference)
+    assert inference == GENERATING | EMBEDDING
+    assert all(METHODS[name].operation is Operation.GENERATE for name in GENERATING)
+    assert all(METHODS[name].operation is Operation.EMBED for name in EMBEDDING)
+    assert all(METHODS[name].model_at == "model" for name in EMBEDDING)
+    assert Operation.EMBED.scope is Operation.GENERATE.scope is Scope.INFER

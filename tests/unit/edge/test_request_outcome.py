@@ -86,7 +86,23 @@ async def _fail(stub: Any, backends: FakeBackends, request_id: str) -> None:
         backends["m"].infer_error = None
 
 
+async def _embed(stub: Any, backends: FakeBackends, request_id: str) -> None:
+    """An Embed answered, on `m` loaded again as an embedding model for it."""
+
+    async def reloaded(embeds: bool) -> None:
+        await stub.UnloadModel(pb.UnloadModelRequest(model="m"))
+        backends["m"].embeds = embeds
+        await stub.LoadModel(pb.LoadModelRequest(model="m"))
+
+    await reloaded(True)
+    try:
+        await stub.Embed(pb.EmbedRequest(model="m", inputs=["x", "y"], request_id=request_id))
+    finally:
+        await reloaded(False)
+
+
 CASES: dict[Outcome, tuple[str, Any]] = {
+    Outcome.ANSWERED: ("OK", _embed),
     Outcome.STOP: ("OK", lambda stub, _, rid: _finish(stub, rid, model="m")),
     Outcome.LENGTH: (
         "OK",
@@ -142,7 +158,7 @@ async def test_the_access_line_metrics_and_span_agree_on_the_outcome(
     spans = [
         s
         for s in exporter.get_finished_spans()
-        if s.name.endswith("/Infer") or s.name.endswith("/InferStream")
+        if s.name.endswith(("/Infer", "/InferStream", "/Embed"))
     ]
     assert len(spans) == 1, spans
     assert spans[0].attributes is not None

@@ -1863,8 +1863,15 @@ type ModelCapabilities struct {
 	// (temperature, top_p, top_k, seed, min_tokens, ignore_eos,
 	// presence_penalty, frequency_penalty, repetition_penalty, logit_bias).
 	SamplingParameters []string `protobuf:"bytes,12,rep,name=sampling_parameters,json=samplingParameters,proto3" json:"sampling_parameters,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Whether the model makes embeddings (Embed). An embedding model does not
+	// generate: Infer and InferStream refuse it (INVALID_ARGUMENT).
+	Embeddings bool `protobuf:"varint,13,opt,name=embeddings,proto3" json:"embeddings,omitempty"`
+	// Whether the model scores documents against a query (Rerank).
+	Rerank bool `protobuf:"varint,14,opt,name=rerank,proto3" json:"rerank,omitempty"`
+	// The length of the model's embeddings; 0 for a model that makes none.
+	EmbeddingDimensions uint32 `protobuf:"varint,15,opt,name=embedding_dimensions,json=embeddingDimensions,proto3" json:"embedding_dimensions,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ModelCapabilities) Reset() {
@@ -1979,6 +1986,27 @@ func (x *ModelCapabilities) GetSamplingParameters() []string {
 		return x.SamplingParameters
 	}
 	return nil
+}
+
+func (x *ModelCapabilities) GetEmbeddings() bool {
+	if x != nil {
+		return x.Embeddings
+	}
+	return false
+}
+
+func (x *ModelCapabilities) GetRerank() bool {
+	if x != nil {
+		return x.Rerank
+	}
+	return false
+}
+
+func (x *ModelCapabilities) GetEmbeddingDimensions() uint32 {
+	if x != nil {
+		return x.EmbeddingDimensions
+	}
+	return 0
 }
 
 // ModelStatus is a configured model and its state.
@@ -2877,6 +2905,446 @@ func (x *TokenizeResponse) GetRenderedPrompt() string {
 	return ""
 }
 
+// EmbedRequest asks for the embeddings of texts.
+type EmbedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the model, as configured on the server. Required.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The texts, each non-empty; at least one, at most the model's limit.
+	Inputs []string `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	// Whether to scale each embedding to length 1; unset: the model's default
+	// (true for a sentence-transformers model that normalizes).
+	Normalize *bool `protobuf:"varint,3,opt,name=normalize,proto3,oneof" json:"normalize,omitempty"`
+	// Cut an input longer than the model's window to the window instead of
+	// refusing it.
+	Truncate bool `protobuf:"varint,4,opt,name=truncate,proto3" json:"truncate,omitempty"`
+	// Caller-chosen request ID for tracing. The server generates one if empty
+	// and echoes it in the response.
+	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The priority this request asks for. It may lower the caller's tenant
+	// priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
+	Priority      Priority `protobuf:"varint,6,opt,name=priority,proto3,enum=inferwire.v1.Priority" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedRequest) Reset() {
+	*x = EmbedRequest{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedRequest) ProtoMessage() {}
+
+func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
+func (*EmbedRequest) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EmbedRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetInputs() []string {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetNormalize() bool {
+	if x != nil && x.Normalize != nil {
+		return *x.Normalize
+	}
+	return false
+}
+
+func (x *EmbedRequest) GetTruncate() bool {
+	if x != nil {
+		return x.Truncate
+	}
+	return false
+}
+
+func (x *EmbedRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EmbedRequest) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+// Embedding is one input's embedding.
+type Embedding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float32              `protobuf:"fixed32,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Embedding) Reset() {
+	*x = Embedding{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Embedding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Embedding) ProtoMessage() {}
+
+func (x *Embedding) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
+func (*Embedding) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Embedding) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+// EmbedResponse holds one embedding per input, in the order of the inputs.
+type EmbedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's ID: the caller's, or one the server generated.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The model that served the request.
+	Model      string       `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Embeddings []*Embedding `protobuf:"bytes,3,rep,name=embeddings,proto3" json:"embeddings,omitempty"`
+	// prompt_tokens: the tokens of every input, as the model saw them.
+	Usage         *Usage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedResponse) Reset() {
+	*x = EmbedResponse{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedResponse) ProtoMessage() {}
+
+func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
+func (*EmbedResponse) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *EmbedResponse) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *EmbedResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *EmbedResponse) GetEmbeddings() []*Embedding {
+	if x != nil {
+		return x.Embeddings
+	}
+	return nil
+}
+
+func (x *EmbedResponse) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// RerankRequest asks how relevant each document is to a query.
+type RerankRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name of the model, as configured on the server. Required.
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// The query, non-empty.
+	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// The documents, each non-empty; at least one.
+	Documents []string `protobuf:"bytes,3,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Return only the top_n most relevant; unset: every document.
+	TopN *uint32 `protobuf:"varint,4,opt,name=top_n,json=topN,proto3,oneof" json:"top_n,omitempty"`
+	// Cut a query or document longer than the model's window instead of refusing it.
+	Truncate bool `protobuf:"varint,5,opt,name=truncate,proto3" json:"truncate,omitempty"`
+	// Caller-chosen request ID for tracing. The server generates one if empty
+	// and echoes it in the response.
+	RequestId string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The priority this request asks for; unspecified: the tenant's.
+	Priority      Priority `protobuf:"varint,7,opt,name=priority,proto3,enum=inferwire.v1.Priority" json:"priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerankRequest) Reset() {
+	*x = RerankRequest{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerankRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerankRequest) ProtoMessage() {}
+
+func (x *RerankRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerankRequest.ProtoReflect.Descriptor instead.
+func (*RerankRequest) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RerankRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RerankRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *RerankRequest) GetDocuments() []string {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *RerankRequest) GetTopN() uint32 {
+	if x != nil && x.TopN != nil {
+		return *x.TopN
+	}
+	return 0
+}
+
+func (x *RerankRequest) GetTruncate() bool {
+	if x != nil {
+		return x.Truncate
+	}
+	return false
+}
+
+func (x *RerankRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RerankRequest) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+// RerankResult is one document's score.
+type RerankResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The document's position in RerankRequest.documents.
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Higher is more relevant; on an embedding model, the cosine (-1 to 1).
+	RelevanceScore float32 `protobuf:"fixed32,2,opt,name=relevance_score,json=relevanceScore,proto3" json:"relevance_score,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RerankResult) Reset() {
+	*x = RerankResult{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerankResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerankResult) ProtoMessage() {}
+
+func (x *RerankResult) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerankResult.ProtoReflect.Descriptor instead.
+func (*RerankResult) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RerankResult) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RerankResult) GetRelevanceScore() float32 {
+	if x != nil {
+		return x.RelevanceScore
+	}
+	return 0
+}
+
+// RerankResponse lists the documents most relevant first.
+type RerankResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's ID: the caller's, or one the server generated.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The model that served the request.
+	Model   string          `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	Results []*RerankResult `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	// prompt_tokens: the tokens of the query and every document.
+	Usage         *Usage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerankResponse) Reset() {
+	*x = RerankResponse{}
+	mi := &file_inferwire_v1_inference_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerankResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerankResponse) ProtoMessage() {}
+
+func (x *RerankResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_inferwire_v1_inference_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerankResponse.ProtoReflect.Descriptor instead.
+func (*RerankResponse) Descriptor() ([]byte, []int) {
+	return file_inferwire_v1_inference_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RerankResponse) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *RerankResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *RerankResponse) GetResults() []*RerankResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *RerankResponse) GetUsage() *Usage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 var File_inferwire_v1_inference_proto protoreflect.FileDescriptor
 
 const file_inferwire_v1_inference_proto_rawDesc = "" +
@@ -3039,7 +3507,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\blogprobs\x18\a \x03(\v2\x1a.inferwire.v1.TokenLogprobR\blogprobs\x12:\n" +
 	"\n" +
 	"tool_calls\x18\b \x03(\v2\x1b.inferwire.v1.ToolCallDeltaR\ttoolCalls\x12!\n" +
-	"\fchoice_index\x18\t \x01(\rR\vchoiceIndex\"\xc1\x03\n" +
+	"\fchoice_index\x18\t \x01(\rR\vchoiceIndex\"\xac\x04\n" +
 	"\x11ModelCapabilities\x12\x1c\n" +
 	"\tstreaming\x18\x01 \x01(\bR\tstreaming\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\rR\x0emaxConcurrency\x12\x1f\n" +
@@ -3056,7 +3524,12 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x05tools\x18\n" +
 	" \x01(\bR\x05tools\x12+\n" +
 	"\x11tools_constrained\x18\v \x01(\bR\x10toolsConstrained\x12/\n" +
-	"\x13sampling_parameters\x18\f \x03(\tR\x12samplingParameters\"\xfc\x02\n" +
+	"\x13sampling_parameters\x18\f \x03(\tR\x12samplingParameters\x12\x1e\n" +
+	"\n" +
+	"embeddings\x18\r \x01(\bR\n" +
+	"embeddings\x12\x16\n" +
+	"\x06rerank\x18\x0e \x01(\bR\x06rerank\x121\n" +
+	"\x14embedding_dimensions\x18\x0f \x01(\rR\x13embeddingDimensions\"\xfc\x02\n" +
 	"\vModelStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\abackend\x18\x02 \x01(\tR\abackend\x12.\n" +
@@ -3114,7 +3587,46 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x10TokenizeResponse\x12\x1b\n" +
 	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\x12'\n" +
-	"\x0frendered_prompt\x18\x03 \x01(\tR\x0erenderedPrompt*\x9e\x01\n" +
+	"\x0frendered_prompt\x18\x03 \x01(\tR\x0erenderedPrompt\"\xdc\x01\n" +
+	"\fEmbedRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x16\n" +
+	"\x06inputs\x18\x02 \x03(\tR\x06inputs\x12!\n" +
+	"\tnormalize\x18\x03 \x01(\bH\x00R\tnormalize\x88\x01\x01\x12\x1a\n" +
+	"\btruncate\x18\x04 \x01(\bR\btruncate\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\x122\n" +
+	"\bpriority\x18\x06 \x01(\x0e2\x16.inferwire.v1.PriorityR\bpriorityB\f\n" +
+	"\n" +
+	"_normalize\"#\n" +
+	"\tEmbedding\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x02R\x06values\"\xa8\x01\n" +
+	"\rEmbedResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x127\n" +
+	"\n" +
+	"embeddings\x18\x03 \x03(\v2\x17.inferwire.v1.EmbeddingR\n" +
+	"embeddings\x12)\n" +
+	"\x05usage\x18\x04 \x01(\v2\x13.inferwire.v1.UsageR\x05usage\"\xec\x01\n" +
+	"\rRerankRequest\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12\x1c\n" +
+	"\tdocuments\x18\x03 \x03(\tR\tdocuments\x12\x18\n" +
+	"\x05top_n\x18\x04 \x01(\rH\x00R\x04topN\x88\x01\x01\x12\x1a\n" +
+	"\btruncate\x18\x05 \x01(\bR\btruncate\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\x122\n" +
+	"\bpriority\x18\a \x01(\x0e2\x16.inferwire.v1.PriorityR\bpriorityB\b\n" +
+	"\x06_top_n\"M\n" +
+	"\fRerankResult\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12'\n" +
+	"\x0frelevance_score\x18\x02 \x01(\x02R\x0erelevanceScore\"\xa6\x01\n" +
+	"\x0eRerankResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12\x14\n" +
+	"\x05model\x18\x02 \x01(\tR\x05model\x124\n" +
+	"\aresults\x18\x03 \x03(\v2\x1a.inferwire.v1.RerankResultR\aresults\x12)\n" +
+	"\x05usage\x18\x04 \x01(\v2\x13.inferwire.v1.UsageR\x05usage*\x9e\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x1f\n" +
@@ -3138,7 +3650,7 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14PRIORITY_INTERACTIVE\x10\x01\x12\x15\n" +
 	"\x11PRIORITY_STANDARD\x10\x02\x12\x12\n" +
-	"\x0ePRIORITY_BATCH\x10\x032\xad\x04\n" +
+	"\x0ePRIORITY_BATCH\x10\x032\xb4\x05\n" +
 	"\x10InferenceService\x12L\n" +
 	"\tLoadModel\x12\x1e.inferwire.v1.LoadModelRequest\x1a\x1f.inferwire.v1.LoadModelResponse\x12R\n" +
 	"\vUnloadModel\x12 .inferwire.v1.UnloadModelRequest\x1a!.inferwire.v1.UnloadModelResponse\x12@\n" +
@@ -3147,7 +3659,9 @@ const file_inferwire_v1_inference_proto_rawDesc = "" +
 	"\x06Health\x12\x1b.inferwire.v1.HealthRequest\x1a\x1c.inferwire.v1.HealthResponse\x12O\n" +
 	"\n" +
 	"ListModels\x12\x1f.inferwire.v1.ListModelsRequest\x1a .inferwire.v1.ListModelsResponse\x12I\n" +
-	"\bTokenize\x12\x1d.inferwire.v1.TokenizeRequest\x1a\x1e.inferwire.v1.TokenizeResponseBh\n" +
+	"\bTokenize\x12\x1d.inferwire.v1.TokenizeRequest\x1a\x1e.inferwire.v1.TokenizeResponse\x12@\n" +
+	"\x05Embed\x12\x1a.inferwire.v1.EmbedRequest\x1a\x1b.inferwire.v1.EmbedResponse\x12C\n" +
+	"\x06Rerank\x12\x1b.inferwire.v1.RerankRequest\x1a\x1c.inferwire.v1.RerankResponseBh\n" +
 	"\x10dev.inferwire.v1B\x0eInferenceProtoP\x01ZBgithub.com/inferwire/inferwire/clients/go/inferwire/v1;inferwirev1b\x06proto3"
 
 var (
@@ -3163,7 +3677,7 @@ func file_inferwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_inferwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_inferwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_inferwire_v1_inference_proto_goTypes = []any{
 	(FinishReason)(0),             // 0: inferwire.v1.FinishReason
 	(ModelState)(0),               // 1: inferwire.v1.ModelState
@@ -3200,12 +3714,18 @@ var file_inferwire_v1_inference_proto_goTypes = []any{
 	(*HealthResponse)(nil),        // 32: inferwire.v1.HealthResponse
 	(*TokenizeRequest)(nil),       // 33: inferwire.v1.TokenizeRequest
 	(*TokenizeResponse)(nil),      // 34: inferwire.v1.TokenizeResponse
-	nil,                           // 35: inferwire.v1.GenerationParameters.LogitBiasEntry
-	(*timestamppb.Timestamp)(nil), // 36: google.protobuf.Timestamp
+	(*EmbedRequest)(nil),          // 35: inferwire.v1.EmbedRequest
+	(*Embedding)(nil),             // 36: inferwire.v1.Embedding
+	(*EmbedResponse)(nil),         // 37: inferwire.v1.EmbedResponse
+	(*RerankRequest)(nil),         // 38: inferwire.v1.RerankRequest
+	(*RerankResult)(nil),          // 39: inferwire.v1.RerankResult
+	(*RerankResponse)(nil),        // 40: inferwire.v1.RerankResponse
+	nil,                           // 41: inferwire.v1.GenerationParameters.LogitBiasEntry
+	(*timestamppb.Timestamp)(nil), // 42: google.protobuf.Timestamp
 }
 var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	5,  // 0: inferwire.v1.GenerationParameters.constraint:type_name -> inferwire.v1.OutputConstraint
-	35, // 1: inferwire.v1.GenerationParameters.logit_bias:type_name -> inferwire.v1.GenerationParameters.LogitBiasEntry
+	41, // 1: inferwire.v1.GenerationParameters.logit_bias:type_name -> inferwire.v1.GenerationParameters.LogitBiasEntry
 	9,  // 2: inferwire.v1.ChatMessage.tool_calls:type_name -> inferwire.v1.ToolCall
 	2,  // 3: inferwire.v1.ToolChoice.mode:type_name -> inferwire.v1.ToolChoiceMode
 	11, // 4: inferwire.v1.TokenLogprob.top:type_name -> inferwire.v1.TopLogprob
@@ -3235,7 +3755,7 @@ var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	10, // 28: inferwire.v1.InferStreamResponse.tool_calls:type_name -> inferwire.v1.ToolCallDelta
 	1,  // 29: inferwire.v1.ModelStatus.state:type_name -> inferwire.v1.ModelState
 	20, // 30: inferwire.v1.ModelStatus.capabilities:type_name -> inferwire.v1.ModelCapabilities
-	36, // 31: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
+	42, // 31: inferwire.v1.ModelStatus.last_used:type_name -> google.protobuf.Timestamp
 	23, // 32: inferwire.v1.LoadModelRequest.adapter:type_name -> inferwire.v1.AdapterSource
 	21, // 33: inferwire.v1.LoadModelResponse.model:type_name -> inferwire.v1.ModelStatus
 	21, // 34: inferwire.v1.UnloadModelResponse.model:type_name -> inferwire.v1.ModelStatus
@@ -3244,25 +3764,35 @@ var file_inferwire_v1_inference_proto_depIdxs = []int32{
 	30, // 37: inferwire.v1.HealthResponse.models:type_name -> inferwire.v1.ModelHealth
 	31, // 38: inferwire.v1.HealthResponse.backends:type_name -> inferwire.v1.BackendHealth
 	6,  // 39: inferwire.v1.TokenizeRequest.messages:type_name -> inferwire.v1.ChatMessage
-	22, // 40: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
-	25, // 41: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
-	13, // 42: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
-	18, // 43: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
-	29, // 44: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
-	27, // 45: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
-	33, // 46: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
-	24, // 47: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
-	26, // 48: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
-	16, // 49: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
-	19, // 50: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
-	32, // 51: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
-	28, // 52: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
-	34, // 53: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
-	47, // [47:54] is the sub-list for method output_type
-	40, // [40:47] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	3,  // 40: inferwire.v1.EmbedRequest.priority:type_name -> inferwire.v1.Priority
+	36, // 41: inferwire.v1.EmbedResponse.embeddings:type_name -> inferwire.v1.Embedding
+	14, // 42: inferwire.v1.EmbedResponse.usage:type_name -> inferwire.v1.Usage
+	3,  // 43: inferwire.v1.RerankRequest.priority:type_name -> inferwire.v1.Priority
+	39, // 44: inferwire.v1.RerankResponse.results:type_name -> inferwire.v1.RerankResult
+	14, // 45: inferwire.v1.RerankResponse.usage:type_name -> inferwire.v1.Usage
+	22, // 46: inferwire.v1.InferenceService.LoadModel:input_type -> inferwire.v1.LoadModelRequest
+	25, // 47: inferwire.v1.InferenceService.UnloadModel:input_type -> inferwire.v1.UnloadModelRequest
+	13, // 48: inferwire.v1.InferenceService.Infer:input_type -> inferwire.v1.InferRequest
+	18, // 49: inferwire.v1.InferenceService.InferStream:input_type -> inferwire.v1.InferStreamRequest
+	29, // 50: inferwire.v1.InferenceService.Health:input_type -> inferwire.v1.HealthRequest
+	27, // 51: inferwire.v1.InferenceService.ListModels:input_type -> inferwire.v1.ListModelsRequest
+	33, // 52: inferwire.v1.InferenceService.Tokenize:input_type -> inferwire.v1.TokenizeRequest
+	35, // 53: inferwire.v1.InferenceService.Embed:input_type -> inferwire.v1.EmbedRequest
+	38, // 54: inferwire.v1.InferenceService.Rerank:input_type -> inferwire.v1.RerankRequest
+	24, // 55: inferwire.v1.InferenceService.LoadModel:output_type -> inferwire.v1.LoadModelResponse
+	26, // 56: inferwire.v1.InferenceService.UnloadModel:output_type -> inferwire.v1.UnloadModelResponse
+	16, // 57: inferwire.v1.InferenceService.Infer:output_type -> inferwire.v1.InferResponse
+	19, // 58: inferwire.v1.InferenceService.InferStream:output_type -> inferwire.v1.InferStreamResponse
+	32, // 59: inferwire.v1.InferenceService.Health:output_type -> inferwire.v1.HealthResponse
+	28, // 60: inferwire.v1.InferenceService.ListModels:output_type -> inferwire.v1.ListModelsResponse
+	34, // 61: inferwire.v1.InferenceService.Tokenize:output_type -> inferwire.v1.TokenizeResponse
+	37, // 62: inferwire.v1.InferenceService.Embed:output_type -> inferwire.v1.EmbedResponse
+	40, // 63: inferwire.v1.InferenceService.Rerank:output_type -> inferwire.v1.RerankResponse
+	55, // [55:64] is the sub-list for method output_type
+	46, // [46:55] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_inferwire_v1_inference_proto_init() }
@@ -3282,13 +3812,15 @@ func file_inferwire_v1_inference_proto_init() {
 	}
 	file_inferwire_v1_inference_proto_msgTypes[9].OneofWrappers = []any{}
 	file_inferwire_v1_inference_proto_msgTypes[14].OneofWrappers = []any{}
+	file_inferwire_v1_inference_proto_msgTypes[31].OneofWrappers = []any{}
+	file_inferwire_v1_inference_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_inferwire_v1_inference_proto_rawDesc), len(file_inferwire_v1_inference_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   32,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

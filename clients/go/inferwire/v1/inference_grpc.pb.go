@@ -34,6 +34,8 @@ const (
 	InferenceService_Health_FullMethodName      = "/inferwire.v1.InferenceService/Health"
 	InferenceService_ListModels_FullMethodName  = "/inferwire.v1.InferenceService/ListModels"
 	InferenceService_Tokenize_FullMethodName    = "/inferwire.v1.InferenceService/Tokenize"
+	InferenceService_Embed_FullMethodName       = "/inferwire.v1.InferenceService/Embed"
+	InferenceService_Rerank_FullMethodName      = "/inferwire.v1.InferenceService/Rerank"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -75,6 +77,18 @@ type InferenceServiceClient interface {
 	// count tokens against the context window before they send. It needs the
 	// same scope as Infer.
 	Tokenize(ctx context.Context, in *TokenizeRequest, opts ...grpc.CallOption) (*TokenizeResponse, error)
+	// Embed returns one embedding per input, in order, from an embedding model
+	// (ModelCapabilities.embeddings). Concurrent requests, and the inputs of one
+	// request, run together in the model's batches. A generation model refuses it
+	// with INVALID_ARGUMENT naming the model's kind; an input longer than the
+	// model's window is refused naming inputs[i] and its token count unless
+	// truncate is set. It needs the same scope as Infer, and counts against the
+	// caller's tenant as Infer does (its inputs' tokens as a prompt's).
+	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error)
+	// Rerank scores each document's relevance to the query and returns them most
+	// relevant first (ModelCapabilities.rerank). On an embedding model the score
+	// is the cosine of the query's and the document's embeddings.
+	Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankResponse, error)
 }
 
 type inferenceServiceClient struct {
@@ -164,6 +178,26 @@ func (c *inferenceServiceClient) Tokenize(ctx context.Context, in *TokenizeReque
 	return out, nil
 }
 
+func (c *inferenceServiceClient) Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EmbedResponse)
+	err := c.cc.Invoke(ctx, InferenceService_Embed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inferenceServiceClient) Rerank(ctx context.Context, in *RerankRequest, opts ...grpc.CallOption) (*RerankResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RerankResponse)
+	err := c.cc.Invoke(ctx, InferenceService_Rerank_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -203,6 +237,18 @@ type InferenceServiceServer interface {
 	// count tokens against the context window before they send. It needs the
 	// same scope as Infer.
 	Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error)
+	// Embed returns one embedding per input, in order, from an embedding model
+	// (ModelCapabilities.embeddings). Concurrent requests, and the inputs of one
+	// request, run together in the model's batches. A generation model refuses it
+	// with INVALID_ARGUMENT naming the model's kind; an input longer than the
+	// model's window is refused naming inputs[i] and its token count unless
+	// truncate is set. It needs the same scope as Infer, and counts against the
+	// caller's tenant as Infer does (its inputs' tokens as a prompt's).
+	Embed(context.Context, *EmbedRequest) (*EmbedResponse, error)
+	// Rerank scores each document's relevance to the query and returns them most
+	// relevant first (ModelCapabilities.rerank). On an embedding model the score
+	// is the cosine of the query's and the document's embeddings.
+	Rerank(context.Context, *RerankRequest) (*RerankResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -233,6 +279,12 @@ func (UnimplementedInferenceServiceServer) ListModels(context.Context, *ListMode
 }
 func (UnimplementedInferenceServiceServer) Tokenize(context.Context, *TokenizeRequest) (*TokenizeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Tokenize not implemented")
+}
+func (UnimplementedInferenceServiceServer) Embed(context.Context, *EmbedRequest) (*EmbedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Embed not implemented")
+}
+func (UnimplementedInferenceServiceServer) Rerank(context.Context, *RerankRequest) (*RerankResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rerank not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -374,6 +426,42 @@ func _InferenceService_Tokenize_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_Embed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EmbedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).Embed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_Embed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).Embed(ctx, req.(*EmbedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _InferenceService_Rerank_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RerankRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).Rerank(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_Rerank_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).Rerank(ctx, req.(*RerankRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -404,6 +492,14 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Tokenize",
 			Handler:    _InferenceService_Tokenize_Handler,
+		},
+		{
+			MethodName: "Embed",
+			Handler:    _InferenceService_Embed_Handler,
+		},
+		{
+			MethodName: "Rerank",
+			Handler:    _InferenceService_Rerank_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -318,7 +318,7 @@ class InferStreamResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., text: _Optional[str] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., timing: _Optional[_Union[Timing, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCallDelta, _Mapping]]] = ..., choice_index: _Optional[int] = ...) -> None: ...
 
 class ModelCapabilities(_message.Message):
-    __slots__ = ("streaming", "max_concurrency", "on_premises", "modalities", "context_length", "max_output_tokens", "chat", "logprobs", "constrained_output", "tools", "tools_constrained", "sampling_parameters")
+    __slots__ = ("streaming", "max_concurrency", "on_premises", "modalities", "context_length", "max_output_tokens", "chat", "logprobs", "constrained_output", "tools", "tools_constrained", "sampling_parameters", "embeddings", "rerank", "embedding_dimensions")
     STREAMING_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
     ON_PREMISES_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +331,9 @@ class ModelCapabilities(_message.Message):
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     TOOLS_CONSTRAINED_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    RERANK_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     streaming: bool
     max_concurrency: int
     on_premises: bool
@@ -343,7 +346,10 @@ class ModelCapabilities(_message.Message):
     tools: bool
     tools_constrained: bool
     sampling_parameters: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., constrained_output: _Optional[bool] = ..., tools: _Optional[bool] = ..., tools_constrained: _Optional[bool] = ..., sampling_parameters: _Optional[_Iterable[str]] = ...) -> None: ...
+    embeddings: bool
+    rerank: bool
+    embedding_dimensions: int
+    def __init__(self, streaming: _Optional[bool] = ..., max_concurrency: _Optional[int] = ..., on_premises: _Optional[bool] = ..., modalities: _Optional[_Iterable[str]] = ..., context_length: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., chat: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., constrained_output: _Optional[bool] = ..., tools: _Optional[bool] = ..., tools_constrained: _Optional[bool] = ..., sampling_parameters: _Optional[_Iterable[str]] = ..., embeddings: _Optional[bool] = ..., rerank: _Optional[bool] = ..., embedding_dimensions: _Optional[int] = ...) -> None: ...
 
 class ModelStatus(_message.Message):
     __slots__ = ("name", "backend", "state", "detail", "capabilities", "pinned", "on_demand", "resident_bytes", "last_used", "base_model")
@@ -482,3 +488,75 @@ class TokenizeResponse(_message.Message):
     count: int
     rendered_prompt: str
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., count: _Optional[int] = ..., rendered_prompt: _Optional[str] = ...) -> None: ...
+
+class EmbedRequest(_message.Message):
+    __slots__ = ("model", "inputs", "normalize", "truncate", "request_id", "priority")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    normalize: bool
+    truncate: bool
+    request_id: str
+    priority: Priority
+    def __init__(self, model: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., normalize: _Optional[bool] = ..., truncate: _Optional[bool] = ..., request_id: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
+
+class Embedding(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class EmbedResponse(_message.Message):
+    __slots__ = ("request_id", "model", "embeddings", "usage")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    embeddings: _containers.RepeatedCompositeFieldContainer[Embedding]
+    usage: Usage
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., embeddings: _Optional[_Iterable[_Union[Embedding, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
+class RerankRequest(_message.Message):
+    __slots__ = ("model", "query", "documents", "top_n", "truncate", "request_id", "priority")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    TOP_N_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    query: str
+    documents: _containers.RepeatedScalarFieldContainer[str]
+    top_n: int
+    truncate: bool
+    request_id: str
+    priority: Priority
+    def __init__(self, model: _Optional[str] = ..., query: _Optional[str] = ..., documents: _Optional[_Iterable[str]] = ..., top_n: _Optional[int] = ..., truncate: _Optional[bool] = ..., request_id: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ...) -> None: ...
+
+class RerankResult(_message.Message):
+    __slots__ = ("index", "relevance_score")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    RELEVANCE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    relevance_score: float
+    def __init__(self, index: _Optional[int] = ..., relevance_score: _Optional[float] = ...) -> None: ...
+
+class RerankResponse(_message.Message):
+    __slots__ = ("request_id", "model", "results", "usage")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    model: str
+    results: _containers.RepeatedCompositeFieldContainer[RerankResult]
+    usage: Usage
+    def __init__(self, request_id: _Optional[str] = ..., model: _Optional[str] = ..., results: _Optional[_Iterable[_Union[RerankResult, _Mapping]]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...

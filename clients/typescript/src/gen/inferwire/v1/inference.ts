@@ -733,6 +733,15 @@ export interface ModelCapabilities {
    * presence_penalty, frequency_penalty, repetition_penalty, logit_bias).
    */
   samplingParameters: string[];
+  /**
+   * Whether the model makes embeddings (Embed). An embedding model does not
+   * generate: Infer and InferStream refuse it (INVALID_ARGUMENT).
+   */
+  embeddings: boolean;
+  /** Whether the model scores documents against a query (Rerank). */
+  rerank: boolean;
+  /** The length of the model's embeddings; 0 for a model that makes none. */
+  embeddingDimensions: number;
 }
 
 /** ModelStatus is a configured model and its state. */
@@ -900,6 +909,94 @@ export interface TokenizeResponse {
   count: number;
   /** For messages: the prompt the chat template rendered. Empty for a prompt. */
   renderedPrompt: string;
+}
+
+/** EmbedRequest asks for the embeddings of texts. */
+export interface EmbedRequest {
+  /** Name of the model, as configured on the server. Required. */
+  model: string;
+  /** The texts, each non-empty; at least one, at most the model's limit. */
+  inputs: string[];
+  /**
+   * Whether to scale each embedding to length 1; unset: the model's default
+   * (true for a sentence-transformers model that normalizes).
+   */
+  normalize?:
+    | boolean
+    | undefined;
+  /**
+   * Cut an input longer than the model's window to the window instead of
+   * refusing it.
+   */
+  truncate: boolean;
+  /**
+   * Caller-chosen request ID for tracing. The server generates one if empty
+   * and echoes it in the response.
+   */
+  requestId: string;
+  /**
+   * The priority this request asks for. It may lower the caller's tenant
+   * priority, never raise it (PERMISSION_DENIED); unspecified: the tenant's.
+   */
+  priority: Priority;
+}
+
+/** Embedding is one input's embedding. */
+export interface Embedding {
+  values: number[];
+}
+
+/** EmbedResponse holds one embedding per input, in the order of the inputs. */
+export interface EmbedResponse {
+  /** The request's ID: the caller's, or one the server generated. */
+  requestId: string;
+  /** The model that served the request. */
+  model: string;
+  embeddings: Embedding[];
+  /** prompt_tokens: the tokens of every input, as the model saw them. */
+  usage: Usage | undefined;
+}
+
+/** RerankRequest asks how relevant each document is to a query. */
+export interface RerankRequest {
+  /** Name of the model, as configured on the server. Required. */
+  model: string;
+  /** The query, non-empty. */
+  query: string;
+  /** The documents, each non-empty; at least one. */
+  documents: string[];
+  /** Return only the top_n most relevant; unset: every document. */
+  topN?:
+    | number
+    | undefined;
+  /** Cut a query or document longer than the model's window instead of refusing it. */
+  truncate: boolean;
+  /**
+   * Caller-chosen request ID for tracing. The server generates one if empty
+   * and echoes it in the response.
+   */
+  requestId: string;
+  /** The priority this request asks for; unspecified: the tenant's. */
+  priority: Priority;
+}
+
+/** RerankResult is one document's score. */
+export interface RerankResult {
+  /** The document's position in RerankRequest.documents. */
+  index: number;
+  /** Higher is more relevant; on an embedding model, the cosine (-1 to 1). */
+  relevanceScore: number;
+}
+
+/** RerankResponse lists the documents most relevant first. */
+export interface RerankResponse {
+  /** The request's ID: the caller's, or one the server generated. */
+  requestId: string;
+  /** The model that served the request. */
+  model: string;
+  results: RerankResult[];
+  /** prompt_tokens: the tokens of the query and every document. */
+  usage: Usage | undefined;
 }
 
 function createBaseGenerationParameters(): GenerationParameters {
@@ -3628,6 +3725,9 @@ function createBaseModelCapabilities(): ModelCapabilities {
     tools: false,
     toolsConstrained: false,
     samplingParameters: [],
+    embeddings: false,
+    rerank: false,
+    embeddingDimensions: 0,
   };
 }
 
@@ -3668,6 +3768,15 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     }
     for (const v of message.samplingParameters) {
       writer.uint32(98).string(v!);
+    }
+    if (message.embeddings !== false) {
+      writer.uint32(104).bool(message.embeddings);
+    }
+    if (message.rerank !== false) {
+      writer.uint32(112).bool(message.rerank);
+    }
+    if (message.embeddingDimensions !== 0) {
+      writer.uint32(120).uint32(message.embeddingDimensions);
     }
     return writer;
   },
@@ -3781,6 +3890,30 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
             message.samplingParameters.push(reader.string());
             continue;
           }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.embeddings = reader.bool();
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.rerank = reader.bool();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.embeddingDimensions = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3837,6 +3970,13 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
         : globalThis.Array.isArray(object?.sampling_parameters)
         ? object.sampling_parameters.map((e: any) => globalThis.String(e))
         : [],
+      embeddings: isSet(object.embeddings) ? globalThis.Boolean(object.embeddings) : false,
+      rerank: isSet(object.rerank) ? globalThis.Boolean(object.rerank) : false,
+      embeddingDimensions: isSet(object.embeddingDimensions)
+        ? globalThis.Number(object.embeddingDimensions)
+        : isSet(object.embedding_dimensions)
+        ? globalThis.Number(object.embedding_dimensions)
+        : 0,
     };
   },
 
@@ -3878,6 +4018,15 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     if (message.samplingParameters?.length) {
       obj.samplingParameters = message.samplingParameters;
     }
+    if (message.embeddings !== false) {
+      obj.embeddings = message.embeddings;
+    }
+    if (message.rerank !== false) {
+      obj.rerank = message.rerank;
+    }
+    if (message.embeddingDimensions !== 0) {
+      obj.embeddingDimensions = Math.round(message.embeddingDimensions);
+    }
     return obj;
   },
 
@@ -3898,6 +4047,9 @@ export const ModelCapabilities: MessageFns<ModelCapabilities> = {
     message.tools = object.tools ?? false;
     message.toolsConstrained = object.toolsConstrained ?? false;
     message.samplingParameters = object.samplingParameters?.map((e) => e) || [];
+    message.embeddings = object.embeddings ?? false;
+    message.rerank = object.rerank ?? false;
+    message.embeddingDimensions = object.embeddingDimensions ?? 0;
     return message;
   },
 };
@@ -5376,6 +5528,752 @@ export const TokenizeResponse: MessageFns<TokenizeResponse> = {
   },
 };
 
+function createBaseEmbedRequest(): EmbedRequest {
+  return { model: "", inputs: [], normalize: undefined, truncate: false, requestId: "", priority: 0 };
+}
+
+export const EmbedRequest: MessageFns<EmbedRequest> = {
+  encode(message: EmbedRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    for (const v of message.inputs) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.normalize !== undefined) {
+      writer.uint32(24).bool(message.normalize);
+    }
+    if (message.truncate !== false) {
+      writer.uint32(32).bool(message.truncate);
+    }
+    if (message.requestId !== "") {
+      writer.uint32(42).string(message.requestId);
+    }
+    if (message.priority !== 0) {
+      writer.uint32(48).int32(message.priority);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EmbedRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEmbedRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.inputs.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.normalize = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.truncate = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.priority = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EmbedRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      inputs: globalThis.Array.isArray(object?.inputs) ? object.inputs.map((e: any) => globalThis.String(e)) : [],
+      normalize: isSet(object.normalize) ? globalThis.Boolean(object.normalize) : undefined,
+      truncate: isSet(object.truncate) ? globalThis.Boolean(object.truncate) : false,
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      priority: isSet(object.priority) ? priorityFromJSON(object.priority) : 0,
+    };
+  },
+
+  toJSON(message: EmbedRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.inputs?.length) {
+      obj.inputs = message.inputs;
+    }
+    if (message.normalize !== undefined) {
+      obj.normalize = message.normalize;
+    }
+    if (message.truncate !== false) {
+      obj.truncate = message.truncate;
+    }
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.priority !== 0) {
+      obj.priority = priorityToJSON(message.priority);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<EmbedRequest>, I>>(base?: I): EmbedRequest {
+    return EmbedRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<EmbedRequest>, I>>(object: I): EmbedRequest {
+    const message = createBaseEmbedRequest();
+    message.model = object.model ?? "";
+    message.inputs = object.inputs?.map((e) => e) || [];
+    message.normalize = object.normalize ?? undefined;
+    message.truncate = object.truncate ?? false;
+    message.requestId = object.requestId ?? "";
+    message.priority = object.priority ?? 0;
+    return message;
+  },
+};
+
+function createBaseEmbedding(): Embedding {
+  return { values: [] };
+}
+
+export const Embedding: MessageFns<Embedding> = {
+  encode(message: Embedding, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.values.length !== 0) {
+      writer.uint32(10).fork();
+      for (const v of message.values) {
+        writer.float(v);
+      }
+      writer.join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Embedding {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEmbedding();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag === 13) {
+              message.values.push(reader.float());
+
+              continue;
+            }
+
+            if (tag === 10) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.values.push(reader.float());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Embedding {
+    return {
+      values: globalThis.Array.isArray(object?.values) ? object.values.map((e: any) => globalThis.Number(e)) : [],
+    };
+  },
+
+  toJSON(message: Embedding): unknown {
+    const obj: any = {};
+    if (message.values?.length) {
+      obj.values = message.values.map((e) => floatToJson(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Embedding>, I>>(base?: I): Embedding {
+    return Embedding.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Embedding>, I>>(object: I): Embedding {
+    const message = createBaseEmbedding();
+    message.values = object.values?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseEmbedResponse(): EmbedResponse {
+  return { requestId: "", model: "", embeddings: [], usage: undefined };
+}
+
+export const EmbedResponse: MessageFns<EmbedResponse> = {
+  encode(message: EmbedResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requestId !== "") {
+      writer.uint32(10).string(message.requestId);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    for (const v of message.embeddings) {
+      Embedding.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.usage !== undefined) {
+      Usage.encode(message.usage, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): EmbedResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEmbedResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.embeddings.push(Embedding.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.usage = Usage.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): EmbedResponse {
+    return {
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      embeddings: globalThis.Array.isArray(object?.embeddings)
+        ? object.embeddings.map((e: any) => Embedding.fromJSON(e))
+        : [],
+      usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+    };
+  },
+
+  toJSON(message: EmbedResponse): unknown {
+    const obj: any = {};
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.embeddings?.length) {
+      obj.embeddings = message.embeddings.map((e) => Embedding.toJSON(e));
+    }
+    if (message.usage !== undefined) {
+      obj.usage = Usage.toJSON(message.usage);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<EmbedResponse>, I>>(base?: I): EmbedResponse {
+    return EmbedResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<EmbedResponse>, I>>(object: I): EmbedResponse {
+    const message = createBaseEmbedResponse();
+    message.requestId = object.requestId ?? "";
+    message.model = object.model ?? "";
+    message.embeddings = object.embeddings?.map((e) => Embedding.fromPartial(e)) || [];
+    message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    return message;
+  },
+};
+
+function createBaseRerankRequest(): RerankRequest {
+  return { model: "", query: "", documents: [], topN: undefined, truncate: false, requestId: "", priority: 0 };
+}
+
+export const RerankRequest: MessageFns<RerankRequest> = {
+  encode(message: RerankRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.model !== "") {
+      writer.uint32(10).string(message.model);
+    }
+    if (message.query !== "") {
+      writer.uint32(18).string(message.query);
+    }
+    for (const v of message.documents) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.topN !== undefined) {
+      writer.uint32(32).uint32(message.topN);
+    }
+    if (message.truncate !== false) {
+      writer.uint32(40).bool(message.truncate);
+    }
+    if (message.requestId !== "") {
+      writer.uint32(50).string(message.requestId);
+    }
+    if (message.priority !== 0) {
+      writer.uint32(56).int32(message.priority);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RerankRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRerankRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.query = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.documents.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.topN = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.truncate = reader.bool();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.priority = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RerankRequest {
+    return {
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      query: isSet(object.query) ? globalThis.String(object.query) : "",
+      documents: globalThis.Array.isArray(object?.documents)
+        ? object.documents.map((e: any) => globalThis.String(e))
+        : [],
+      topN: isSet(object.topN)
+        ? globalThis.Number(object.topN)
+        : isSet(object.top_n)
+        ? globalThis.Number(object.top_n)
+        : undefined,
+      truncate: isSet(object.truncate) ? globalThis.Boolean(object.truncate) : false,
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      priority: isSet(object.priority) ? priorityFromJSON(object.priority) : 0,
+    };
+  },
+
+  toJSON(message: RerankRequest): unknown {
+    const obj: any = {};
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.query !== "") {
+      obj.query = message.query;
+    }
+    if (message.documents?.length) {
+      obj.documents = message.documents;
+    }
+    if (message.topN !== undefined) {
+      obj.topN = Math.round(message.topN);
+    }
+    if (message.truncate !== false) {
+      obj.truncate = message.truncate;
+    }
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.priority !== 0) {
+      obj.priority = priorityToJSON(message.priority);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RerankRequest>, I>>(base?: I): RerankRequest {
+    return RerankRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RerankRequest>, I>>(object: I): RerankRequest {
+    const message = createBaseRerankRequest();
+    message.model = object.model ?? "";
+    message.query = object.query ?? "";
+    message.documents = object.documents?.map((e) => e) || [];
+    message.topN = object.topN ?? undefined;
+    message.truncate = object.truncate ?? false;
+    message.requestId = object.requestId ?? "";
+    message.priority = object.priority ?? 0;
+    return message;
+  },
+};
+
+function createBaseRerankResult(): RerankResult {
+  return { index: 0, relevanceScore: 0 };
+}
+
+export const RerankResult: MessageFns<RerankResult> = {
+  encode(message: RerankResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).uint32(message.index);
+    }
+    if (message.relevanceScore !== 0) {
+      writer.uint32(21).float(message.relevanceScore);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RerankResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRerankResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 21) {
+              break;
+            }
+
+            message.relevanceScore = reader.float();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RerankResult {
+    return {
+      index: isSet(object.index) ? globalThis.Number(object.index) : 0,
+      relevanceScore: isSet(object.relevanceScore)
+        ? globalThis.Number(object.relevanceScore)
+        : isSet(object.relevance_score)
+        ? globalThis.Number(object.relevance_score)
+        : 0,
+    };
+  },
+
+  toJSON(message: RerankResult): unknown {
+    const obj: any = {};
+    if (message.index !== 0) {
+      obj.index = Math.round(message.index);
+    }
+    if (message.relevanceScore !== 0) {
+      obj.relevanceScore = floatToJson(message.relevanceScore);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RerankResult>, I>>(base?: I): RerankResult {
+    return RerankResult.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RerankResult>, I>>(object: I): RerankResult {
+    const message = createBaseRerankResult();
+    message.index = object.index ?? 0;
+    message.relevanceScore = object.relevanceScore ?? 0;
+    return message;
+  },
+};
+
+function createBaseRerankResponse(): RerankResponse {
+  return { requestId: "", model: "", results: [], usage: undefined };
+}
+
+export const RerankResponse: MessageFns<RerankResponse> = {
+  encode(message: RerankResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.requestId !== "") {
+      writer.uint32(10).string(message.requestId);
+    }
+    if (message.model !== "") {
+      writer.uint32(18).string(message.model);
+    }
+    for (const v of message.results) {
+      RerankResult.encode(v!, writer.uint32(26).fork()).join();
+    }
+    if (message.usage !== undefined) {
+      Usage.encode(message.usage, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RerankResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRerankResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.requestId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.results.push(RerankResult.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.usage = Usage.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RerankResponse {
+    return {
+      requestId: isSet(object.requestId)
+        ? globalThis.String(object.requestId)
+        : isSet(object.request_id)
+        ? globalThis.String(object.request_id)
+        : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      results: globalThis.Array.isArray(object?.results)
+        ? object.results.map((e: any) => RerankResult.fromJSON(e))
+        : [],
+      usage: isSet(object.usage) ? Usage.fromJSON(object.usage) : undefined,
+    };
+  },
+
+  toJSON(message: RerankResponse): unknown {
+    const obj: any = {};
+    if (message.requestId !== "") {
+      obj.requestId = message.requestId;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.results?.length) {
+      obj.results = message.results.map((e) => RerankResult.toJSON(e));
+    }
+    if (message.usage !== undefined) {
+      obj.usage = Usage.toJSON(message.usage);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RerankResponse>, I>>(base?: I): RerankResponse {
+    return RerankResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RerankResponse>, I>>(object: I): RerankResponse {
+    const message = createBaseRerankResponse();
+    message.requestId = object.requestId ?? "";
+    message.model = object.model ?? "";
+    message.results = object.results?.map((e) => RerankResult.fromPartial(e)) || [];
+    message.usage = (object.usage !== undefined && object.usage !== null) ? Usage.fromPartial(object.usage) : undefined;
+    return message;
+  },
+};
+
 /** InferenceService runs generative models and manages their lifecycle. */
 export type InferenceServiceService = typeof InferenceServiceService;
 export const InferenceServiceService = {
@@ -5480,6 +6378,38 @@ export const InferenceServiceService = {
     responseSerialize: (value: TokenizeResponse): Buffer => Buffer.from(TokenizeResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): TokenizeResponse => TokenizeResponse.decode(value),
   },
+  /**
+   * Embed returns one embedding per input, in order, from an embedding model
+   * (ModelCapabilities.embeddings). Concurrent requests, and the inputs of one
+   * request, run together in the model's batches. A generation model refuses it
+   * with INVALID_ARGUMENT naming the model's kind; an input longer than the
+   * model's window is refused naming inputs[i] and its token count unless
+   * truncate is set. It needs the same scope as Infer, and counts against the
+   * caller's tenant as Infer does (its inputs' tokens as a prompt's).
+   */
+  embed: {
+    path: "/inferwire.v1.InferenceService/Embed" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: EmbedRequest): Buffer => Buffer.from(EmbedRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): EmbedRequest => EmbedRequest.decode(value),
+    responseSerialize: (value: EmbedResponse): Buffer => Buffer.from(EmbedResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): EmbedResponse => EmbedResponse.decode(value),
+  },
+  /**
+   * Rerank scores each document's relevance to the query and returns them most
+   * relevant first (ModelCapabilities.rerank). On an embedding model the score
+   * is the cosine of the query's and the document's embeddings.
+   */
+  rerank: {
+    path: "/inferwire.v1.InferenceService/Rerank" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RerankRequest): Buffer => Buffer.from(RerankRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RerankRequest => RerankRequest.decode(value),
+    responseSerialize: (value: RerankResponse): Buffer => Buffer.from(RerankResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RerankResponse => RerankResponse.decode(value),
+  },
 } as const;
 
 export interface InferenceServiceServer extends UntypedServiceImplementation {
@@ -5528,6 +6458,22 @@ export interface InferenceServiceServer extends UntypedServiceImplementation {
    * same scope as Infer.
    */
   tokenize: handleUnaryCall<TokenizeRequest, TokenizeResponse>;
+  /**
+   * Embed returns one embedding per input, in order, from an embedding model
+   * (ModelCapabilities.embeddings). Concurrent requests, and the inputs of one
+   * request, run together in the model's batches. A generation model refuses it
+   * with INVALID_ARGUMENT naming the model's kind; an input longer than the
+   * model's window is refused naming inputs[i] and its token count unless
+   * truncate is set. It needs the same scope as Infer, and counts against the
+   * caller's tenant as Infer does (its inputs' tokens as a prompt's).
+   */
+  embed: handleUnaryCall<EmbedRequest, EmbedResponse>;
+  /**
+   * Rerank scores each document's relevance to the query and returns them most
+   * relevant first (ModelCapabilities.rerank). On an embedding model the score
+   * is the cosine of the query's and the document's embeddings.
+   */
+  rerank: handleUnaryCall<RerankRequest, RerankResponse>;
 }
 
 export interface InferenceServiceClient extends Client {
@@ -5664,6 +6610,50 @@ export interface InferenceServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: TokenizeResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Embed returns one embedding per input, in order, from an embedding model
+   * (ModelCapabilities.embeddings). Concurrent requests, and the inputs of one
+   * request, run together in the model's batches. A generation model refuses it
+   * with INVALID_ARGUMENT naming the model's kind; an input longer than the
+   * model's window is refused naming inputs[i] and its token count unless
+   * truncate is set. It needs the same scope as Infer, and counts against the
+   * caller's tenant as Infer does (its inputs' tokens as a prompt's).
+   */
+  embed(
+    request: EmbedRequest,
+    callback: (error: ServiceError | null, response: EmbedResponse) => void,
+  ): ClientUnaryCall;
+  embed(
+    request: EmbedRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: EmbedResponse) => void,
+  ): ClientUnaryCall;
+  embed(
+    request: EmbedRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: EmbedResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * Rerank scores each document's relevance to the query and returns them most
+   * relevant first (ModelCapabilities.rerank). On an embedding model the score
+   * is the cosine of the query's and the document's embeddings.
+   */
+  rerank(
+    request: RerankRequest,
+    callback: (error: ServiceError | null, response: RerankResponse) => void,
+  ): ClientUnaryCall;
+  rerank(
+    request: RerankRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RerankResponse) => void,
+  ): ClientUnaryCall;
+  rerank(
+    request: RerankRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RerankResponse) => void,
   ): ClientUnaryCall;
 }
 
