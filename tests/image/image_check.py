@@ -311,6 +311,25 @@ def check_http_completion(http_address: str) -> None:
     log(f"HTTP /v1/completions: {reply['choices'][0]['text'][:60]!r}")
 
 
+def check_stored_response(http_address: str) -> None:
+    """A Responses call stored (the default) on the read-only root: the image's state
+    directory is its volume, so the SQLite store takes it and GET reads it back."""
+    body = {"model": "demo", "input": "The image", "max_output_tokens": 8}
+    request = urllib.request.Request(
+        f"http://{http_address}/v1/responses",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        created = json.loads(response.read())
+    assert created["store"] is True and created["output"], created
+    url = f"http://{http_address}/v1/responses/{created['id']}"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        stored = json.loads(response.read())
+    assert stored["id"] == created["id"] and stored["output"] == created["output"], stored
+    log(f"HTTP /v1/responses stored and read back: {created['id']}")
+
+
 def probe(container: str) -> None:
     grpc_address, metrics_address = host_port(container, 50051), host_port(container, 9464)
     wait_container_serving(container, grpc_address, "")
@@ -318,6 +337,7 @@ def probe(container: str) -> None:
     infer(grpc_address, {"model": "demo", "prompt": "The image", "request_id": "image-check"})
     check_infer_counted(metrics_address)
     check_http_completion(host_port(container, 8000))
+    check_stored_response(host_port(container, 8000))
 
 
 EXTRA_CAS = Path("/usr/local/share/ca-certificates")
