@@ -388,6 +388,8 @@ detokenize_body = _body({"model": model, "tokens": _token_ids}, {"extra": json_v
 BODIES = {
     "/v1/completions": completion_body,
     "/v1/chat/completions": chat_body,
+    "/v1/completions/render": completion_body,  # vLLM's render: generation's bodies
+    "/v1/chat/completions/render": chat_body,
     "/tokenize": tokenize_body,
     "/detokenize": detokenize_body,
     "/v1/responses": responses_body,
@@ -447,6 +449,7 @@ ROUTES = ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize")
 ROUTES += ("/v1/models", "/v1/models/demo", "/health", "/version", "/metrics")
 ROUTES += ("/v1/responses", "/v1/responses/resp_0", "/v1/responses/")
 ROUTES += ("/v1/messages", "/v1/messages/count_tokens", "/v1/messages?beta=true")
+ROUTES += ("/v1/completions/render", "/v1/chat/completions/render")
 
 
 # A path: a route, a route with a tail, a near miss, or any text (percent-encoded by the

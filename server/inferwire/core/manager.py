@@ -269,6 +269,11 @@ class ModelManager:
         template; takes no concurrency slot."""
         return await self._requests.tokenize(model_name, prompt, messages)
 
+    async def render(self, request: InferenceRequest) -> Tokenization:
+        """The token ids generation would feed the engine for `request`, without running
+        it (vLLM's /v1/completions/render and /v1/chat/completions/render)."""
+        return await self._requests.render(request)
+
     async def detokenize(self, model_name: str, token_ids: Sequence[int]) -> str:
         """The text of `token_ids` for a model (vLLM's /detokenize); takes no slot either."""
         return await self._requests.detokenize(model_name, token_ids)

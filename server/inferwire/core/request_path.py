@@ -218,6 +218,19 @@ class RequestPath:
         token_ids = await model.backend.tokenize(rendered if messages else prompt)
         return Tokenization(tuple(token_ids), rendered)
 
+    async def render(self, request: InferenceRequest) -> Tokenization:
+        """The token ids generation would feed the engine for `request` (vLLM's render
+        routes): the same validation and the same prompt (template, tools, context) as
+        running it, tokenized by the model; takes no slot and generates nothing."""
+        validate_inference_request(request, self._limits)
+        model = find_model(self._models, request.model)
+        model.used(time.monotonic(), time.time())
+        await self._lifecycle.ensure_loaded(model, request.deadline)
+        facts = model.require_ready()
+        job = generation_request(model, facts, request, request.request_id or "render")
+        token_ids = await model.backend.tokenize(job.prompt)
+        return Tokenization(tuple(token_ids), job.prompt if request.messages else "")
+
     async def detokenize(self, model_name: str, token_ids: Sequence[int]) -> str:
         """The text of `token_ids` for a model (vLLM's /detokenize); takes no slot either."""
         model = find_model(self._models, model_name)

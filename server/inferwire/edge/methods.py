@@ -124,6 +124,8 @@ METHODS: dict[str, MethodFacts] = {
     "POST /v2/rerank": _at(_EMBED, "model"),
     "GET /v1/models": _READ,
     "GET /v1/models/{model}": _at(_READ, "model"),
+    "POST /v1/completions/render": _at(_TOKENIZE, "model"),  # vLLM's, for the picker
+    "POST /v1/chat/completions/render": _at(_TOKENIZE, "model"),
     "POST /tokenize": _at(_TOKENIZE, "model"),
     "POST /detokenize": _at(_TOKENIZE, "model"),
     "HEAD /": _PROBE,  # Claude Code probes it before its first request

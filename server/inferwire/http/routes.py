@@ -1,6 +1,7 @@
 """The HTTP routes: OpenAI's Completions, Chat Completions, Responses, Embeddings and
-Models, Anthropic's Messages, Jina's and Cohere's rerank, vLLM's /tokenize and /detokenize,
-and /health, /version, /metrics and `HEAD /`.
+Models, Anthropic's Messages, Jina's and Cohere's rerank, vLLM's /tokenize, /detokenize
+and render routes (`/v1/completions/render`, `/v1/chat/completions/render`), and /health,
+/version, /metrics and `HEAD /`.
 
 What each route needs is its row of the edge's one table (edge/methods.py): generation,
 models and tokens the `infer` scope (a token, or an anonymous scope); /health, /version
@@ -113,6 +114,8 @@ class Routes:
             ("POST", "/v2/rerank", self._retrieval.rerank_v2),
             ("GET", "/v1/models", self._models),
             ("GET", "/v1/models/{model}", self._model),
+            ("POST", "/v1/completions/render", self._render_completion),
+            ("POST", "/v1/chat/completions/render", self._render_chat),
             ("POST", "/tokenize", self._tokenize),
             ("POST", "/detokenize", self._detokenize),
             ("GET", "/health", self._health),
@@ -198,6 +201,24 @@ class Routes:
                 "token_strs": None,
             }
         )
+
+    async def _render_completion(self, request: Request, body: Any) -> Response:
+        """vLLM's `/v1/completions/render`: a completion's body, answered with the token
+        ids its prompt feeds the engine, one entry per prompt (inferwire takes one)."""
+        return JSONResponse([await self._render(request, body, chat=False)])
+
+    async def _render_chat(self, request: Request, body: Any) -> Response:
+        """vLLM's `/v1/chat/completions/render`: a chat body, answered with the token ids
+        of its messages through the model's chat template (and tools), as generation."""
+        return JSONResponse(await self._render(request, body, chat=True))
+
+    async def _render(self, request: Request, body: Any, chat: bool) -> dict[str, Any]:
+        call = current_call()
+        request_id = request.headers.get("x-request-id")
+        parsed = parse(body, chat, call.tenant, request_id, call.priority_hint)
+        call.name_fields(parsed.field_of)
+        rendered = await self._manager.render(parsed.inference)
+        return {"model": parsed.inference.model, "token_ids": list(rendered.token_ids)}
 
     async def _detokenize(self, request: Request, body: Any) -> Response:
         asked = _validated(DetokenizeBody, body)

@@ -270,6 +270,11 @@ HTTP_CALLS: dict[str, Any] = {
     "POST /v1/embeddings": {"model": "open-one", "input": "hi"},
     "POST /v1/rerank": {"model": "open-one", "query": "hi", "documents": ["a"]},
     "POST /v2/rerank": {"model": "open-one", "query": "hi", "documents": ["a"]},
+    "POST /v1/completions/render": {"model": "m", "prompt": "hi"},
+    "POST /v1/chat/completions/render": {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+    },
     "POST /tokenize": {"model": "m", "prompt": "hi"},
     "POST /detokenize": {"model": "m", "tokens": [1]},
     "GET /v1/models": None,
