@@ -110,3 +110,59 @@ def smollm2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
 async def channel(smollm2_server: ServerProcess) -> AsyncIterator[grpc.aio.Channel]:
     async with grpc.aio.insecure_channel(smollm2_server.target) as channel:
         yield channel
+
+
+# ---- all-MiniLM-L6-v2 (test_embeddings.py, test_retrieval.py) --------------------------
+
+MINILM = MODELS / "minilm"  # `make minilm` (in realmodel-models): the encoder import
+MINILM_SOURCE = REPO / ".cache" / "minilm" / "all-MiniLM-L6-v2"  # its sentence-transformers
+
+
+@pytest.fixture(scope="session")
+def minilm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """examples/rag.yaml's two models: minilm loaded at start-up alone (so that its load's
+    memory is measured), smollm2 on demand (the retrieval loop's answer)."""
+    missing = [p for p in (MINILM / "model.onnx", MINILM_SOURCE / "model.safetensors", INT4)]
+    if missing := [p for p in missing if not p.exists()]:
+        why = f"{', '.join(map(str, missing))} missing: run `make realmodel-models`"
+        if os.environ.get("INFERWIRE_REQUIRE_REALMODEL") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    config = tmp_path_factory.mktemp("retrieval") / "inferwire.yaml"
+    minilm = {"path": str(MINILM), "max_inputs": 256}
+    config.write_text(
+        json.dumps(
+            {
+                "models": [
+                    {
+                        "name": "minilm",
+                        "backend": "onnxruntime-encoder",
+                        "load_on_startup": True,
+                        "max_concurrency": 32,
+                        "options": minilm,
+                    },
+                    {
+                        "name": "smollm2",
+                        "backend": "onnxruntime-genai",
+                        "on_demand": True,
+                        "max_concurrency": 2,
+                        "options": {"path": str(INT4)},
+                    },
+                ]
+            }
+        )
+    )
+    server = start_serving_server("--config", str(config))
+    try:
+        yield server
+    finally:
+        stop_server_process(server, graceful=True)
+        assert server.process.returncode == 0, server.exit_report()
+
+
+@pytest.fixture(scope="session")
+def sentence_transformer() -> Any:
+    """sentence-transformers' own pipeline on the same folder (the reference)."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(MINILM_SOURCE), device="cpu")
