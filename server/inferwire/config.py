@@ -33,6 +33,7 @@ from pydantic_settings import (
 from inferwire.addresses import is_unix_socket, split_host_port
 from inferwire.core.adapters import AdapterSettings
 from inferwire.core.errors import ConfigurationError
+from inferwire.core.kv_blocks import KvEventsSettings
 from inferwire.core.memory import ByteSize, MemorySettings
 from inferwire.core.specs import duplicate_name
 from inferwire.core.tenants import (
@@ -284,6 +285,9 @@ class ServerSettings(BaseModel):
     responses: ResponsesSettings = Field(default_factory=ResponsesSettings)
     """The Responses API's stored responses: `store` (memory, sqlite, postgresql), and
     per model `max_entries`, `max_bytes` (docs/http.md)."""
+    kv_events: KvEventsSettings = Field(default_factory=KvEventsSettings)
+    """Models' KV cache blocks published for llm-d's precise prefix-cache scorer:
+    `endpoint` (a ZeroMQ PUB address; unset: off), `replay_endpoint`, `topic`."""
     state_dir: Path = Field(default_factory=default_state_dir)
     """The directory where the server keeps what outlives a restart (the default
     Responses store's file); created when first needed. Default:

@@ -15,13 +15,16 @@ import asyncio
 import logging
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inferwire.api.listener import GrpcListener
 from inferwire.backends import create_backend
 from inferwire.config import Settings
+from inferwire.core.backend import Backend
+from inferwire.core.kv_blocks import KvEventsSettings
 from inferwire.core.manager import BackendFactory, ModelManager
 from inferwire.core.metrics import MemoryMetrics, MetricsListener
+from inferwire.core.specs import ModelSpec
 from inferwire.core.tracing import Tracer
 from inferwire.core.validation import RequestLimits
 from inferwire.edge.authentication import Authenticator
@@ -38,6 +41,9 @@ from inferwire.metrics.endpoint import MetricsEndpoint
 from inferwire.metrics.model_server import ModelServerGauges
 from inferwire.metrics.prompt_cache import PromptCacheMetrics
 from inferwire.metrics.series import ServerMetrics
+
+if TYPE_CHECKING:
+    from inferwire.kv_events.publisher import KvEventPublisher
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,26 @@ def build_manager(
         tenants=settings.server.tenant_registry(),
         adapters=settings.server.adapters,
     )
+
+
+def kv_event_publisher(settings: KvEventsSettings) -> KvEventPublisher | None:
+    """The KV events' sockets where `endpoint` is set (pyzmq imported only then)."""
+    if settings.endpoint is None:
+        return None
+    from inferwire.kv_events.publisher import KvEventPublisher
+
+    return KvEventPublisher(settings)
+
+
+def with_kv_blocks(factory: BackendFactory, publisher: KvEventPublisher) -> BackendFactory:
+    """`factory`, its backends given their model's block ledger before they load."""
+
+    def build(spec: ModelSpec) -> Backend:
+        backend = factory(spec)
+        backend.kv_blocks = publisher.ledger(spec.name)
+        return backend
+
+    return build
 
 
 class StartupLoadError(Exception):
@@ -93,6 +119,10 @@ class InferwireServer:
         self.metrics = ServerMetrics()
         # Raises ConfigurationError when tracing is asked for but cannot be had.
         self.tracing = server_tracing(server.tracing, tracer_provider)
+        # KV events (server.kv_events): bound now, so a taken address fails at start-up.
+        self.kv_events = kv_event_publisher(server.kv_events)
+        if self.kv_events is not None:
+            backend_factory = with_kv_blocks(backend_factory, self.kv_events)
         self.manager = build_manager(
             settings,
             backend_factory,
@@ -172,6 +202,8 @@ class InferwireServer:
         """Drain: NOT_SERVING everywhere, refuse new calls, let in-flight ones finish, unload."""
         if self._stopped or not self._listening:  # nothing was served or loaded
             self._stopped = True
+            if self.kv_events is not None:
+                await asyncio.to_thread(self.kv_events.close)
             return
         self._stopped = True
         grace = self.settings.server.grace_period_s if grace_s is None else grace_s
@@ -187,6 +219,8 @@ class InferwireServer:
         if self.responses is not None:  # after the doors: draining streams store theirs
             await self.responses.close()
         await self.manager.close()
+        if self.kv_events is not None:  # after the unloads, whose clears it sends
+            await asyncio.to_thread(self.kv_events.close)
         if self._metrics_endpoint is not None:
             await asyncio.to_thread(self._metrics_endpoint.stop)
         if self.tracing is not None:

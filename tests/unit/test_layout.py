@@ -23,6 +23,7 @@ ALLOWED = {
     "backends": {"core", "wire", "addresses"},
     "edge": {"core", "config", "addresses"},
     "metrics": {"core", "addresses"},
+    "kv_events": {"core"},  # KV events' sockets (server.kv_events)
     "api": {"core", "edge", "metrics", "wire", "v1", "config", "log", "addresses", "__init__"},
     "http": {"core", "edge", "metrics", "config", "addresses", "__init__"},
     # The importer needs the `import` extra: only the CLI's `models import` imports it. It

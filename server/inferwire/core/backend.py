@@ -35,6 +35,7 @@ from inferwire.core.embeddings import (
 )
 from inferwire.core.errors import ConfigurationError, ModelNotReadyError
 from inferwire.core.facts import Capabilities, ModelFacts, ModelLimits, PromptCacheStats
+from inferwire.core.kv_blocks import BlockLedger
 from inferwire.core.memory import Footprint
 from inferwire.core.requests import GenerationRequest
 from inferwire.core.results import GenerationEnd, TextDelta
@@ -107,6 +108,9 @@ class Backend(abc.ABC):
         self.max_concurrency = max_concurrency
         self.options = self.parse_options(model_name, options)
         self.facts: ModelFacts | None = None  # what the last load found (`loaded_facts`)
+        # Where a backend with a prefix cache reports its blocks (core/kv_blocks.py); set
+        # before the first load when `server.kv_events` is on, else None.
+        self.kv_blocks: BlockLedger | None = None
 
     @classmethod
     def parse_options(cls, model_name: str, options: dict[str, Any]) -> BackendOptions:

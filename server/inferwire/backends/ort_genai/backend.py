@@ -161,6 +161,7 @@ class OrtGenAIBackend(Backend):
             stream_interval_s=self.stream_interval_s,
             reuse_prompts=self.options.prompt_cache,
             name=self.model_name,
+            kv_blocks=self.kv_blocks,
         )
 
     def _slot_tokens(self, config: dict[str, Any]) -> int:

@@ -46,14 +46,12 @@ from inferwire.backends.ort_genai.continuous.decoder import MIN_DECODE_ROWS, Dec
 from inferwire.backends.ort_genai.continuous.guidance import Grammars, allowed, apply_mask
 from inferwire.backends.ort_genai.continuous.sampler import RowSampler, greedy_tokens
 from inferwire.backends.threaded.consumer import StreamEvent
-from inferwire.backends.threaded.shared_thread import (
-    Handover,
-    SharedThreadRequest,
-)
+from inferwire.backends.threaded.shared_thread import Handover, SharedThreadRequest
 from inferwire.backends.threaded.step_loop import SlotStepLoop
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.facts import PromptCacheStats
+from inferwire.core.kv_blocks import BlockLedger
 from inferwire.core.prepared import PreparedRequest
 from inferwire.core.results import FinishReason, TextDelta, TokenLogprob
 
@@ -120,6 +118,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         eos_ids: frozenset[int],
         shape: LoopShape,
         reuse_prompts: bool = True,
+        blocks: BlockLedger | None = None,
     ) -> None:
         super().__init__(
             f"ortgenai-continuous-{shape.name}",
@@ -130,6 +129,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         self._eos = eos_ids
         self.shape = shape
         self._reuse = reuse_prompts
+        self._blocks = blocks if reuse_prompts else None  # KV events: the slots' caches
         self._slots = [_Slot(row) for row in range(shape.slots)]
         self._decoding = 0  # rows 0..decoding-1
         self._reading: _Job | None = None  # at row `decoding`
@@ -213,6 +213,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         self._place(holder, self._decoding)
         if source is not None and live == shared:
             self._decoder.kv.move(source.row, holder.row, reused)
+        self._report(holder)
         self._prompt_tokens_total += len(prompt)
         self._reused_tokens_total += reused
         self._uses += 1
@@ -276,6 +277,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
             self._finish(job, exc)
             return
         slot.tokens.extend(chunk)
+        self._report(slot)  # the prompt's KV so far is cached
         if job.pending:
             return
         self._reading = None
@@ -410,6 +412,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         slot = job.slot
         if slot is not None:
             job.slot, slot.job = None, None
+            self._report(slot)  # its tokens stay as a free slot's cache
             if job is self._reading:
                 self._reading = None  # its row, D, is the first free one already
             else:
@@ -419,6 +422,10 @@ class ContinuousLoop(SlotStepLoop[_Job]):
                 self._emit(job, TextDelta("", job.tally.generated, tuple(job.held)))
             self._emit(job, item)
         self._release(job)
+
+    def _report(self, slot: _Slot) -> None:
+        if self._blocks is not None:  # an adapter's blocks under its model's name
+            self._blocks.held(slot, slot.tokens, slot.adapter, slot.adapter.split("#")[0])
 
     def _unpack(self, slot: _Slot) -> None:
         """A decoding slot just freed: the last decoding row takes its place, and the
@@ -431,8 +438,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
 
 
 def _shared(cached: list[int], prompt: list[int]) -> int:
-    """How many first tokens `cached` and `prompt` have in common (a binary search over
-    slice comparisons, which run in C)."""
+    """How many first tokens `cached` and `prompt` share (a binary search over slices)."""
     low, high = 0, min(len(cached), len(prompt))
     while low < high:
         middle = (low + high + 1) // 2

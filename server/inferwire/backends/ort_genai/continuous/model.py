@@ -26,6 +26,7 @@ from inferwire.backends.ort_genai.model import check_vocabulary, search_defaults
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import ConfigurationError
 from inferwire.core.facts import ModelLimits
+from inferwire.core.kv_blocks import BlockLedger
 from inferwire.core.prepared import prepare
 from inferwire.core.requests import GenerationRequest
 
@@ -45,6 +46,7 @@ class ContinuousSettings:
     stream_interval_s: float
     reuse_prompts: bool
     name: str
+    kv_blocks: BlockLedger | None = None  # where the slots' caches are reported (KV events)
 
 
 class ContinuousModel:
@@ -84,7 +86,9 @@ class ContinuousModel:
             self.eos_token_ids,
             shape,
             settings.reuse_prompts,
+            settings.kv_blocks,
         )
+        self._kv_blocks = settings.kv_blocks
 
     def sampling_defaults(self) -> dict[str, Any]:
         """What an unset parameter means: the og paths' defaults, and the `search` block's
@@ -149,6 +153,8 @@ class ContinuousModel:
 
     def close(self) -> None:
         self.loop.close()
+        if self._kv_blocks is not None:
+            self._kv_blocks.clear()  # the slots' caches went with the loop
 
 
 def _template_source(path: Path) -> str | None:
