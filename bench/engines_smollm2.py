@@ -1,15 +1,18 @@
 """The CPU engines on SmolLM2-135M-Instruct in one closed loop: inferwire's CPU default (the
 continuous path on the int4 import, through `inferwire serve`, over gRPC and over HTTP)
 against llama.cpp's `llama-server` on the Q4_1 GGUF the import came from (over HTTP, as
-its users call it) and OpenVINO GenAI's continuous-batching pipeline on the same GGUF,
-driven directly (no server around it: the most a server on it could make).
+its users call it), OpenVINO GenAI's continuous-batching pipeline on the same GGUF,
+driven directly (no server around it: the most a server on it could make), and
+onnxruntime-genai's og.Generator on the same int4 import, driven directly
+(bench/peers_og.py: ONNX Runtime's own loop over the file the continuous path steps).
 
 The same load on both, as bench/peers_openvino.py defines it: at concurrency C, C requests
 always in flight, each a 56-64-token prompt (its SENTENCES, no chat template) from a pool
 taken in turn, 128 greedy tokens with EOS ignored, at least 2C+8 requests and
 MIN_SECONDS; TTFT from submit to the first token. Each engine computes on CPU 0 with one
 thread (inferwire: `threads: 1`, the event loop on the same core; llama-server:
-`--threads 1`, 32 slots of 256 tokens; OpenVINO: INFERENCE_NUM_THREADS 1, pinned), the load
+`--threads 1`, 32 slots of 256 tokens; OpenVINO: INFERENCE_NUM_THREADS 1, pinned; og:
+intra_op_num_threads 1, its generators stepped in turn), the load
 (this process) on CPU 1; over HTTP, OpenAI's streamed /v1/completions with
 `ignore_eos`. The engines take
 turns, the first alternating between rounds, and each cell keeps its best round (noise
@@ -44,6 +47,7 @@ from bench.common import (
     ratio,
     write_plot,
 )
+from bench.peers_og import run_og
 from bench.peers_servers import llama_server, pinned
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
@@ -286,15 +290,17 @@ def run_openvino(min_seconds: float) -> dict[str, Any]:
         return dict(json.loads(out.read_text()))
 
 
-ENGINES = ("inferwire_grpc", "inferwire_http", "llama_server", "openvino")
+ENGINES = ("inferwire_grpc", "inferwire_http", "llama_server", "openvino", "og")
 LABELS = {
     "inferwire_grpc": "inferwire, continuous path (gRPC)",
     "inferwire_http": "inferwire, continuous path (HTTP)",
     "llama_server": "llama-server (HTTP)",
     "openvino": "OpenVINO GenAI CB pipeline, direct",
+    "og": "onnxruntime-genai og.Generator, direct",
 }
 # The issue's ratio keys: each peer's name in the JSON's `ratios`.
-PEER_KEYS = {"llama_server": "llama_cpp", "openvino": "openvino"}
+PEER_KEYS = {"llama_server": "llama_cpp", "openvino": "openvino", "og": "og"}
+DIRECT = ("openvino", "og")  # engines driven in-process, with no server around them
 
 
 def _best(cells: list[dict[str, Any]], concurrency: int) -> dict[str, Any]:
@@ -311,7 +317,7 @@ def run(options: RunOptions) -> ScenarioResult:
     rounds = 1 if options.quick else 2
     cells: dict[str, list[dict[str, Any]]] = {engine: [] for engine in ENGINES}
     openvino_report: dict[str, Any] = {}
-    turns = ("inferwire", "llama_server", "openvino")
+    turns = ("inferwire", "llama_server", "openvino", "og")
     for round_index in range(rounds):
         shift = round_index % len(turns)  # the first of a round rotates
         for engine in turns[shift:] + turns[:shift]:
@@ -321,6 +327,9 @@ def run(options: RunOptions) -> ScenarioResult:
             elif engine == "llama_server":
                 made = run_llama_server(min_seconds)
                 cells["llama_server"] += [{**c, "round": round_index} for c in made]
+            elif engine == "og":
+                made = run_og(MODELS / "smollm2", ENGINE_CPU, CONCURRENCY, NEW_TOKENS, min_seconds)
+                cells["og"] += [{**c, "round": round_index} for c in made["cells"]]
             else:
                 openvino_report = run_openvino(min_seconds)
                 made = openvino_report["cells"]
@@ -336,6 +345,7 @@ def _result(
     for c in CONCURRENCY:
         best = {engine: _best(cells[engine], c) for engine in ENGINES}
         top_peer = max(PEER_KEYS, key=lambda e: best[e]["tokens_per_s"])
+        direct = min(DIRECT, key=lambda e: best[e]["ttft_p50_ms"])
         for door in ("grpc", "http"):
             ours = best[f"inferwire_{door}"]
             for peer, key in PEER_KEYS.items():
@@ -357,8 +367,8 @@ def _result(
                     1.0,
                 ),
                 at_most(
-                    f"{door} TTFT p50 x OpenVINO's (direct) at {c}",
-                    ratios[f"{door}_vs_openvino_ttft_p50_at_{c}"],
+                    f"{door} TTFT p50 x the best direct engine's ({direct}) at {c}",
+                    ratios[f"{door}_vs_{PEER_KEYS[direct]}_ttft_p50_at_{c}"],
                     1.2,
                 ),
             ]
@@ -401,17 +411,18 @@ def _result(
         "the CPU has it) and GroupQueryAttention; llama.cpp, its Q4_1 kernels for this CPU "
         "(ggml's CPU backend, built with -march=native); OpenVINO: "
         f"{json.dumps(openvino.get('kernels', {}).get('primitives', {}))}",
-        "og (onnxruntime-genai's og.Generator driven directly) is not in this run: one "
-        "generator cannot share a step, so it makes its one-stream rate at every "
-        "concurrency (the 4 December runs: 80 tokens/s on the Intel host).",
+        "og: onnxruntime-genai's og.Generator on the same ONNX file, driven directly; a "
+        "generator cannot share a step, so its streams take turns (its one-stream rate at "
+        "every concurrency, and TTFT waiting for the others' steps).",
         "A cell is its best of the rounds (tokens/s); every round's cells are in the JSON.",
         f"Plot: {plot.name}",
     ]
     return ScenarioResult(
         name=NAME,
         title="CPU engines on SmolLM2-135M, closed loop (about 60 tokens in, 128 out, greedy)",
-        baseline="llama-server on the same GGUF, and OpenVINO GenAI's continuous-batching "
-        "pipeline on it driven directly",
+        baseline="llama-server on the same GGUF, OpenVINO GenAI's continuous-batching "
+        "pipeline on it and onnxruntime-genai's og.Generator on the int4 import, both driven "
+        "directly",
         data={"cells": cells, "openvino_report": openvino},
         ratios=ratios,
         table_header=[

@@ -42,7 +42,13 @@ def _cell(concurrency: int, tokens_per_s: float, ttft: float) -> dict:
 
 
 def test_the_report_keys_each_peer_and_keeps_each_cells_best_round(tmp_path):
-    rates = {"inferwire_grpc": 100, "inferwire_http": 110, "llama_server": 50, "openvino": 120}
+    rates = {
+        "inferwire_grpc": 100,
+        "inferwire_http": 110,
+        "llama_server": 50,
+        "openvino": 120,
+        "og": 90,
+    }
     cells = {
         engine: [_cell(c, rate * c**0.5, 100.0) for c in bench.CONCURRENCY]
         + [_cell(c, rate * c**0.5 / 2, 50.0) for c in bench.CONCURRENCY]  # a slower round
@@ -55,4 +61,16 @@ def test_the_report_keys_each_peer_and_keeps_each_cells_best_round(tmp_path):
     by_measure = {t.measure: t.passed for t in result.targets}
     assert by_measure["grpc tokens/s x the best peer's (openvino) at 1"] is False  # 0.83
     assert by_measure["http tokens/s x llama-server's at 32"] is True  # 2.2
+    assert result.ratios["grpc_vs_og_tokens_per_s_at_1"] == pytest.approx(100 / 90)
     assert (tmp_path / "engines_smollm2.png").is_file()
+
+
+def test_the_ttft_target_names_the_direct_engine_with_the_lower_ttft(tmp_path):
+    rates = {"inferwire_grpc": 100, "inferwire_http": 100, "llama_server": 50}
+    cells = {e: [_cell(c, r, 100.0) for c in bench.CONCURRENCY] for e, r in rates.items()}
+    cells["openvino"] = [_cell(c, 120, 90.0) for c in bench.CONCURRENCY]
+    cells["og"] = [_cell(c, 90, 200.0 if c == 1 else 50.0) for c in bench.CONCURRENCY]
+    result = bench._result(RunOptions(out_dir=tmp_path), cells, {})
+    by_measure = {t.measure: t.passed for t in result.targets}
+    assert by_measure["grpc TTFT p50 x the best direct engine's (openvino) at 1"] is True  # 1.11
+    assert by_measure["grpc TTFT p50 x the best direct engine's (og) at 8"] is False  # 2.0
