@@ -159,8 +159,10 @@ async def test_blocks_stored_replayed_and_cleared(served):
             lambda seen: nxt in chains(stored + [e for e in seen if e[0] == "BlockStored"]),
         )
         again = [e for e in more if e[0] == "BlockStored"]
-        assert all(e[2] is not None for e in again)  # no block of the shared prefix again
-        assert again[0][2] in first_turn or again[0][2] in {h for e in again for h in e[1]}
+        held = set(first_turn)
+        for event in again:  # each run continues a block held already: none is a new root
+            assert event[2] in held
+            held |= set(event[1])
 
         # The replay socket: every batch from sequence 0, the same bytes, then the end.
         replayed = await asyncio.to_thread(replay, context, publisher.replay_endpoint, 0)
