@@ -44,6 +44,7 @@ SCENARIOS = {
     "peers": "bench.peers",
     "peers_smollm2": "bench.peers_smollm2",
     "engines_smollm2": "bench.engines_smollm2",
+    "embeddings_minilm": "bench.embeddings_minilm",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")

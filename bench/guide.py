@@ -58,6 +58,11 @@ GUIDE: dict[str, tuple[str, str]] = {
         "run instead, on the same weights under aiperf",
         "output tokens/s × llama.cpp's at each concurrency, then TTFT p50 and CPU per token",
     ),
+    "embeddings_minilm": (
+        "whether served embeddings equal sentence-transformers' and keep up with its "
+        "offline encode on the same core",
+        "the cosine's minimum, then texts/s × offline encode and p50 × one encode",
+    ),
 }
 
 

@@ -32,6 +32,9 @@ BENCH_TIMEOUT_S = 600
 pytestmark = pytest.mark.timeout(BENCH_TIMEOUT_S)
 # Those that build llama.cpp's server (and, for engines_smollm2, OpenVINO's venv) first.
 PEERS = {"peers", "peers_smollm2", "engines_smollm2"}
+# Needs `make minilm` and sentence-transformers (the import extra), which this tier has not;
+# its pure parts are in tests/unit/test_embeddings_bench.py.
+PEERS |= {"embeddings_minilm"}
 SMOKED = [name for name in SCENARIOS if name not in PEERS]
 # The issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2, gateway_capacity 2;
 # issue 33: http_overhead 3, with the 16-stream floor).

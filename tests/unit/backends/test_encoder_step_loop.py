@@ -118,6 +118,27 @@ async def test_concurrent_requests_share_batches_bounded_and_bucketed(model_and_
     assert any(size > 1 for p in progresses for size in p.batch_sizes)
 
 
+async def test_inputs_far_apart_in_length_do_not_share_a_batch():
+    model = StandInModel()
+    loop = EncoderStepLoop(model, "stand-in", max_inputs=32, max_tokens=4096)  # type: ignore[arg-type]
+    loop.start()
+    try:
+        model.hold.clear()
+        blocker = asyncio.create_task(loop.run([[1]], False, Progress()))
+        await _entered(model)
+        # 2 and 100 tokens: padded together, 200 tokens for 102 (over PAD_SLACK x 102 +
+        # PAD_TOKENS), though within the bounds; 2 and 20 go together (40 for 22).
+        inputs = ([2] * 2, [3] * 100, [4] * 20)
+        tasks = [asyncio.create_task(loop.run([ids], False, Progress())) for ids in inputs]
+        await _inbox_holds(loop, 3)
+        model.hold.set()
+        await asyncio.gather(blocker, *tasks)
+        assert sorted(sorted(ids[0] for ids in b) for b in model.batches[1:]) == [[2, 4], [3]]
+    finally:
+        model.hold.set()
+        await asyncio.to_thread(loop.close)
+
+
 async def test_vectors_are_normalized_when_asked(model_and_loop):
     _, loop = model_and_loop
     (vector,) = await loop.run([[4, 3]], True, Progress())  # [2, 4] before

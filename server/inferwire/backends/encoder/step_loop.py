@@ -4,8 +4,9 @@ The frame is threaded/step_loop.py's (`StepLoop`: the inbox, start / cancel, the
 that ends every request it holds); what is the encoder's own is what a step is. A request
 arrives with its inputs as token ids; they join the pending inputs, oldest first. Each step
 takes one batch: the oldest pending input, and with it the pending inputs nearest its length
-(shorter ones first), so that a batch is padded little (bucketed by length) and the oldest
-input always goes, up to `max_inputs` inputs and `max_tokens` padded tokens. The inputs of
+(shorter ones first), so that a batch is padded little (bucketed by length, within
+PAD_SLACK) and the oldest input always goes, up to `max_inputs` inputs and `max_tokens`
+padded tokens. The inputs of
 one request may run in several batches, and one batch holds inputs of many requests:
 concurrent requests are batched together. When a request's last input is done, it is
 released with its vectors (normalized if it asked). A request whose consumer left (a
@@ -26,6 +27,13 @@ from inferwire.backends.threaded.consumer import Channel, TokenTally
 from inferwire.backends.threaded.shared_thread import Handover, SharedThreadRequest
 from inferwire.backends.threaded.step_loop import StepLoop
 from inferwire.core.embeddings import EncodingProgress, Vector
+
+# A batch is padded to its longest input, and on a CPU the padding costs as much as the
+# tokens (the attention more): an input joins a batch only while its padded tokens stay
+# within PAD_SLACK x its real ones plus PAD_TOKENS. (On one core, batches of 32 texts of
+# mixed lengths, 1 to 256 tokens, took 4.8x the time of the same texts sorted by length;
+# sorted, batches of 1, 8 and 32 took about the same.)
+PAD_SLACK, PAD_TOKENS = 1.25, 32
 
 
 @dataclass(eq=False, kw_only=True)
@@ -143,13 +151,23 @@ class EncoderStepLoop(StepLoop[EncodeRequest]):
         oldest = self._pending[0]
         by_length = sorted(self._pending, key=lambda item: item.length)
         at = next(i for i, item in enumerate(by_length) if item is oldest)
-        low, high, longest = at, at + 1, oldest.length
+        low, high, longest, real = at, at + 1, oldest.length, oldest.length
+
+        def fits(longest: int, count: int, real: int) -> bool:
+            padded = longest * count
+            return padded <= self._max_tokens and padded <= PAD_SLACK * real + PAD_TOKENS
+
         while high - low < self._max_inputs:
             count = high - low + 1
-            if low > 0 and longest * count <= self._max_tokens:
+            shorter = by_length[low - 1].length if low > 0 else 0
+            if shorter and fits(longest, count, real + shorter):
                 low -= 1  # a shorter input: the batch's longest stays
-            elif high < len(by_length) and by_length[high].length * count <= self._max_tokens:
+                real += shorter
+            elif high < len(by_length) and fits(
+                by_length[high].length, count, real + by_length[high].length
+            ):
                 longest = by_length[high].length
+                real += longest
                 high += 1
             else:
                 break
