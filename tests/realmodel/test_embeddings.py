@@ -173,10 +173,11 @@ def test_over_the_window_names_the_input_and_its_tokens(minilm_server):
 def test_bad_grpc_calls_are_invalid_argument_naming_the_field(stub, call, field):
     with pytest.raises(grpc.RpcError) as raised:
         call(stub)
+    details = raised.value.details() or ""
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert raised.value.details().startswith(f"{field}:"), raised.value.details()
+    assert details.startswith(f"{field}:"), details
     if field == "model":  # Infer on an embedding model names its kind
-        assert "embedding model" in raised.value.details()
+        assert "embedding model" in details
 
 
 def test_rerank_is_the_cosine_most_relevant_first(minilm_server, sentence_transformer):
