@@ -108,25 +108,27 @@ async def post(server: InferwireServer, path: str, body: dict[str, Any]) -> Any:
     return reply.json()
 
 
+async def subscribed(server: InferwireServer, model: str, subscriber: Subscriber) -> None:
+    """Once the SUB receives: it sees nothing sent before its subscription reached the PUB
+    (ZeroMQ's slow joiner), so prompts of two blocks go until one batch arrives."""
+    for attempt in range(20):
+        prompt = f"{WARM_UP} {attempt}"
+        await post(server, "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": 1})
+        if await asyncio.to_thread(subscriber.next, 2) is not None:
+            break
+    else:
+        pytest.fail("the SUB socket never received a batch")
+    while await asyncio.to_thread(subscriber.next, 1) is not None:
+        pass  # the warm-ups' remaining batches
+
+
 async def test_blocks_stored_replayed_and_cleared(served):
     publisher = served.kv_events
     assert publisher is not None and publisher.replay_endpoint is not None
     context: zmq.Context[Any] = zmq.Context()
     subscriber = Subscriber(context, publisher.endpoint)
     try:
-        # A SUB sees nothing sent before its subscription reached the PUB (ZeroMQ's slow
-        # joiner): prompts of two blocks until one batch arrives.
-        for _ in range(20):
-            prompt = f"{WARM_UP} {len(subscriber.received)} {_}"
-            await post(
-                served, "/v1/completions", {"model": "demo", "prompt": prompt, "max_tokens": 1}
-            )
-            if await asyncio.to_thread(subscriber.next, 2) is not None:
-                break
-        else:
-            pytest.fail("the SUB socket never received a batch")
-        while await asyncio.to_thread(subscriber.next, 1) is not None:
-            pass  # the warm-ups' remaining batches
+        await subscribed(served, "demo", subscriber)
 
         body = {"model": "demo", "messages": MESSAGES}
         prompt = (await post(served, "/v1/chat/completions/render", body))["token_ids"]

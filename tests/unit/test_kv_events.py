@@ -127,3 +127,20 @@ def test_events_are_off_by_default_and_the_topic_names_host_and_model():
     settings = load_settings().server.kv_events
     assert settings.endpoint is None and settings.replay_endpoint is None
     assert settings.topic_of("pod-1", "demo") == "kv@pod-1@demo"
+
+
+def test_a_cache_moved_between_holders_is_neither_stored_nor_removed_again():
+    blocks, batches = ledger()
+    blocks.held("a", [1, 2, 3, 4, 5, 6, 7, 8])
+    blocks.held("b", [9, 9, 9, 9])
+    blocks.swap("a", "b")  # the slots traded caches
+    blocks.held("a", [9, 9, 9, 9])
+    blocks.held("b", [1, 2, 3, 4, 5, 6, 7, 8])
+    assert len(batches) == 2
+    blocks.swap("a", "b")
+    blocks.held("a", [1, 2, 3, 4])  # a move that kept only part of the cache
+    blocks.held("b", [])  # and one that failed
+    assert batches[2:] == [
+        [BlockRemoved((block_hashes([1, 2, 3, 4, 5, 6, 7, 8], "", B)[1],))],
+        [BlockRemoved((block_hashes([9, 9, 9, 9], "", B)[0],))],
+    ]

@@ -125,6 +125,16 @@ class BlockLedger:
             if events:
                 self._sink(events)
 
+    def swap(self, one: Hashable, other: Hashable) -> None:
+        """`one` and `other` traded what they hold (a cache moved between slots): nothing
+        is stored or removed; a `held` after says what a failed move lost."""
+        with self._lock:
+            mine, theirs = self._holders.pop(one, None), self._holders.pop(other, None)
+            if theirs:
+                self._holders[one] = theirs
+            if mine:
+                self._holders[other] = mine
+
     def clear(self) -> None:
         """Every block is gone (the model unloaded): reported once, however many."""
         with self._lock:

@@ -137,6 +137,7 @@ class LlamaCppBackend(Backend):
                 interval,
                 self.options.prompt_cache,
                 self.options.prompt_cache_ram_mib * MIB,
+                self.kv_blocks,
             )
         except BaseException:
             model.close()
@@ -179,6 +180,8 @@ class LlamaCppBackend(Backend):
         self.facts = None
         if step_loop is not None:
             await asyncio.to_thread(step_loop.close)
+            if self.kv_blocks is not None:
+                self.kv_blocks.clear()  # the slots' and saved caches went with the loop
         if model is not None:
             model.close()
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import llama_cpp as llama
 
+from inferwire.core.kv_blocks import BlockLedger
+
 # A saved conversation is restored only when the prompt keeps at least this share of it:
 # restoring trims the rest, and a long conversation is not given up for a short match.
 MIN_KEPT_SHARE = 0.25
@@ -48,8 +50,13 @@ class SavedPrompt:
 class SavedPrompts:
     """Saved conversations, oldest first, at most `limit_bytes` of KV state in all."""
 
-    def __init__(self, context: llama.llama_context_p, limit_bytes: int) -> None:
+    def __init__(
+        self, context: llama.llama_context_p, limit_bytes: int, blocks: BlockLedger | None = None
+    ) -> None:
+        """`blocks`: where saved conversations are reported (KV events); a restored one is
+        the slot's to report, then forgotten here (`forget`)."""
         self._context = context
+        self.blocks = blocks
         self.limit_bytes = limit_bytes
         self._entries: collections.OrderedDict[int, SavedPrompt] = collections.OrderedDict()
         self.bytes = 0
@@ -71,6 +78,7 @@ class SavedPrompts:
         while self.bytes + size > self.limit_bytes:
             _, oldest = self._entries.popitem(last=False)
             self.bytes -= oldest.size
+            self.forget(oldest)
         state = read_sequence(self._context, seq_id, size)
         if state is None:
             return False
@@ -78,7 +86,14 @@ class SavedPrompts:
         self._entries[id(entry)] = entry
         self.bytes += size
         self.saved_total += 1
+        if self.blocks is not None:
+            self.blocks.held(entry, entry.tokens)
         return True
+
+    def forget(self, entry: SavedPrompt) -> None:
+        """`entry`'s blocks are no longer held here (evicted, or restored into a slot)."""
+        if self.blocks is not None:
+            self.blocks.held(entry, [])
 
     def best(self, prompt: Sequence[int], better_than: int) -> SavedPrompt | None:
         """The entry sharing the longest prefix with `prompt`, if longer than `better_than`

@@ -52,6 +52,7 @@ from inferwire.backends.threaded.shared_thread import (
 from inferwire.backends.threaded.step_loop import SlotStepLoop
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.facts import PromptCacheStats
+from inferwire.core.kv_blocks import BlockLedger
 from inferwire.core.results import FinishReason, TextDelta
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,9 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
         stream_interval_s: float,
         reuse_prompts: bool = True,
         saved_prompt_bytes: int = 0,
+        blocks: BlockLedger | None = None,
     ) -> None:
+        """`blocks`: where the slots' and saved conversations' caches are reported."""
         super().__init__(f"llama-cpp-{name}", f"llama-{name}", Handover(stream_interval_s))
         self._model = model
         self._reuse_prompts = reuse_prompts
@@ -114,8 +117,9 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
         self._context = model.new_context(shape)
         self._memory = llama.llama_get_memory(self._context)
         self._batch = llama.llama_batch_init(shape.batch_tokens, 0, 1)
+        self._blocks = blocks if reuse_prompts else None  # KV events
         self._saved = (
-            SavedPrompts(self._context, saved_prompt_bytes)
+            SavedPrompts(self._context, saved_prompt_bytes, self._blocks)
             if reuse_prompts and saved_prompt_bytes > 0
             else None
         )
@@ -183,6 +187,7 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
         reused = min(shared, len(prompt) - 1)
         llama.llama_memory_seq_rm(self._memory, slot.seq_id, reused, -1)
         del slot.tokens[reused:]
+        self._report(slot)
         self._prompt_tokens_total += len(prompt)
         self._reused_tokens_total += reused
         self._uses += 1
@@ -203,6 +208,8 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
         if saved is not None and entry is not None:
             restored = saved.restore(entry, slot.seq_id)
             slot.tokens = entry.tokens if restored else []
+            self._report(slot)  # before the entry lets its blocks go: no churn
+            saved.forget(entry)
             shared = shared_prefix(slot.tokens, prompt)
         return slot, shared
 
@@ -228,6 +235,10 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
         holders = (holder.tokens, holder.last_used)
         self._put(holder, to_holder, packed.tokens, packed.last_used)
         self._put(packed, to_packed, *holders)
+        if self._blocks is not None:  # what moved is still held; what was dropped is not
+            self._blocks.swap(holder, packed)
+            self._report(holder)
+            self._report(packed)
 
     def _put(
         self, slot: _Slot, state: ctypes.Array[ctypes.c_uint8] | None, tokens: list[int], used: int
@@ -248,10 +259,12 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
         plan = plan_step(runners, self.shape.batch_tokens, self.shape.prefill_tokens)
         rows = 0
         outputs: list[tuple[_Job, int]] = []
+        read: list[_Slot] = []  # the slots whose prompts this step reads
         for seq_id, count in plan:
             job = jobs[seq_id]
             assert job.slot is not None
             if job.pending:
+                read.append(job.slot)
                 chunk, job.pending = job.pending[:count], job.pending[count:]
             else:
                 assert job.next_token is not None
@@ -278,6 +291,8 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
                 job.slot.tokens.clear()
                 self._finish(job, error)
             return
+        for slot in read:  # the prompt's KV so far is cached
+            self._report(slot)
         for job, row in outputs:
             self._on_logits(job, row)
 
@@ -302,6 +317,7 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
         """End `job` with `item` (None: its consumer left); its slot keeps its cache."""
         if job.slot is not None:
             job.slot.job = None
+            self._report(job.slot)  # its tokens stay as a free slot's cache
             job.slot = None
         if job.picker is not None:
             job.picker.free()
@@ -311,6 +327,10 @@ class LlamaStepLoop(SlotStepLoop[_Job]):
                 self._emit(job, TextDelta(tail, job.tally.generated))
             self._emit(job, item)
         self._release(job)
+
+    def _report(self, slot: _Slot) -> None:
+        if self._blocks is not None:
+            self._blocks.held(slot, slot.tokens)
 
     def _warm_up(self) -> None:
         """One decode, so the first request does not pay the context's first graph."""
