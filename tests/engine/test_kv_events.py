@@ -72,7 +72,8 @@ class Subscriber:
             return None
         topic, sequence, payload = self.socket.recv_multipart()
         self.received.append((topic, int.from_bytes(sequence, "big"), payload))
-        ts, events = msgpack.unpackb(payload)
+        ts, events, rank = msgpack.unpackb(payload)
+        assert rank is None  # data_parallel_rank: none
         assert isinstance(ts, float) and len(sequence) == 8
         return topic, int.from_bytes(sequence, "big"), events
 

@@ -92,8 +92,8 @@ def test_the_batch_is_vllm_s_array_like_msgpack():
         BlockRemoved((11,)),
         AllBlocksCleared(),
     ]
-    ts, decoded = msgpack.unpackb(encoded_batch(events, 1.5))
-    assert ts == 1.5
+    ts, decoded, rank = msgpack.unpackb(encoded_batch(events, 1.5))
+    assert ts == 1.5 and rank is None  # llm-d reads exactly three fields
     assert decoded == [
         ["BlockStored", [11, 12], None, list(range(8)), B],
         ["BlockStored", [13], 12, [1, 2, 3, 4], B, None, None, "sonnets"],

@@ -6,8 +6,8 @@ one counter for the server, from 0), and an optional ROUTER bound to `replay_end
 answers a DEALER's `["", sequence]` with every buffered batch from that sequence on, each
 `["", topic, sequence, payload]`, then the end marker `["", "", 2**64-1, ""]`.
 
-The payload is msgpack of vLLM's `KVEventBatch` as msgspec writes it (array_like,
-omit_defaults, tagged events): `[ts, [event, ...]]`, with events
+The payload is msgpack of vLLM's `KVEventBatch` as msgspec writes it (array_like, tagged
+events): `[ts, [event, ...], data_parallel_rank]` (the rank nil), with events
 `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium,
 lora_name]` (lora_id and medium nil: the engine's own KV; trailing nils left out),
 `["BlockRemoved", block_hashes]` and `["AllBlocksCleared"]`.
@@ -43,7 +43,9 @@ def encoded_batch(events: list[BlockEvent], ts: float) -> bytes:
     """vLLM's `KVEventBatch` of `events` as msgpack."""
     import msgpack
 
-    return bytes(msgpack.packb([ts, [_event(e) for e in events]]))
+    # data_parallel_rank always written (nil: no data parallelism): llm-d's decoder reads
+    # the batch as a fixed three-field array and refuses two.
+    return bytes(msgpack.packb([ts, [_event(e) for e in events], None]))
 
 
 def _event(event: BlockEvent) -> list[Any]:
