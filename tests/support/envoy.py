@@ -77,6 +77,17 @@ class Envoy:
         self.routed.append(routed)
         return routed
 
+    async def decide(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> Decision:
+        """What the picker decides for a request, which is then not sent (the call is
+        cancelled before the body goes anywhere)."""
+        call = ext_proc_grpc.ExternalProcessorStub(self.channel).Process()
+        try:
+            return await self._decide(call, path, json.dumps(body).encode(), headers or {})
+        finally:
+            call.cancel()
+
     async def _decide(self, call: Any, path: str, body: bytes, headers: dict[str, str]) -> Decision:
         request_headers = {
             ":method": "POST",
