@@ -127,8 +127,8 @@ async def test_inputs_far_apart_in_length_do_not_share_a_batch():
         blocker = asyncio.create_task(loop.run([[1]], False, Progress()))
         await _entered(model)
         # 2 and 100 tokens: padded together, 200 tokens for 102 (over PAD_SLACK x 102 +
-        # PAD_TOKENS), though within the bounds; 2 and 20 go together (40 for 22).
-        inputs = ([2] * 2, [3] * 100, [4] * 20)
+        # PAD_TOKENS), though within the bounds; 2 and 5 go together (10 for 7).
+        inputs = ([2] * 2, [3] * 100, [4] * 5)
         tasks = [asyncio.create_task(loop.run([ids], False, Progress())) for ids in inputs]
         await _inbox_holds(loop, 3)
         model.hold.set()
