@@ -35,23 +35,19 @@ MESSAGES = [
 WARM_UP = "Once upon a time there was a king who had three daughters and one small kingdom"
 
 
+def kv_server(models: list[dict[str, Any]], **kv_events: str) -> InferwireServer:
+    """A server of `models` on loopback ports of its own, publishing KV events."""
+    server = {"address": "127.0.0.1:0", "http_address": "127.0.0.1:0", "metrics_address": ""}
+    kv = {"endpoint": "tcp://127.0.0.1:*", **kv_events}
+    return InferwireServer(
+        load_settings(server={**server, "grace_period_s": 1, "kv_events": kv}, models=models)
+    )
+
+
 @pytest.fixture(scope="module")
 async def served() -> AsyncIterator[InferwireServer]:
-    server = InferwireServer(
-        load_settings(
-            server={
-                "address": "127.0.0.1:0",
-                "http_address": "127.0.0.1:0",
-                "metrics_address": "",
-                "grace_period_s": 1,
-                "kv_events": {
-                    "endpoint": "tcp://127.0.0.1:*",
-                    "replay_endpoint": "tcp://127.0.0.1:*",
-                },
-            },
-            models=[{"name": "demo", "load_on_startup": True, "max_concurrency": 2}],
-        )
-    )
+    model = {"name": "demo", "load_on_startup": True, "max_concurrency": 2}
+    server = kv_server([model], replay_endpoint="tcp://127.0.0.1:*")
     await server.start()
     yield server
     await server.stop(grace_s=1)

@@ -163,18 +163,14 @@ def replicas(
 def picker(
     tmp_path_factory: pytest.TempPathFactory, picker_binary: Path, replicas: list[Replica]
 ) -> Iterator[epp.PickerProcess]:
-    directory = tmp_path_factory.mktemp("picker")
-    endpoints = directory / "endpoints.yaml"
     pods = {r.name: (r.address, r.http_port) for r in replicas}
-    endpoints.write_text(epp.endpoints_yaml(pods, {epp.ENGINE_LABEL: "vllm"}))
-    config = directory / "epp-config.yaml"
-    config.write_text(yaml.safe_dump(epp.picker_config(endpoints, replicas[0].metrics_port)))
-    process = epp.start_picker(picker_binary, config)
-    try:
+    with epp.running_picker(
+        picker_binary,
+        tmp_path_factory.mktemp("picker"),
+        pods,
+        lambda endpoints: epp.picker_config(endpoints, replicas[0].metrics_port),
+    ) as process:
         yield process
-    finally:
-        status = epp.stop_picker(process.process)
-        assert status == 0, process.exit_report()
 
 
 @pytest.fixture

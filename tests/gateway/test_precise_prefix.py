@@ -10,14 +10,11 @@ replica that holds them."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
-import httpx
 import pytest
-import yaml
 
 from tests.gateway.conftest import ADDRESSES
 from tests.support import envoy as envoy_support
@@ -125,27 +122,14 @@ def picker(
     replicas: tuple[list[ServerProcess], dict[str, int]],
 ) -> Iterator[epp.PickerProcess]:
     _, ports = replicas
-    directory = tmp_path_factory.mktemp("picker")
-    endpoints = directory / "endpoints.yaml"
     pods = {f"pod-{i}": (address, ports["http"]) for i, address in enumerate(ADDRESSES)}
-    endpoints.write_text(epp.endpoints_yaml(pods, {epp.ENGINE_LABEL: "vllm"}))
-    config = directory / "epp-config.yaml"
-    config.write_text(yaml.safe_dump(precise_config(endpoints, ports)))
-    process = epp.start_picker(picker_binary, config)
-    try:
-        yield process
-    finally:
-        status = epp.stop_picker(process.process)
-        assert status == 0, process.exit_report()
-
-
-@pytest.fixture
-async def gateway(picker: epp.PickerProcess) -> AsyncIterator[envoy_support.Envoy]:
-    async with (
-        grpc.aio.insecure_channel(picker.ext_proc_target) as channel,
-        httpx.AsyncClient(timeout=120) as http,
-    ):
-        yield envoy_support.Envoy(channel, http)
+    with epp.running_picker(
+        picker_binary,
+        tmp_path_factory.mktemp("picker"),
+        pods,
+        lambda endpoints: precise_config(endpoints, ports),
+    ) as process:
+        yield process  # conftest's `gateway` asks this picker
 
 
 def conversation(topic: str) -> list[dict[str, str]]:

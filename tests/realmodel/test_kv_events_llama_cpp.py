@@ -7,55 +7,33 @@ the index then covers that turn's whole prompt; unloading clears all."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import zmq
 
-from inferwire.config import load_settings
 from inferwire.server import InferwireServer
-from tests.engine.test_kv_events import BLOCK, MESSAGES, Subscriber, chains, post, subscribed
-from tests.realmodel.test_llama_cpp_backend import Q4_1
+from tests.engine.test_kv_events import (
+    BLOCK,
+    MESSAGES,
+    Subscriber,
+    chains,
+    kv_server,
+    post,
+    subscribed,
+)
+from tests.realmodel.test_llama_cpp_backend import Q4_1, require_llama_cpp_and_q4_1
 
 OTHER = [{"role": "user", "content": "List three fruits and say which one grows on trees."}]
 
 
 @pytest.fixture(scope="module")
 async def served() -> AsyncIterator[InferwireServer]:
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        why = "llama-cpp-python is not installed: run `make llama-cpp`"
-        if os.environ.get("INFERWIRE_REQUIRE_REALMODEL") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    if not os.path.isfile(Q4_1):
-        why = f"{Q4_1} missing: run `make realmodel-models`"
-        if os.environ.get("INFERWIRE_REQUIRE_REALMODEL") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    server = InferwireServer(
-        load_settings(
-            server={
-                "address": "127.0.0.1:0",
-                "http_address": "127.0.0.1:0",
-                "metrics_address": "",
-                "grace_period_s": 1,
-                "kv_events": {"endpoint": "tcp://127.0.0.1:*"},
-            },
-            models=[
-                {
-                    "name": "smollm2-llama",
-                    "backend": "llama-cpp",
-                    "load_on_startup": True,
-                    "max_concurrency": 1,
-                    "options": {"path": Q4_1, "slot_tokens": 512},
-                }
-            ],
-        )
-    )
+    require_llama_cpp_and_q4_1()
+    options = {"path": Q4_1, "slot_tokens": 512}
+    model = {"name": "smollm2-llama", "backend": "llama-cpp", "load_on_startup": True}
+    server = kv_server([{**model, "max_concurrency": 1, "options": options}])
     await server.start()
     yield server
     await server.stop(grace_s=1)

@@ -63,8 +63,8 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def require_llama_cpp_and_q4_1() -> None:
+    """Skip, saying why, without llama-cpp-python or the GGUF (fail in CI instead)."""
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -77,6 +77,11 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
         if os.environ.get("INFERWIRE_REQUIRE_REALMODEL") == "1":
             pytest.fail(why)
         pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    require_llama_cpp_and_q4_1()
     _dequantized(Q4_1, F32)
     options = {"path": Q4_1, "slot_tokens": SLOT_TOKENS}
     f32 = {"path": F32, "slot_tokens": SLOT_TOKENS}

@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,27 @@ def endpoints_yaml(pods: dict[str, tuple[str, int]], labels: dict[str, str]) -> 
         for name, (address, port) in pods.items()
     ]
     return yaml.safe_dump({"endpoints": entries})
+
+
+@contextmanager
+def running_picker(
+    binary: Path,
+    directory: Path,
+    pods: dict[str, tuple[str, int]],
+    config_of: Callable[[Path], dict[str, Any]],
+) -> Iterator[PickerProcess]:
+    """The picker on `config_of(its endpoints file)`, the endpoints `pods` (name: address
+    and pool port, labelled as vLLM pods); stopped at the end, where it must exit 0."""
+    endpoints = directory / "endpoints.yaml"
+    endpoints.write_text(endpoints_yaml(pods, {ENGINE_LABEL: "vllm"}))
+    config = directory / "epp-config.yaml"
+    config.write_text(yaml.safe_dump(config_of(endpoints)))
+    process = start_picker(binary, config)
+    try:
+        yield process
+    finally:
+        status = stop_picker(process.process)
+        assert status == 0, process.exit_report()
 
 
 def listening_ports(pid: int) -> set[int]:
