@@ -24,6 +24,7 @@ import pytest
 import zmq
 
 from inferwire.config import load_settings
+from inferwire.model_config import default_models
 from inferwire.server import InferwireServer
 
 BLOCK = 16
@@ -47,7 +48,9 @@ def kv_server(models: list[dict[str, Any]], **kv_events: str) -> InferwireServer
 @pytest.fixture(scope="module")
 async def served() -> AsyncIterator[InferwireServer]:
     model = {"name": "demo", "load_on_startup": True, "max_concurrency": 2}
-    server = kv_server([model], replay_endpoint="tcp://127.0.0.1:*")
+    adapter = {"name": "demo-sonnets", "adapter_of": "demo", "load_on_startup": True}
+    adapter["options"] = {"adapter_file": default_models()[1].options["adapter_file"]}
+    server = kv_server([model, adapter], replay_endpoint="tcp://127.0.0.1:*")
     await server.start()
     yield server
     await server.stop(grace_s=1)
@@ -119,6 +122,32 @@ async def subscribed(server: InferwireServer, model: str, subscriber: Subscriber
         pass  # the warm-ups' remaining batches
 
 
+async def test_an_adapter_s_blocks_are_its_own_named_by_its_model(served):
+    assert served.kv_events is not None
+    context: zmq.Context[Any] = zmq.Context()
+    subscriber = Subscriber(context, served.kv_events.endpoint)
+    try:
+        await subscribed(served, "demo", subscriber)
+        prompt = "The sonnets of the youngest daughter were sung in every hall of the land"
+        for model in ("demo", "demo-sonnets"):
+            body = {"model": model, "prompt": prompt, "max_tokens": 1}
+            await post(served, "/v1/completions", body)
+        [rendered] = await post(served, "/v1/completions/render", body)
+        full = rendered["token_ids"][: len(rendered["token_ids"]) // BLOCK * BLOCK]
+
+        def adapted(seen: list[list[Any]]) -> list[list[Any]]:
+            return [e for e in seen if e[0] == "BlockStored" and e[7:8] == ["demo-sonnets"]]
+
+        events = await asyncio.to_thread(
+            subscriber.events_until, lambda seen: full in chains(adapted(seen))
+        )
+        base = {h for e in events if e[0] == "BlockStored" and len(e) <= 5 for h in e[1]}
+        assert base and base.isdisjoint(h for e in adapted(events) for h in e[1])
+    finally:
+        subscriber.socket.close()
+        context.term()
+
+
 async def test_blocks_stored_replayed_and_cleared(served):
     publisher = served.kv_events
     assert publisher is not None and publisher.replay_endpoint is not None
@@ -177,6 +206,7 @@ async def test_blocks_stored_replayed_and_cleared(served):
         tail = await asyncio.to_thread(replay, context, publisher.replay_endpoint, max(sent))
         assert [s for s, _, _ in tail] == list(range(max(sent), len(replayed)))
 
+        await served.manager.unload("demo-sonnets")  # an adapter goes before its base
         await served.manager.unload("demo")
         cleared = await asyncio.to_thread(
             subscriber.events_until, lambda seen: any(e[0] == "AllBlocksCleared" for e in seen)
