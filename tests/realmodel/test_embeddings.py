@@ -1,20 +1,26 @@
 """all-MiniLM-L6-v2 served by the onnxruntime-encoder backend (`make minilm`), against
 sentence-transformers' own pipeline on the same folder, through real clients: httpx, the
 openai SDK (float and base64), LangChain's OpenAIEmbeddings, and gRPC; Tokenize; bad input
-refused naming its field on both doors; ListModels' estimate against the load's RSS."""
+refused naming its field on both doors; ListModels' estimate against the load's RSS; the
+import again reused, and a precision it does not make refused."""
 
 from __future__ import annotations
 
 import base64
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import grpc
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc as pb_grpc
+from tests.realmodel.conftest import MINILM, MINILM_SOURCE
 from tests.realmodel.corpus import CORPUS
 
 # Varied texts: the tokenizer corpus (white space, digits, Unicode, code...), sentences of
@@ -207,3 +213,31 @@ def test_the_memory_estimate_is_within_a_fifth_of_the_loads_rss(stub):
     assert 0.8 * rss <= est <= 1.2 * rss, status.detail
     assert status.capabilities.embeddings and status.capabilities.rerank
     assert status.capabilities.embedding_dimensions == 384
+
+
+def _import(*args: str) -> subprocess.CompletedProcess[str]:
+    """`inferwire models import ARGS` (the tests below take minilm_server for its skip)."""
+    inferwire = Path(sys.executable).with_name("inferwire")
+    command = [str(inferwire), "models", "import", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def test_the_import_again_reuses_the_build_and_prints_an_encoder_entry(minilm_server):
+    done = _import(str(MINILM_SOURCE), "--name", "minilm", "--out", str(MINILM))
+    assert done.returncode == 0, done.stderr
+    assert "reusing it" in done.stderr
+    entry = yaml.safe_load(done.stdout)["models"][0]
+    assert entry == {
+        "name": "minilm",
+        "backend": "onnxruntime-encoder",
+        "options": {"path": str(MINILM)},
+    }
+
+
+def test_a_precision_other_than_fp32_is_refused_in_one_line(minilm_server, tmp_path):
+    out = tmp_path / "minilm-int4"
+    done = _import(str(MINILM_SOURCE), "--name", "x", "--out", str(out), "--precision", "int4")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "fp32 for the CPU only" in last, done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
