@@ -241,3 +241,17 @@ def test_a_precision_other_than_fp32_is_refused_in_one_line(minilm_server, tmp_p
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "fp32 for the CPU only" in last, done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_health_and_metrics_name_the_model(minilm_server, stub):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(minilm_server.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        checked = health.Check(health_pb2.HealthCheckRequest(service="model/minilm"), timeout=10)
+    assert checked.status == health_pb2.HealthCheckResponse.SERVING
+    stub.Embed(pb.EmbedRequest(model="minilm", inputs=["counted", "twice"]), timeout=60)
+    metrics = httpx.get(f"{minilm_server.http_url}/metrics", timeout=10).text
+    inputs = re.search(r'^inferwire_embedding_inputs_total\{model="minilm"\} ([\d.e+]+)$',
+                       metrics, re.MULTILINE)  # fmt: skip
+    assert inputs and float(inputs[1]) >= 2, metrics[:2000]
