@@ -66,7 +66,7 @@ def test_a_retrieval_loop_answers_from_the_passage_it_found(minilm_server):
     assert [r["relevance_score"] for r in best] == sorted(
         (r["relevance_score"] for r in best), reverse=True
     )
-    context = "\n".join(r["document"]["text"] for r in best)
+    context = best[0]["document"]["text"]  # the best alone: no near-miss for a 135M model
     answer = client.chat.completions.create(
         model="smollm2",
         messages=[
