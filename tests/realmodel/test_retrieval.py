@@ -111,18 +111,22 @@ async def test_concurrent_requests_share_batches(minilm_server, sentence_transfo
 async def test_a_cancelled_request_leaves_the_others_as_they_are(
     minilm_server, sentence_transformer
 ):
-    """A request of 256 long inputs is cancelled while it runs; 16 single-text requests
-    beside it answer what they answer alone, and the server serves on."""
+    """A request of 256 long inputs is cancelled while it runs: 8 single-text requests sent
+    before it (tokenized on the event loop, while its 256 go to a worker thread, so they
+    reach the step loop first) and 8 sent after it (behind its inputs) answer what they
+    answer alone, and the server serves on."""
     long_inputs = [f"{i} " + "a long passage about the weather in spring " * 20 for i in range(256)]
     small = [f"small request {i} about {_PLACES[i % 10]}" for i in range(16)]
     async with grpc.aio.insecure_channel(minilm_server.target) as channel:
         stub = pb_grpc.InferenceServiceStub(channel)
+
+        def embed(text: str) -> asyncio.Future[pb.EmbedResponse]:
+            return asyncio.ensure_future(stub.Embed(pb.EmbedRequest(model="minilm", inputs=[text])))
+
+        ahead = [embed(t) for t in small[:8]]
         big = stub.Embed(pb.EmbedRequest(model="minilm", inputs=long_inputs, truncate=True))
-        others = [
-            asyncio.ensure_future(stub.Embed(pb.EmbedRequest(model="minilm", inputs=[t])))
-            for t in small
-        ]
-        first = await asyncio.wait_for(others[0], timeout=120)  # the big one is under way
+        behind = [embed(t) for t in small[8:]]
+        await asyncio.wait_for(asyncio.gather(*ahead), timeout=120)  # the big one is under way
         big.cancel()
         try:
             await big
@@ -131,7 +135,7 @@ async def test_a_cancelled_request_leaves_the_others_as_they_are(
             cancelled = True
         except grpc.aio.AioRpcError as error:
             cancelled = error.code() == grpc.StatusCode.CANCELLED
-        replies = [first, *await asyncio.wait_for(asyncio.gather(*others[1:]), timeout=300)]
+        replies = await asyncio.wait_for(asyncio.gather(*ahead, *behind), timeout=300)
         after = await stub.Embed(pb.EmbedRequest(model="minilm", inputs=["still serving"]))
     assert cancelled, "the big request finished before its cancel"
     served = np.array([list(r.embeddings[0].values) for r in replies], dtype=np.float32)
