@@ -217,6 +217,26 @@ async def test_blocks_stored_replayed_and_cleared(served):
         context.term()
 
 
+async def test_a_server_that_stops_says_its_blocks_are_cleared():
+    server = kv_server([{"name": "demo", "load_on_startup": True}])
+    await server.start()
+    assert server.kv_events is not None
+    context: zmq.Context[Any] = zmq.Context()
+    subscriber = Subscriber(context, server.kv_events.endpoint)
+    try:
+        try:
+            await subscribed(server, "demo", subscriber)  # blocks are held now
+        finally:
+            await server.stop(grace_s=1)
+        cleared = await asyncio.to_thread(
+            subscriber.events_until, lambda seen: any(e[0] == "AllBlocksCleared" for e in seen)
+        )
+        assert cleared[-1] == ["AllBlocksCleared"]
+    finally:
+        subscriber.socket.close()
+        context.term()
+
+
 def replay(context: zmq.Context[Any], endpoint: str, start: int) -> list[tuple[int, bytes, bytes]]:
     """What the replay socket answers a DEALER asking from `start` (llm-d's request)."""
     dealer = context.socket(zmq.DEALER)

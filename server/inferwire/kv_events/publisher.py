@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 END_OF_REPLAY = (2**64 - 1).to_bytes(8, "big")  # vLLM's END_SEQ, -1 as 8 bytes
 _POLL_MS = 20
+_LINGER_MS = 1000
 
 
 def encoded_batch(events: list[BlockEvent], ts: float) -> bytes:
@@ -81,7 +82,9 @@ class KvEventPublisher:
         )
         self._context = zmq.Context()
         self._pub = self._context.socket(zmq.PUB)
-        self._pub.setsockopt(zmq.LINGER, 0)
+        # On close, what is queued (the unloads' AllBlocksCleared at shutdown) may take
+        # this long to go out.
+        self._pub.setsockopt(zmq.LINGER, _LINGER_MS)
         self._replay = None
         try:
             self._pub.bind(settings.endpoint)
