@@ -142,7 +142,17 @@ async def test_an_adapter_s_blocks_are_its_own_named_by_its_model(served):
             subscriber.events_until, lambda seen: full in chains(adapted(seen))
         )
         base = {h for e in events if e[0] == "BlockStored" and len(e) <= 5 for h in e[1]}
-        assert base and base.isdisjoint(h for e in adapted(events) for h in e[1])
+        own = {h for e in adapted(events) for h in e[1]}
+        assert base and base.isdisjoint(own)
+
+        # Unloaded, the adapter's blocks are removed (its caches are never read again).
+        await served.manager.unload("demo-sonnets")
+        removed = await asyncio.to_thread(
+            subscriber.events_until,
+            lambda seen: own <= {h for e in seen if e[0] == "BlockRemoved" for h in e[1]},
+        )
+        assert base.isdisjoint(h for e in removed if e[0] == "BlockRemoved" for h in e[1])
+        await served.manager.load("demo-sonnets")
     finally:
         subscriber.socket.close()
         context.term()

@@ -74,6 +74,20 @@ def test_other_weights_make_other_blocks_named_by_their_model():
     assert (base.lora_name, adapted.lora_name) == (None, "sonnets")
 
 
+def test_an_adapter_s_blocks_go_with_it_and_the_base_s_stay():
+    blocks, batches = ledger()
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8]
+    blocks.held("base", tokens)
+    blocks.held("a", tokens, "sonnets#1", "sonnets")
+    blocks.held("b", tokens[:4], "sonnets#1", "sonnets")
+    blocks.swap("a", "c")  # moved: still the adapter's
+    blocks.drop("sonnets#1")
+    assert batches[-1] == [BlockRemoved(tuple(block_hashes(tokens, "sonnets#1", B)))]
+    blocks.drop("sonnets#1")  # nothing left of it
+    blocks.held("c", [])
+    assert len(batches) == 3
+
+
 def test_clear_reports_all_blocks_cleared_once_and_forgets_them():
     blocks, batches = ledger()
     blocks.clear()

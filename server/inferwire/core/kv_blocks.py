@@ -78,6 +78,7 @@ class BlockLedger:
         self._lock = threading.Lock()
         self._holders: dict[Hashable, list[int]] = {}  # holder -> its blocks' hashes
         self._counts: dict[int, int] = {}  # hash -> holders
+        self._adapters: dict[Hashable, str] = {}  # holder -> the adapter its blocks are of
 
     def held(
         self,
@@ -106,9 +107,10 @@ class BlockLedger:
             for h in new[kept:]:
                 self._counts[h] = self._counts.get(h, 0) + 1
             if new:
-                self._holders[holder] = new
+                self._holders[holder], self._adapters[holder] = new, adapter
             else:
                 self._holders.pop(holder, None)
+                self._adapters.pop(holder, None)
             events: list[BlockEvent] = []
             if gone:
                 events.append(BlockRemoved(tuple(gone)))
@@ -130,10 +132,23 @@ class BlockLedger:
         is stored or removed; a `held` after says what a failed move lost."""
         with self._lock:
             mine, theirs = self._holders.pop(one, None), self._holders.pop(other, None)
+            adapters = self._adapters.pop(one, ""), self._adapters.pop(other, "")
             if theirs:
-                self._holders[one] = theirs
+                self._holders[one], self._adapters[one] = theirs, adapters[1]
             if mine:
-                self._holders[other] = mine
+                self._holders[other], self._adapters[other] = mine, adapters[0]
+
+    def drop(self, adapter: str) -> None:
+        """The blocks computed under `adapter` are gone (the adapter unloaded: a cache of
+        its weights is never used again)."""
+        with self._lock:
+            holders = [h for h, of in self._adapters.items() if of == adapter]
+            gone = []
+            for holder in holders:
+                del self._adapters[holder]
+                gone += [b for b in self._holders.pop(holder) if self._release(b)]
+            if gone:
+                self._sink([BlockRemoved(tuple(gone))])
 
     def clear(self) -> None:
         """Every block is gone (the model unloaded): reported once, however many."""
@@ -141,6 +156,7 @@ class BlockLedger:
             had = bool(self._counts)
             self._holders.clear()
             self._counts.clear()
+            self._adapters.clear()
             if had:
                 self._sink([AllBlocksCleared()])
 

@@ -140,6 +140,8 @@ class ContinuousModel:
     def remove_adapter(self, key: str) -> None:
         """Once no request of the adapter is in flight (the core unloads it then)."""
         self.decoder.remove_adapter(key)
+        if self._kv_blocks is not None:
+            self._kv_blocks.drop(key)  # its slots' caches are never read again
 
     async def encode(self, text: str) -> list[int]:
         if len(text) <= _INLINE_TOKENIZE_MAX_CHARS:
