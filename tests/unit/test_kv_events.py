@@ -17,7 +17,7 @@ from inferwire.core.kv_blocks import (
     BlockStored,
     block_hashes,
 )
-from inferwire.kv_events.publisher import encoded_batch
+from inferwire.kv_events.publisher import KvEventPublisher, encoded_batch
 
 B = 4
 
@@ -158,3 +158,23 @@ def test_a_cache_moved_between_holders_is_neither_stored_nor_removed_again():
         [BlockRemoved((block_hashes([1, 2, 3, 4, 5, 6, 7, 8], "", B)[1],))],
         [BlockRemoved((block_hashes([9, 9, 9, 9], "", B)[0],))],
     ]
+
+
+def test_an_address_that_cannot_be_bound_is_a_configuration_error_naming_the_field():
+    first = KvEventPublisher(
+        load_settings(server={"kv_events": {"endpoint": "tcp://127.0.0.1:*"}}).server.kv_events
+    )
+    try:
+        for block, field in [
+            ({"endpoint": first.endpoint}, "server.kv_events.endpoint"),
+            (
+                {"endpoint": "tcp://127.0.0.1:*", "replay_endpoint": first.endpoint},
+                "server.kv_events.replay_endpoint",
+            ),
+        ]:
+            settings = load_settings(server={"kv_events": block}).server.kv_events
+            with pytest.raises(ConfigurationError, match=field) as raised:
+                KvEventPublisher(settings)
+            assert first.endpoint in str(raised.value)
+    finally:
+        first.close()

@@ -86,15 +86,18 @@ class KvEventPublisher:
         # this long to go out.
         self._pub.setsockopt(zmq.LINGER, _LINGER_MS)
         self._replay = None
+        field, address = "endpoint", settings.endpoint
         try:
-            self._pub.bind(settings.endpoint)
+            self._pub.bind(address)
             if settings.replay_endpoint is not None:
                 self._replay = self._context.socket(zmq.ROUTER)
                 self._replay.setsockopt(zmq.LINGER, 0)
-                self._replay.bind(settings.replay_endpoint)
+                field, address = "replay_endpoint", settings.replay_endpoint
+                self._replay.bind(address)
         except zmq.ZMQError as exc:
             self._close_sockets()
-            raise ConfigurationError(f"server.kv_events: cannot bind: {exc}") from None
+            why = f"server.kv_events.{field}: cannot bind {address}: {exc}"
+            raise ConfigurationError(why) from None
         self.endpoint = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self.replay_endpoint = (
             self._replay.getsockopt_string(zmq.LAST_ENDPOINT) if self._replay else None
