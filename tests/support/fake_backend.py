@@ -42,6 +42,7 @@ from inferwire.core.results import (
     TopLogprob,
     Usage,
 )
+from inferwire.core.sampling import BASE_PARAMETERS
 from inferwire.core.status import BackendHealth
 from inferwire.core.tracing import TOKENIZE
 from inferwire.server import InferwireServer
@@ -107,6 +108,7 @@ class FakeBackend(Backend):
         self.chat_template = False
         self.supports_logprobs = False
         self.supports_constraints = False
+        self.parameters = BASE_PARAMETERS  # the sampling parameters it declares it takes
         # An embedding model instead (it does not generate): `embed_vector` per input, one
         # token per UTF-8 byte, a window of `limits_.context_length` tokens.
         self.embeds = False
@@ -194,6 +196,7 @@ class FakeBackend(Backend):
             chat=self.chat_template,
             logprobs=self.supports_logprobs,
             constrained_output=self.supports_constraints,
+            parameters=self.parameters,
             generation=not self.embeds,
             embeddings=self.embeds,
             rerank=self.embeds,

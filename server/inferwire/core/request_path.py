@@ -149,9 +149,11 @@ class RequestPath:
                         for i, choice in enumerate(choice_jobs(job, count))
                     ]
                 )
+            ends = 0  # choices whose end came out: another's may be in `ended_by`, queued
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
-                    if chunk.finish_reason is None or len(ended_by) < count:
+                    ends += chunk.finish_reason is not None
+                    if chunk.finish_reason is None or ends < count:
                         yield chunk  # text, or a choice's end while others run
                         continue
                     record.end(Outcome.finished(ended_by[0]))
