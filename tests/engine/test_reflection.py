@@ -98,6 +98,8 @@ async def test_reflection_resolves_the_inference_service_with_its_comments(chann
         "Health",
         "ListModels",
         "Tokenize",
+        "Embed",
+        "Rerank",
     ]
     stream = next(m for m in service.method if m.name == "InferStream")
     assert stream.server_streaming and not stream.client_streaming
