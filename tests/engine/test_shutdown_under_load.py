@@ -11,7 +11,6 @@ import time
 
 import grpc
 import httpx
-import pytest
 
 from inferwire.v1 import inference_pb2 as pb
 from inferwire.v1 import inference_pb2_grpc
@@ -25,6 +24,23 @@ MAX_TOKENS = 300
 GRACE_S = 30
 # Every stream holds a slot, so none waits in the queue behind a stream we do not read.
 CONFIG = f"models:\n  - {{name: demo, load_on_startup: true, max_concurrency: {STREAMS}}}\n"
+
+
+async def refusals_until_unavailable(
+    stub: inference_pb2_grpc.InferenceServiceStub,
+) -> list[grpc.StatusCode]:
+    """ListModels every 50 ms until a call is refused UNAVAILABLE (at most 200 tries): the
+    codes of the calls refused on the way."""
+    refusals: list[grpc.StatusCode] = []
+    for _ in range(200):
+        try:
+            await stub.ListModels(pb.ListModelsRequest(), timeout=5)
+        except grpc.aio.AioRpcError as error:
+            refusals.append(error.code())
+            if error.code() == grpc.StatusCode.UNAVAILABLE:
+                break
+        await asyncio.sleep(0.05)
+    return refusals
 
 
 async def test_sigterm_during_16_streams_finishes_each_refuses_new_calls_and_exits_zero(
@@ -51,11 +67,11 @@ async def test_sigterm_during_16_streams_finishes_each_refuses_new_calls_and_exi
             server.process.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
             stub = inference_pb2_grpc.InferenceServiceStub(channel)
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                for _ in range(200):
-                    await stub.ListModels(pb.ListModelsRequest(), timeout=5)
-                    await asyncio.sleep(0.05)
-            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            refusals = await refusals_until_unavailable(stub)
+            assert refusals and refusals[-1] == grpc.StatusCode.UNAVAILABLE, refusals
+            # gRPC core cancels a call it had received but not yet handed to the server
+            # when its shutdown began (CI saw one): only that one call, at the boundary.
+            assert refusals[:-1] in ([], [grpc.StatusCode.CANCELLED]), refusals
 
             rests = await asyncio.gather(*(read_rest(call) for call in calls))
             drained_s = time.monotonic() - signalled
