@@ -45,6 +45,7 @@ def _continuous(folder: str) -> None:
         prefill_tokens=16,
         stream_interval_s=0.002,
         reuse_prompts=True,
+        batch_invariant=False,
         name="measure",
     )
     ContinuousModel(path, config, settings)  # its load warms it up (one read, a step)

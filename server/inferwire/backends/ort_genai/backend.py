@@ -160,6 +160,7 @@ class OrtGenAIBackend(Backend):
             prefill_tokens=self.options.prefill_tokens,
             stream_interval_s=self.stream_interval_s,
             reuse_prompts=self.options.prompt_cache,
+            batch_invariant=self.options.batch_invariant,
             name=self.model_name,
             kv_blocks=self.kv_blocks,
         )

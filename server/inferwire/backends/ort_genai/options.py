@@ -49,6 +49,14 @@ class OrtGenAIOptions(BackendOptions):
     with a free slot's tokens from that slot instead of computing it (llama-server's
     cache_prompt): a conversation's next turn reads only its new messages."""
 
+    batch_invariant: bool = False
+    """With batching: continuous, whether every request's tokens are independent of other
+    traffic, as a seeded request's always are: a row alone steps beside a shadow row (a
+    one-row step takes ONNX Runtime's other kernels, which round differently) and reads
+    only the exact prefix of a cached prompt. Off: a lone unseeded stream steps alone, 1.2x
+    faster on AVX2, and its greedy text can differ from a batched run's at a near-tie
+    (docs/generation.md has the rate; vLLM's batch invariance is opt-in too)."""
+
     max_batch_size: int | None = Field(default=None, ge=1)
     """With batching: engine, the most requests in one batch (default: the model's
     max_concurrency)."""

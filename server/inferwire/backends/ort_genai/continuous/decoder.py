@@ -31,7 +31,8 @@ from inferwire.core.errors import ConfigurationError
 Logits = npt.NDArray[np.float32]
 # ONNX Runtime's CPU kernels take another path for a one-row step than for several (on an
 # AVX2 EPYC, SmolLM2 int4: a logit moved by 0.64), while rows of steps of two or more
-# rows agree bit for bit. So a step never runs one row alone: the loop adds a shadow row.
+# rows agree bit for bit. So a row that must not depend on other traffic (a seeded one)
+# never steps alone: the loop adds a shadow row.
 MIN_DECODE_ROWS = 2
 
 

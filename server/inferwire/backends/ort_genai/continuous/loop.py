@@ -18,17 +18,15 @@ only its new messages. A request whose consumer has `BUFFERED_DELTAS` undelivere
 stays in the step but does not advance (its row recomputes the same position) until its
 consumer reads down to `RESUME_AT`.
 
-Exactness. A decode step's rows do not depend on each other (decoder.py; a row that would
-step alone steps beside a shadow row, since a one-row run takes other kernels), and a prompt
-read in chunks of two or more tokens, from its start or after a prefix read the same way,
-is bit for bit the prompt read at once. A one-token read is not: ONNX Runtime takes its
-one-row kernels for it, which round differently (on the SmolLM2 int4 import a
-logit moved by 0.5). So a prompt's last two tokens are always read together, and a seeded
-request takes from a cache only the prefix a prompt read (`_Slot.exact`), never another
-answer's tokens, which were decoded one at a time: its tokens then depend on nothing but
-its own inputs, whatever else runs. An unseeded request takes the whole cached
-conversation; its greedy answer can differ from a fresh read's at a near-tie, as
-llama-server's can (docs/generation.md has the measured rate).
+Exactness. Rows of a step of two or more do not depend on each other (decoder.py), and a
+prompt read in chunks of two or more tokens is bit for bit the prompt read at once. A
+one-row run takes ONNX Runtime's one-row kernels, which round differently (a SmolLM2 int4
+logit moved by 0.5). So a prompt's last two tokens are read together, and a seeded row
+(every row with `batch_invariant`) never steps alone (`_shadowed`) and takes from a cache
+only what a prompt read (`_Slot.exact`), never an answer's tokens, decoded one at a time:
+its tokens depend on its own inputs only. An unseeded row alone steps alone (9.9 against
+11.3 ms a step, SmolLM2 on AVX2) and takes the whole cached conversation, so its greedy
+text can differ from a batched one's, as vLLM's can (docs/generation.md has the rate).
 """
 
 from __future__ import annotations
@@ -103,6 +101,7 @@ class LoopShape:
     prefill_tokens: int  # the most prompt tokens one iteration reads
     name: str  # the model's, for the thread's name
     stream_interval_s: float
+    batch_invariant: bool = False  # every request as a seeded one (`_exact`)
 
 
 class ContinuousLoop(SlotStepLoop[_Job]):
@@ -194,7 +193,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         prompt, adapter = job.prepared.prompt_ids, job.prepared.sampling.adapter
         free = self._slots[self._decoding :]
         holder, shared = self._cache_holder(prompt, adapter, free)
-        if job.prepared.params.seed is not None:
+        if self._exact(job):
             # A seed reproduces beside any other traffic: only a prefix read as this
             # request would read it is taken, not another answer's tokens, which were
             # computed one at a time (differently rounded; see the module's docstring).
@@ -325,11 +324,11 @@ class ContinuousLoop(SlotStepLoop[_Job]):
             stretches.append((start, stop, adapter))
             start = stop
         try:
-            if len(stretches) == 1 and len(jobs) >= MIN_DECODE_ROWS:
+            if len(stretches) == 1 and not self._shadowed(jobs, 0, len(jobs)):
                 return self._decoder.decode(tokens, lengths, stretches[0][2])
             out = np.empty((len(jobs), self._decoder.layout.vocab_size), np.float32)
             for start, stop, adapter in stretches:
-                if stop - start >= MIN_DECODE_ROWS:
+                if not self._shadowed(jobs, start, stop):
                     out[start:stop] = self._decoder.decode(
                         tokens[start:stop], lengths[start:stop], adapter, first=start
                     )
@@ -346,6 +345,14 @@ class ContinuousLoop(SlotStepLoop[_Job]):
                 del job.slot.tokens[:]  # its KV no longer matches its tokens
                 self._finish(job, exc)
             return None
+
+    def _shadowed(self, jobs: list[_Job], start: int, stop: int) -> bool:
+        """Whether rows start..stop-1 are one row that must get a batch's kernels."""
+        return stop - start < MIN_DECODE_ROWS and self._exact(jobs[start])
+
+    def _exact(self, job: _Job) -> bool:
+        """Whether `job`'s tokens must not depend on other traffic (the docstring's)."""
+        return self.shape.batch_invariant or job.prepared.params.seed is not None
 
     def _shadow_length(self, row: int) -> int:
         """Where a shadow row (decoder.py's MIN_DECODE_ROWS) may write a position nobody

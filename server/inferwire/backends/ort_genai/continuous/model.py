@@ -45,6 +45,7 @@ class ContinuousSettings:
     prefill_tokens: int
     stream_interval_s: float
     reuse_prompts: bool
+    batch_invariant: bool
     name: str
     kv_blocks: BlockLedger | None = None  # where the slots' caches are reported (KV events)
 
@@ -78,6 +79,7 @@ class ContinuousModel:
             settings.prefill_tokens,
             settings.name,
             settings.stream_interval_s,
+            settings.batch_invariant,
         )
         self.loop = ContinuousLoop(
             self.decoder,
