@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from typing import Any
 import grpc
 import httpx
 
-from bench import peers_setup
+from bench import closed_loop, engines_multiturn, peers_setup
 from bench.common import (
     RunOptions,
     ScenarioResult,
@@ -63,40 +62,12 @@ OPENVINO_VENV = REPO / ".cache" / "peers" / "openvino-venv"
 ENGINE_CPU, LOAD_CPU = 0, 1
 
 
-def _sentences() -> list[str]:
-    """bench/peers_openvino.py's sentences (it runs in another venv: read, not imported)."""
-    source = (REPO / "bench" / "peers_openvino.py").read_text()
-    block = source[source.index("SENTENCES = [") : source.index("]\n", source.index("SENTENCES"))]
-    return [line.strip().strip(",").strip('"') for line in block.splitlines()[1:]]
-
-
 def make_prompts(count: int, seed: int) -> list[str]:
-    """peers_openvino.py's prompts, as text: runs of shuffled sentences of 56-64 tokens."""
+    """closed_loop's prompts, counted on SmolLM2's tokenizer."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(MODELS / "smollm2" / "tokenizer.json"))
-    sentences, rng = _sentences(), random.Random(seed)
-    prompts: list[str] = []
-    while len(prompts) < count:
-        text, length = "", 0
-        for sentence in rng.sample(sentences, len(sentences)):
-            text = f"{text} {sentence}".strip()
-            length = len(tokenizer.encode(text).ids)
-            if length >= 56:
-                break
-        if length <= 64 and text not in prompts:
-            prompts.append(text)
-    return prompts
-
-
-def _process_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _machine_busy_s() -> float:
-    user, nice, system, _idle, _iowait, irq, softirq = Path("/proc/stat").read_text().split()[1:8]
-    return sum(map(int, (user, nice, system, irq, softirq))) / os.sysconf("SC_CLK_TCK")
+    return closed_loop.prompt_texts(count, seed, lambda text: len(tokenizer.encode(text).ids))
 
 
 OneRequest = Callable[[str], Awaitable[tuple[float | None, int]]]
@@ -149,9 +120,8 @@ async def _cell(
     one: OneRequest, pid: int, prompts: list[str], concurrency: int, min_seconds: float
 ) -> dict[str, Any]:
     minimum, submitted, tokens, ttfts = 2 * concurrency + 8, 0, 0, []
-    start, cpu0, busy0, own0 = (
-        time.perf_counter(), _process_cpu_s(pid), _machine_busy_s(), time.process_time()
-    )  # fmt: skip
+    start, own0 = time.perf_counter(), time.process_time()
+    cpu0, busy0 = closed_loop.process_cpu_s(pid), closed_loop.machine_busy_s()
 
     async def worker() -> None:
         nonlocal submitted, tokens
@@ -165,8 +135,8 @@ async def _cell(
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     duration = time.perf_counter() - start
-    cpu = _process_cpu_s(pid) - cpu0
-    other = _machine_busy_s() - busy0 - cpu - (time.process_time() - own0)
+    cpu = closed_loop.process_cpu_s(pid) - cpu0
+    other = closed_loop.machine_busy_s() - busy0 - cpu - (time.process_time() - own0)
     return {
         "concurrency": concurrency,
         "requests": submitted,
@@ -276,7 +246,7 @@ def run_openvino(min_seconds: float) -> dict[str, Any]:
         command = [
             *pinned([ENGINE_CPU]),
             str(openvino_python()),
-            str(REPO / "bench" / "peers_openvino.py"),
+            "-m", "bench.peers_openvino",
             "--gguf", str(GGUF),
             "--concurrency", *map(str, CONCURRENCY),
             "--threads", "1",
@@ -286,7 +256,7 @@ def run_openvino(min_seconds: float) -> dict[str, Any]:
             "--retries", "0",
             "--out", str(out),
         ]  # fmt: skip
-        subprocess.run(command, check=True, stdout=sys.stderr)
+        subprocess.run(command, check=True, stdout=sys.stderr, cwd=REPO)
         return dict(json.loads(out.read_text()))
 
 
@@ -334,11 +304,15 @@ def run(options: RunOptions) -> ScenarioResult:
                 openvino_report = run_openvino(min_seconds)
                 made = openvino_report["cells"]
                 cells["openvino"] += [{**c, "round": round_index} for c in made]
-    return _result(options, cells, openvino_report)
+    multiturn = engines_multiturn.run(rounds, ENGINE_CPU)
+    return _result(options, cells, openvino_report, multiturn)
 
 
 def _result(
-    options: RunOptions, cells: dict[str, list[dict[str, Any]]], openvino: dict[str, Any]
+    options: RunOptions,
+    cells: dict[str, list[dict[str, Any]]],
+    openvino: dict[str, Any],
+    multiturn: dict[str, Any],
 ) -> ScenarioResult:
     ratios: dict[str, float] = {}
     rows, targets = [], []
@@ -384,6 +358,10 @@ def _result(
             ]
             for engine in ENGINES
         ]
+    multiturn_ratios, multiturn_targets, multiturn_rows = engines_multiturn.judged(multiturn)
+    ratios.update(multiturn_ratios)
+    targets += multiturn_targets
+    rows += multiturn_rows
     xs = [float(c) for c in CONCURRENCY]
     series = [
         Series(
@@ -423,7 +401,7 @@ def _result(
         baseline="llama-server on the same GGUF, OpenVINO GenAI's continuous-batching "
         "pipeline on it and onnxruntime-genai's og.Generator on the int4 import, both driven "
         "directly",
-        data={"cells": cells, "openvino_report": openvino},
+        data={"cells": cells, "openvino_report": openvino, "multiturn": multiturn},
         ratios=ratios,
         table_header=[
             "concurrency",

@@ -13,7 +13,7 @@ intra-op threads (the session's `intra_op_num_threads`); run it pinned (taskset)
 
 Never imports inferwire:
 
-    taskset -c 0 .venv/bin/python bench/peers_og.py --model .cache/models/smollm2 \\
+    taskset -c 0 .venv/bin/python -m bench.peers_og --model .cache/models/smollm2 \\
         --concurrency 1 8 32 --threads 1 --out FILE.json
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import sys
 import time
 from collections import deque
@@ -32,40 +31,13 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
-
-def sentences() -> list[str]:
-    """bench/peers_openvino.py's sentences (it imports openvino: read, not imported)."""
-    source = (Path(__file__).parent / "peers_openvino.py").read_text()
-    block = source[source.index("SENTENCES = [") : source.index("]\n", source.index("SENTENCES"))]
-    return [line.strip().strip(",").strip('"') for line in block.splitlines()[1:]]
-
-
-def own_cpu_s() -> float:
-    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_s() -> float:
-    """Busy seconds of all CPUs since boot (user, nice, system, irq, softirq), /proc/stat."""
-    user, nice, system, _idle, _iowait, irq, softirq = Path("/proc/stat").read_text().split()[1:8]
-    return sum(map(int, (user, nice, system, irq, softirq))) / os.sysconf("SC_CLK_TCK")
+from bench import closed_loop
 
 
 def make_prompts(tokenizer: og.Tokenizer, count: int, seed: int) -> list[np.ndarray]:
-    """`count` distinct prompts of 56-64 tokens, runs of shuffled SENTENCES (the OpenVINO
-    driver's rule, on this model's tokenizer)."""
-    rng, seen, prompts, pool = random.Random(seed), set(), [], sentences()
-    while len(prompts) < count:
-        text, ids = "", np.zeros(0, dtype=np.int32)
-        for sentence in rng.sample(pool, len(pool)):
-            text = f"{text} {sentence}".strip()
-            ids = tokenizer.encode(text)
-            if len(ids) >= 56:
-                break
-        if len(ids) <= 64 and text not in seen:
-            seen.add(text)
-            prompts.append(np.asarray(ids, dtype=np.int32))
-    return prompts
+    """closed_loop's prompts, as this tokenizer's ids."""
+    texts = closed_loop.prompt_texts(count, seed, lambda text: len(tokenizer.encode(text)))
+    return [np.asarray(tokenizer.encode(text), dtype=np.int32) for text in texts]
 
 
 def load(model_dir: Path, threads: int) -> og.Model:
@@ -99,7 +71,11 @@ def run_cell(
 ) -> tuple[dict[str, Any], int]:
     """The closed loop at one concurrency; returns the cell and the next prompt index."""
     minimum, ttfts, tokens, submitted, steps = 2 * concurrency + 8, [], 0, 0, 0
-    cpu0, busy0, start = own_cpu_s(), machine_busy_s(), time.perf_counter()
+    cpu0, busy0, start = (
+        closed_loop.process_cpu_s(),
+        closed_loop.machine_busy_s(),
+        time.perf_counter(),
+    )
     active: deque[Stream] = deque()
 
     def submit() -> None:
@@ -122,8 +98,8 @@ def run_cell(
                 submit()
         else:
             active.append(stream)
-    duration, cpu = time.perf_counter() - start, own_cpu_s() - cpu0
-    other = machine_busy_s() - busy0 - cpu
+    duration, cpu = time.perf_counter() - start, closed_loop.process_cpu_s() - cpu0
+    other = closed_loop.machine_busy_s() - busy0 - cpu
     ttft_ms = np.asarray(ttfts) * 1000
     return {
         "concurrency": concurrency,
@@ -151,7 +127,7 @@ def run_og(
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "og.json"
         command = [
-            "taskset", "-c", str(cpu), sys.executable, __file__,
+            "taskset", "-c", str(cpu), sys.executable, "-m", "bench.peers_og",
             "--model", str(model_dir),
             "--concurrency", *map(str, concurrency),
             "--threads", "1",
@@ -159,7 +135,7 @@ def run_og(
             "--min-seconds", str(min_seconds),
             "--out", str(out),
         ]  # fmt: skip
-        subprocess.run(command, check=True, stdout=sys.stderr)
+        subprocess.run(command, check=True, stdout=sys.stderr, cwd=Path(__file__).parents[1])
         return dict(json.loads(out.read_text()))
 
 

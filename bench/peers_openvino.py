@@ -15,9 +15,10 @@ the others to go quiet, and reruns a cell they disturbed (--retries). --llm-sing
 OpenVINO's CPU properties, and the kernels the CPU plugin picks for this model (the IR the
 GGUF converts to, compiled stateful: the CB pipeline does not expose its compiled model).
 
-Runs in its own venv (`pip install openvino-genai`) and never imports inferwire:
+Runs in its own venv (`pip install openvino-genai`), from the repository root, and never
+imports inferwire (bench/closed_loop.py is standard library only):
 
-    taskset -c 1 .cache/peers/openvino-venv/bin/python bench/peers_openvino.py \\
+    taskset -c 1 .cache/peers/openvino-venv/bin/python -m bench.peers_openvino \\
         --gguf .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
         --concurrency 1 8 32 --threads 1 --repeat 2 --llm-single --out FILE.json
 """
@@ -30,7 +31,6 @@ import itertools
 import json
 import math
 import os
-import random
 import re
 import subprocess
 import sys
@@ -42,40 +42,11 @@ import numpy as np
 import openvino as ov
 import openvino_genai as ov_genai
 
-SENTENCES = [
-    "The river bends twice before it reaches the old stone mill at the edge of town.",
-    "Most bakeries start their ovens long before the first bus leaves the depot.",
-    "A good map shows not only the roads but also the places where they flood in spring.",
-    "She kept a notebook of every bird she saw from the kitchen window.",
-    "The committee postponed the vote until the budget figures were checked again.",
-    "He learned to sail on a lake so small that every tack felt like a turn.",
-    "The recipe calls for two cups of flour, a pinch of salt, and patience.",
-    "Engineers tested the bridge by driving loaded trucks across it one by one.",
-    "Our neighbour grows tomatoes against the south wall, where the bricks stay warm.",
-    "A steady rain fell through the night and filled the gutters by morning.",
-    "The train was late, so the passengers shared stories on the cold platform.",
-    "The lighthouse keeper wrote down the weather at noon and at midnight.",
-    "The market sells fresh fish in the morning and flowers in the afternoon.",
-    "Please describe, in a few short paragraphs, what happens next in this story.",
-    "Summarise the main points above and suggest one question worth asking.",
-    "Explain the situation to a child who has never visited such a place.",
-    "Write a short reply that a helpful neighbour might send after reading this.",
-    "List three things a visitor should know before arriving for the first time.",
-]
+from bench import closed_loop
+
 FLAGS = re.compile(r"avx2|avx512f|avx512_(bf16|vnni)|avx_vnni|amx_\w+")  # amx_*: whichever exist
 KV_BLOCK_TOKENS = 32  # the CPU plugin's paged-attention block size
 REQUEST_IDS = itertools.count()
-
-
-def own_cpu_s() -> float:
-    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_s() -> float:
-    """Busy seconds of all CPUs since boot (user, nice, system, irq, softirq), /proc/stat."""
-    user, nice, system, _idle, _iowait, irq, softirq = Path("/proc/stat").read_text().split()[1:8]
-    return sum(map(int, (user, nice, system, irq, softirq))) / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> dict:
@@ -92,19 +63,13 @@ def machine() -> dict:
 
 
 def make_prompts(tokenizer: ov_genai.Tokenizer, count: int, seed: int) -> list[np.ndarray]:
-    """`count` distinct prompts of 56-64 tokens, each a run of shuffled sentences."""
-    rng, seen, prompts = random.Random(seed), set(), []
-    while len(prompts) < count:
-        text = ""
-        for sentence in rng.sample(SENTENCES, len(SENTENCES)):
-            text = f"{text} {sentence}".strip()
-            ids = tokenizer.encode(text).input_ids.data[0]
-            if len(ids) >= 56:
-                break
-        if len(ids) <= 64 and text not in seen:
-            seen.add(text)
-            prompts.append(np.asarray(ids, dtype=np.int64).reshape(1, -1))
-    return prompts
+    """closed_loop's prompts, as this tokenizer's ids."""
+
+    def ids(text: str) -> np.ndarray:
+        return np.asarray(tokenizer.encode(text).input_ids.data[0], dtype=np.int64)
+
+    texts = closed_loop.prompt_texts(count, seed, lambda text: len(ids(text)))
+    return [ids(text).reshape(1, -1) for text in texts]
 
 
 def greedy(new_tokens: int) -> ov_genai.GenerationConfig:
@@ -117,7 +82,11 @@ def run_cell(pipe, prompts, next_prompt, concurrency, new_tokens, min_seconds) -
     """The closed loop at one concurrency; returns the cell and the next prompt index."""
     config, minimum = greedy(new_tokens), 2 * concurrency + 8
     active, ttfts, tokens, submitted, steps = {}, [], 0, 0, 0
-    cpu0, busy0, start = own_cpu_s(), machine_busy_s(), time.perf_counter()
+    cpu0, busy0, start = (
+        closed_loop.process_cpu_s(),
+        closed_loop.machine_busy_s(),
+        time.perf_counter(),
+    )
 
     def submit() -> None:
         nonlocal submitted, next_prompt
@@ -143,8 +112,8 @@ def run_cell(pipe, prompts, next_prompt, concurrency, new_tokens, min_seconds) -
                 if submitted < minimum or now - start < min_seconds:
                     submit()
     duration = time.perf_counter() - start
-    cpu = own_cpu_s() - cpu0
-    other = machine_busy_s() - busy0 - cpu
+    cpu = closed_loop.process_cpu_s() - cpu0
+    other = closed_loop.machine_busy_s() - busy0 - cpu
     ttft_ms = np.asarray(ttfts) * 1000
     return {
         "concurrency": concurrency,
@@ -200,9 +169,17 @@ def llm_single(gguf: Path, props: dict, prompt: np.ndarray, new_tokens: int, rep
         pipe.generate(ov.Tensor(prompt), greedy(16))  # warm-up
         results[backend] = []
         for _ in range(reps):
-            cpu0, busy0, t0 = own_cpu_s(), machine_busy_s(), time.perf_counter()
+            cpu0, busy0, t0 = (
+                closed_loop.process_cpu_s(),
+                closed_loop.machine_busy_s(),
+                time.perf_counter(),
+            )
             out = pipe.generate(ov.Tensor(prompt), greedy(new_tokens))
-            wall, cpu, tokens = time.perf_counter() - t0, own_cpu_s() - cpu0, len(out.tokens[0])
+            wall, cpu, tokens = (
+                time.perf_counter() - t0,
+                closed_loop.process_cpu_s() - cpu0,
+                len(out.tokens[0]),
+            )
             results[backend].append(
                 {
                     "tokens": tokens,
@@ -210,7 +187,7 @@ def llm_single(gguf: Path, props: dict, prompt: np.ndarray, new_tokens: int, rep
                     "ttft_ms": round(out.perf_metrics.get_ttft().mean, 1),
                     "tpot_ms": round(out.perf_metrics.get_tpot().mean, 2),
                     "cpu_ms_per_token": round(cpu * 1000 / tokens, 3),
-                    "other_cores": round((machine_busy_s() - busy0 - cpu) / wall, 2),
+                    "other_cores": round((closed_loop.machine_busy_s() - busy0 - cpu) / wall, 2),
                 }
             )
         del pipe
@@ -221,9 +198,9 @@ def wait_for_quiet(max_other: float, max_wait_s: float) -> dict:
     """Wait (bounded) until the rest of the machine uses under `max_other` cores over 3 s."""
     deadline = time.monotonic() + max_wait_s
     while True:
-        busy0, t0 = machine_busy_s(), time.perf_counter()
+        busy0, t0 = closed_loop.machine_busy_s(), time.perf_counter()
         time.sleep(3)
-        other = (machine_busy_s() - busy0) / (time.perf_counter() - t0)
+        other = (closed_loop.machine_busy_s() - busy0) / (time.perf_counter() - t0)
         if other < max_other or time.monotonic() > deadline:
             loadavg = [round(x, 2) for x in os.getloadavg()]
             return {"loadavg": loadavg, "other_cores": round(other, 2)}
