@@ -34,6 +34,7 @@ from inferwire.core.metrics import MemoryMetrics, MetricsListener, NoMemoryMetri
 from inferwire.core.model_reports import backend_health_reports, model_health_report
 from inferwire.core.models import ManagedModel, find_model
 from inferwire.core.readiness import HealthListener, Readiness
+from inferwire.core.request_gate import RequestGate
 from inferwire.core.request_path import RequestPath
 from inferwire.core.requests import InferenceRequest
 from inferwire.core.reserve import Reservation
@@ -108,25 +109,16 @@ class ModelManager:
         )
         health = HealthHooks(self._readiness.publish, self._readiness.refresh)
         self._lifecycle = Lifecycle(residency, health, self._failure_cooldown_s)
-        self._requests = RequestPath(
+        gate = RequestGate(
             self._models,
-            limits,
-            self._tenants,
-            self._lifecycle,
-            self._readiness.publish,
-            self._metrics,
-            tracer or NO_TRACER,
-            keep_text,
-        )
-        self._retrieval = RetrievalPath(
-            self._models,
-            limits,
             self._tenants,
             self._lifecycle,
             self._readiness.publish,
             self._metrics,
             tracer or NO_TRACER,
         )
+        self._requests = RequestPath(gate, limits, keep_text)
+        self._retrieval = RetrievalPath(gate, limits)
 
     def _managed(
         self, spec: ModelSpec, backend: Backend, base: ManagedModel | None = None

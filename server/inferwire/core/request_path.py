@@ -1,9 +1,9 @@
-"""A request's path through the core, from its arrival to its record's end.
+"""A generation's path through the core, from its arrival to its record's end.
 
-Validate it, let its tenant's quotas admit it, load its model if needed, refuse it
-unless the model is READY, queue it for a slot and run it on the backend; whatever
-happens, end its `RequestRecord` once and hand it to the listeners. The model manager
-(core/manager.py) holds the models and their lifecycle; this is what runs on them.
+The gate (core/request_gate.py) validates it, lets its tenant's quotas admit it, loads its
+model if needed, refuses it unless the model is READY and holds a slot for it; this runs
+it on the backend, unary or streamed, as `n` choices, with stop strings and tool calls.
+The model manager (core/manager.py) holds the models and their lifecycle.
 """
 
 from __future__ import annotations
@@ -11,21 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
+import functools
 import time
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 from inferwire.core.backend import CountedProgress, GenerationEvents
 from inferwire.core.chat import ChatMessage, ToolCall
 from inferwire.core.choices import ChoiceProgress, choice_jobs, merged
-from inferwire.core.errors import DeadlineExceededError
+from inferwire.core.facts import ModelFacts
 from inferwire.core.generation import generation_request, join, stop_at_sequences
-from inferwire.core.lifecycle import Lifecycle
-from inferwire.core.metrics import MetricsListener
 from inferwire.core.models import ManagedModel, find_model
 from inferwire.core.quotas import TokenCharge
 from inferwire.core.record import Outcome, RequestRecord
+from inferwire.core.request_gate import RequestGate
 from inferwire.core.requests import GenerationRequest, InferenceRequest
 from inferwire.core.results import (
     Choice,
@@ -35,38 +33,20 @@ from inferwire.core.results import (
     TextDelta,
     Tokenization,
 )
-from inferwire.core.tenants import Tenants, admitted
 from inferwire.core.tool_calls import ToolCallParser
-from inferwire.core.tracing import GENERATE, Tracer
+from inferwire.core.tracing import GENERATE
 from inferwire.core.validation import RequestLimits, validate_inference_request, validate_text_input
-
-log = logging.getLogger("inferwire.core.manager")  # readiness changes: the manager's log
 
 
 class RequestPath:
     """Runs requests, unary or streamed, on the manager's models."""
 
-    def __init__(
-        self,
-        models: Mapping[str, ManagedModel],
-        limits: RequestLimits,
-        tenants: Tenants,
-        lifecycle: Lifecycle,
-        publish_health: Callable[[], Awaitable[None]],
-        metrics: MetricsListener,
-        tracer: Tracer,
-        keep_text: bool,
-    ) -> None:
-        """`publish_health`: tells the health listeners what changed, when a model's
-        failing requests took its readiness away or gave it back (core/readiness.py);
-        `keep_text`: keep each request's prompt and output text in its record."""
-        self._models = models
+    def __init__(self, gate: RequestGate, limits: RequestLimits, keep_text: bool) -> None:
+        """`keep_text`: keep each request's prompt and output text in its record."""
+        self._gate = gate
+        self._models = gate.models
+        self._lifecycle = gate.lifecycle
         self._limits = limits
-        self._tenants = tenants
-        self._lifecycle = lifecycle
-        self._publish_health = publish_health
-        self._metrics = metrics
-        self._tracer = tracer
         self._keep_text = keep_text
 
     async def infer(self, request: InferenceRequest) -> InferenceResult:
@@ -242,17 +222,9 @@ class RequestPath:
         return await model.backend.detokenize(token_ids)
 
     def _arrived(self, request: InferenceRequest) -> RequestRecord:
-        tenant = self._tenants.of(request)  # counted for it even if refused before its quota
-        return RequestRecord(
-            tenant=tenant.name,
-            tenant_label=tenant.label,
-            request_id=request.request_id or uuid.uuid4().hex,
-            model=request.model,
-            deadline=request.deadline,
-            configured=request.model in self._models,
-            prompt=request.prompt if self._keep_text else "",
-            text=[] if self._keep_text else None,
-            tracer=self._tracer,
+        keep = self._keep_text
+        return self._gate.arrived(
+            request, prompt=request.prompt if keep else "", text=[] if keep else None
         )
 
     @staticmethod
@@ -270,52 +242,18 @@ class RequestPath:
     async def _admitted(
         self, request: InferenceRequest, record: RequestRecord
     ) -> AsyncIterator[tuple[ManagedModel, GenerationRequest, TokenCharge]]:
-        """Validate, check the tenant's quota, queue for a slot and run one request, unary
-        or streamed; whatever happens, end its record once and tell the listeners."""
-        model: ManagedModel | None = None
-        try:
-            validate_inference_request(request, self._limits)
-            model = find_model(self._models, request.model)
-            with admitted(self._tenants, request, record) as admission:
-                model.used(time.monotonic(), time.time())
-                record.load_s = await self._lifecycle.ensure_loaded(model, request.deadline)
-                facts = model.require_ready()
-                job = generation_request(model, facts, request, record.request_id)
-                async with model.slot(self._tracer, admission.claim) as grant:
-                    record.admitted = time.perf_counter()
-                    model.request_started(record)
-                    if grant.reserved:  # the backend starts it without waiting for others
-                        job = dataclasses.replace(job, reserved=True)
-                    with self._tracer.span(GENERATE):
-                        yield model, job, admission.charge
-        except (GeneratorExit, asyncio.CancelledError):
-            # The caller went away (cancel or deadline) or stopped reading.
-            record.end(Outcome.CANCELLED)
-            raise
-        except DeadlineExceededError:
-            record.end(Outcome.DEADLINE_EXCEEDED if record.admitted else Outcome.REJECTED)
-            raise
-        except Exception as error:
-            record.end(Outcome.ERROR if record.admitted else Outcome.REJECTED)
-            if record.admitted and model is not None and model.request_failed(error):
-                log.warning(
-                    "model not ready: its requests fail",
-                    extra={"model": model.name, "error": str(error)},
-                )
-                await self._publish_health()
-            raise
-        else:
-            if model is not None and model.request_succeeded():
-                await self._publish_health()
-        finally:
-            record.end(Outcome.ERROR)  # a generation that ended without a result
-            if model is not None:
-                model.request_ended(record)
-                model.used(time.monotonic(), time.time())
-                if not model.busy:
-                    self._lifecycle.residency.memory_may_have_freed()
-            self._metrics.request_finished(record)
-            self._tracer.request_finished(record)
+        """Run one request, unary or streamed, through the gate (core/request_gate.py)."""
+
+        def job_of(model: ManagedModel, facts: ModelFacts) -> GenerationRequest:
+            return generation_request(model, facts, request, record.request_id)
+
+        validate = functools.partial(validate_inference_request, request, self._limits)
+        async with self._gate.admitted(request, record, validate, job_of) as held:
+            job = held.prepared
+            if held.grant.reserved:  # the backend starts it without waiting for others
+                job = dataclasses.replace(job, reserved=True)
+            with self._gate.tracer.span(GENERATE):
+                yield held.model, job, held.admission.charge
 
 
 @dataclasses.dataclass(frozen=True)

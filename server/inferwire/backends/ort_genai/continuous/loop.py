@@ -193,18 +193,14 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         prompt, adapter = job.prepared.prompt_ids, job.prepared.sampling.adapter
         free = self._slots[self._decoding :]
         holder, shared = self._cache_holder(prompt, adapter, free)
-        if self._exact(job):
-            # A seed reproduces beside any other traffic: only a prefix read as this
-            # request would read it is taken, not another answer's tokens, which were
-            # computed one at a time (differently rounded; see the module's docstring).
+        if self._exact(job):  # only what a prompt read (the module's docstring)
             shared = min(shared, holder.exact)
         source, live = self._live_prefix(prompt, adapter)
         if live > shared:  # a running request holds more of it: copied, not read again
             holder, shared = min(free, key=lambda s: s.last_used), live
             holder.tokens[:] = prompt[:live]
             holder.exact = live
-        # At least the last two prompt tokens are read: their logits are needed, and a
-        # read of one token is rounded as a decode step is, not as a prompt.
+        # The last two prompt tokens are read: a one-token read rounds as a step does.
         reused = max(0, min(shared, len(prompt) - 2))
         del holder.tokens[reused:]
         holder.exact = len(prompt) if reused <= holder.exact else holder.exact
@@ -355,11 +351,9 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         return self.shape.batch_invariant or job.prepared.params.seed is not None
 
     def _shadow_length(self, row: int) -> int:
-        """Where a shadow row (decoder.py's MIN_DECODE_ROWS) may write a position nobody
-        reads: after the tokens its slot holds. A decoding row of a later stretch rewrites
-        that position in its own run; a prompt being read, in its next chunk; a free slot's
-        cache ends before it (a full one gives up its last token). The row after the last
-        slot is the decoder's spare row, which belongs to no slot."""
+        """Where a shadow row may write a position nobody reads: after its slot's tokens
+        (a later stretch's row or a prompt's next chunk rewrites it; a full free slot gives
+        up its last token). After the last slot: the decoder's spare row."""
         if row >= len(self._slots):
             return 0
         slot = self._slots[row]
