@@ -45,6 +45,7 @@ SCENARIOS = {
     "peers_smollm2": "bench.peers_smollm2",
     "engines_smollm2": "bench.engines_smollm2",
     "embeddings_minilm": "bench.embeddings_minilm",
+    "routing_prefix": "bench.routing_prefix",
 }
 # A scenario whose tool is not installed is skipped, not failed.
 _MISSING_TOOL = ("TritonMissingError", "GhzMissingError")

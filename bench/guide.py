@@ -63,6 +63,12 @@ GUIDE: dict[str, tuple[str, str]] = {
         "offline encode on the same core",
         "the cosine's minimum, then texts/s × offline encode and p50 × one encode",
     ),
+    "routing_prefix": (
+        "whether llm-d's picker scoring prefix locality shortens later turns' TTFT over "
+        "3 replicas, and which prefix scorer (approximate or precise) to ship",
+        "later turns' TTFT p50 × the prefix-blind picker's, then the share landing on the "
+        "previous turn's replica",
+    ),
 }
 
 

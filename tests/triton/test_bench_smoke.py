@@ -35,6 +35,9 @@ PEERS = {"peers", "peers_smollm2", "engines_smollm2"}
 # Needs `make minilm` and sentence-transformers (the import extra), which this tier has not;
 # its pure parts are in tests/unit/test_embeddings_bench.py.
 PEERS |= {"embeddings_minilm"}
+# Needs the endpoint picker built with Go (scripts/build_epp.sh) and `make smollm2`; it runs
+# three replicas and three pickers, minutes even at smoke sizes.
+PEERS |= {"routing_prefix"}
 SMOKED = [name for name in SCENARIOS if name not in PEERS]
 # The issues' targets tables (issue 26: cpu_per_token 5, triton_overhead 2, gateway_capacity 2;
 # issue 33: http_overhead 3, with the 16-stream floor).
