@@ -256,6 +256,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument(
+        "--smollm2", type=Path, help="scripts/gpu_check/smollm2.py's smollm2.json, to fold in"
+    )
+    parser.add_argument(
         "--server-options",
         type=json.loads,
         default={},
@@ -279,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "variants": {},
         "results": [],
     }
+    if options.smollm2 is not None and options.smollm2.is_file():
+        report["smollm2"] = json.loads(options.smollm2.read_text())
     for spec in options.variant:
         name, _, directory = spec.partition("=")
         model_dir = Path(directory)

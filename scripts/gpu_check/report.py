@@ -1,4 +1,5 @@
-"""The GPU check's outputs: results.json and a short summary.md."""
+"""The GPU check's outputs: results.json and a short summary.md (the speed figures, then
+SmolLM2's text agreement where scripts/gpu_check/smollm2.py ran)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.streams import STREAM_TABLE_HEADER, stream_table_rows
+from scripts.gpu_check.smollm2 import summary_lines
 
 CPU_GROUPS = ("total", "event_loop", "engine", "grpc", "other")
 
@@ -40,6 +42,21 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def summary(report: dict[str, Any]) -> str:
+    lines = _speed_lines(report) if "results" in report else _smollm2_only_header(report)
+    if report.get("smollm2"):
+        lines += ["", *summary_lines(report["smollm2"])]
+    return "\n".join(lines) + "\n"
+
+
+def _smollm2_only_header(report: dict[str, Any]) -> list[str]:
+    return [
+        f"# GPU check (SmolLM2 alone): device {report['smollm2']['device']}",
+        "",
+        f"Machine: {json.dumps(report['machine'])}",
+    ]
+
+
+def _speed_lines(report: dict[str, Any]) -> list[str]:
     options, results = report["options"], report["results"]
     lines = [
         f"# GPU check: {options['shape']}, {options['precision']}, device {options['device']}",
@@ -98,7 +115,7 @@ def summary(report: dict[str, Any]) -> str:
             f"ONNX {variant['onnx_bytes'] / 1e9:.3f} GB, same text "
             f"{json.dumps(variant['text_agreement_direct_vs_inferwire'])}"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def write_report(report: dict[str, Any], out: Path) -> None:
