@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.streams import STREAM_TABLE_HEADER, stream_table_rows
-from scripts.gpu_check.smollm2 import summary_lines
+from scripts.gpu_check.smollm2_compare import summary_lines
 
 CPU_GROUPS = ("total", "event_loop", "engine", "grpc", "other")
 

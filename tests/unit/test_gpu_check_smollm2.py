@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from scripts.gpu_check.report import summary
-from scripts.gpu_check.smollm2 import (
-    REFERENCE,
+from scripts.gpu_check.smollm2 import REFERENCE
+from scripts.gpu_check.smollm2_compare import (
     agreeing_prefix,
     compare_with,
     reference_problem,
