@@ -24,11 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import cpu
 from tests.support import envoy as envoy_support
-from tests.support import epp
+from tests.support import epp, kv_routing
 from tests.support.kv_routing import ADDRESSES, precise_config
 from tests.support.process import (
     ServerProcess,
-    start_serving_server,
     stop_server_process,
 )
 
@@ -61,31 +60,7 @@ def start_replica(
 ) -> tuple[ServerProcess, dict[str, int]]:
     """A replica as tests/support/kv_routing.start makes one (KV events and their replay
     socket on, the first's ports for the others), serving `entry`."""
-    config = directory / "inferwire.yaml"
-    config.write_text(
-        json.dumps({"server": {"address": "127.0.0.1:0", "grace_period_s": 1}, "models": [entry]})
-    )
-    kv = {name: ports.get(name, "*") for name in ("events", "replay")}
-    server = start_serving_server(
-        "--config",
-        str(config),
-        env={
-            "INFERWIRE_SERVER__HTTP_ADDRESS": f"{address}:{ports.get('http', 0)}",
-            "INFERWIRE_SERVER__METRICS_ADDRESS": f"{address}:{ports.get('metrics', 0)}",
-            "INFERWIRE_SERVER__KV_EVENTS__ENDPOINT": f"tcp://{address}:{kv['events']}",
-            "INFERWIRE_SERVER__KV_EVENTS__REPLAY_ENDPOINT": f"tcp://{address}:{kv['replay']}",
-        },
-    )
-    logged = [json.loads(line) for line in server.log_lines if line.startswith("{")]
-    (published,) = [e for e in logged if e.get("msg") == "kv events publishing"]
-    (metrics,) = [e["port"] for e in logged if e.get("msg") == "metrics listening"]
-    assert server.http_port is not None
-    return server, {
-        "http": server.http_port,
-        "metrics": metrics,
-        "events": int(published["endpoint"].rsplit(":", 1)[1]),
-        "replay": int(published["replay_endpoint"].rsplit(":", 1)[1]),
-    }
+    return kv_routing.start(directory, address, ports, entry=entry)
 
 
 @contextmanager

@@ -34,12 +34,21 @@ models:
 
 
 def start(
-    directory: Path, address: str, ports: dict[str, int], slots: int = 4
+    directory: Path,
+    address: str,
+    ports: dict[str, int],
+    slots: int = 4,
+    entry: dict[str, Any] | None = None,
 ) -> tuple[ServerProcess, dict]:
     """A replica on `address`, on `ports` (those of the first; 0 for the first) or 0, with
-    `slots` requests at once (the continuous path's slots: its prompts' caches)."""
+    `slots` requests at once (the continuous path's slots: its prompts' caches) of the demo
+    model, or serving the model `entry` (bench/routing_cluster.py's)."""
     config = directory / "inferwire.yaml"
-    config.write_text(CONFIG.format(slots=slots))
+    if entry is None:
+        config.write_text(CONFIG.format(slots=slots))
+    else:  # JSON is YAML
+        server = {"address": "127.0.0.1:0", "grace_period_s": 1}
+        config.write_text(json.dumps({"server": server, "models": [entry]}))
     kv = {name: ports.get(name, "*") for name in ("events", "replay")}
     server = start_serving_server(
         "--config",
