@@ -90,7 +90,7 @@ def ratio(numerator: float, denominator: float) -> float:
 # ---- describing the machine --------------------------------------------------
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -120,7 +120,7 @@ def _version(distribution: str) -> str:
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)),
         "memory_gib": _memory_gib(),

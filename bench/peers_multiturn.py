@@ -44,32 +44,47 @@ def user_messages(texts: list[str], round_index: int = 0) -> list[list[str]]:
     return [passages[first + c * TURNS : first + (c + 1) * TURNS] for c in range(CONVERSATIONS)]
 
 
-async def _turn(
-    client: httpx.AsyncClient, url: str, model: str, messages: list[dict[str, str]]
-) -> tuple[float, str, int]:
-    """One streamed reply: its time to first token (s), its text, its prompt's tokens."""
-    body = {
+def chat_body(model: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
+    """A turn's request: greedy, `max_tokens` whatever the model says, streamed with usage."""
+    return {
         "model": model,
         "messages": messages,
-        "max_tokens": REPLY_TOKENS,
+        "max_tokens": max_tokens,
         "temperature": 0,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+
+
+def read_event(line: str) -> tuple[int | None, list[str]]:
+    """One line of a chat stream: its usage's prompt tokens (None without), its texts."""
+    if not line.startswith("data: ") or line == "data: [DONE]":
+        return None, []
+    chunk = json.loads(line[6:])
+    usage = chunk.get("usage")
+    texts = [
+        text
+        for choice in chunk.get("choices") or ()
+        if (text := (choice.get("delta") or {}).get("content"))
+    ]
+    return (int(usage["prompt_tokens"]) if usage else None), texts
+
+
+async def _turn(
+    client: httpx.AsyncClient, url: str, model: str, messages: list[dict[str, str]]
+) -> tuple[float, str, int]:
+    """One streamed reply: its time to first token (s), its text, its prompt's tokens."""
+    body = chat_body(model, messages, REPLY_TOKENS)
     started, first, pieces, prompt_tokens = time.perf_counter(), 0.0, [], 0
     async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if usage := chunk.get("usage"):
-                prompt_tokens = int(usage["prompt_tokens"])
-            for choice in chunk.get("choices") or ():
-                if text := (choice.get("delta") or {}).get("content"):
-                    first = first or time.perf_counter()
-                    pieces.append(text)
+            counted, texts = read_event(line)
+            prompt_tokens = counted if counted is not None else prompt_tokens
+            if texts:
+                first = first or time.perf_counter()
+                pieces += texts
     if not first:
         raise RuntimeError(f"{url}: a turn streamed no text")
     return first - started, "".join(pieces), prompt_tokens

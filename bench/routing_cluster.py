@@ -23,6 +23,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import cpu
+from bench.peers_multiturn import read_event
 from tests.support import envoy as envoy_support
 from tests.support import epp, kv_routing
 from tests.support.kv_routing import ADDRESSES, precise_config
@@ -149,15 +150,11 @@ class StreamingEnvoy(envoy_support.Envoy):
                     buffered += data
                     *lines, buffered = buffered.split(b"\n")
                     for line in lines:
-                        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-                            continue
-                        chunk = json.loads(line[6:])
-                        if usage := chunk.get("usage"):
-                            prompt_tokens = int(usage["prompt_tokens"])
-                        for choice in chunk.get("choices") or ():
-                            if text := (choice.get("delta") or {}).get("content"):
-                                first = first or time.perf_counter()
-                                pieces.append(text)
+                        counted, texts = read_event(line.decode())
+                        prompt_tokens = counted if counted is not None else prompt_tokens
+                        if texts:
+                            first = first or time.perf_counter()
+                            pieces += texts
                 reply = SimpleNamespace(
                     status_code=response.status_code,
                     headers=response.headers,

@@ -76,6 +76,7 @@ from bench.common import (
     ratio,
     write_plot,
 )
+from bench.peers_multiturn import chat_body
 from bench.routing_cluster import (
     StreamingEnvoy,
     cpu_seconds,
@@ -147,16 +148,7 @@ async def conversation(
     turns = []
     for question in questions:
         messages.append({"role": "user", "content": question})
-        body = {
-            "model": model,
-            "messages": messages,
-            "max_tokens": REPLY_TOKENS,
-            "temperature": 0,
-            "ignore_eos": True,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        turn = await gateway.chat(body)
+        turn = await gateway.chat(chat_body(model, messages, REPLY_TOKENS))
         messages = [*messages, {"role": "assistant", "content": turn.pop("reply")}]
         turns.append(turn)
     return turns

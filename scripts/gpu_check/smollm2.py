@@ -48,6 +48,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from bench.common import cpu_model
 from scripts.gpu_check.smollm2_compare import (
     GGUF_NAME,
     compare_with,
@@ -197,7 +198,7 @@ def machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "processor": _cpu_model(),
+        "processor": cpu_model(),
         "load_average": os.getloadavg(),
     }
     for package in (
@@ -209,16 +210,6 @@ def machine() -> dict[str, Any]:
         with contextlib.suppress(PackageNotFoundError):
             info[package] = version(package)
     return info
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
