@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import cpu_model
+from bench.peers_setup import sha256_of
 from scripts.gpu_check.smollm2_compare import (
     GGUF_NAME,
     compare_with,
@@ -66,16 +67,6 @@ DEFAULT_PRECISION = {"cuda": "fp16", "cpu": "fp32"}
 # answer fit many times over, and 64 slots stay small (the default is 2,048 tokens each).
 CPU_SLOT_TOKENS = 512
 WARM_UP_TOKENS = 8
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for chunk in iter(lambda: file.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def find_gguf(explicit: Path | None, work: Path) -> Path | None:
@@ -97,7 +88,7 @@ def import_model(device: str, precision: str, work: Path, gguf_option: Path | No
             "ok": False,
             "error": f"no {GGUF_NAME}: carry scripts/gpu_check/smollm2_parts.sh's parts",
         }
-    if (found := _sha256(gguf)) != GGUF_SHA256:
+    if (found := sha256_of(gguf)) != GGUF_SHA256:
         return {"ok": False, "error": f"{gguf} has sha256 {found}, not {GGUF_SHA256}"}
     from inferwire.importer.pipeline import missing_packages
 
