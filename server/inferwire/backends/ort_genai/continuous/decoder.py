@@ -7,7 +7,8 @@ layer's past key and value, and returns the logits and the present key and value
 of a fixed capacity, and each row's length is its attention mask's ones: GQA writes a
 row's new keys at its own length and attends to its own prefix, so rows of different
 lengths step together and a row's logits do not depend on its batch-mates (checked
-bit for bit: tests/engine/test_continuous.py).
+bit for bit: tests/engine/test_continuous.py). The session runs the graph with its LM head
+on each row's last two positions only (head.py): a prefill's logits are its last ones.
 
 `KvSlots` holds, per layer, a key and a value buffer [slots, kv_heads, slot_tokens,
 head_size]; a row is one slot, and rows 0..n-1 of every buffer are one contiguous view,
@@ -26,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from inferwire.backends.ort_genai.continuous.head import sliced_head
 from inferwire.core.errors import ConfigurationError
 
 Logits = npt.NDArray[np.float32]
@@ -34,6 +36,8 @@ Logits = npt.NDArray[np.float32]
 # rows agree bit for bit. So a row that must not depend on other traffic (a seeded one)
 # never steps alone: the loop adds a shadow row.
 MIN_DECODE_ROWS = 2
+# Where a graph loaded from memory (head.py's) finds its external data.
+_EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 
 
 @dataclass(frozen=True)
@@ -128,10 +132,15 @@ class Decoder:
         options.log_severity_level = 3  # a LoRA input's "initializer in graph inputs" notes
         filename = config["model"]["decoder"].get("filename", "model.onnx")
         try:
-            self.session = ort.InferenceSession(
-                str(path / filename), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own error types
+            graph: str | bytes = str(path / filename)
+            if (sliced := sliced_head(path / filename, layout.logits)) is not None:
+                # The file's own folder, links resolved: ONNX Runtime refuses external data
+                # that resolves outside the folder it is given.
+                folder = (path / filename).resolve().parent
+                options.add_session_config_entry(_EXTERNAL_DATA_FOLDER, str(folder))
+                graph = sliced
+            self.session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnx and onnxruntime raise their own error types
             message = f"{path / filename}: ONNX Runtime cannot load it: {exc}"
             raise ConfigurationError(message) from None
         types = {i.name: i.type for i in self.session.get_inputs()}
