@@ -29,7 +29,6 @@ from bench.common import (
     write_markdown,
     write_plot,
 )
-from inferwire.backends.ort_genai.continuous import decoder as decoder_module
 from inferwire.backends.ort_genai.continuous.decoder import Decoder
 from scripts.smollm2 import MODELS
 
@@ -39,13 +38,7 @@ GRAPHS = ("full", "sliced")
 
 def _decoder(path: Path, sliced: bool) -> Decoder:
     config = json.loads((path / "genai_config.json").read_text())
-    original = decoder_module.sliced_head
-    if not sliced:
-        decoder_module.sliced_head = lambda *_: None
-    try:
-        return Decoder(path, config, threads=1, slots=2, slot_tokens=512)
-    finally:
-        decoder_module.sliced_head = original
+    return Decoder(path, config, 1, 2, 512, head_on_last_positions=sliced)
 
 
 def _timed(run: Any, repeats: int) -> tuple[float, float]:

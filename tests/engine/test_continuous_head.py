@@ -15,7 +15,6 @@ import pytest
 from onnx import TensorProto, helper
 
 import inferwire
-from inferwire.backends.ort_genai.continuous import decoder as decoder_module
 from inferwire.backends.ort_genai.continuous.decoder import Decoder
 from inferwire.backends.ort_genai.continuous.head import sliced_head
 from tests.support.engine import demo_model_variant
@@ -24,12 +23,11 @@ DEMO = Path(inferwire.__file__).parent / "models" / "demo"
 ADAPTER = DEMO / "sonnets.onnx_adapter"
 
 
-def _decoder(sliced: bool, monkeypatch: pytest.MonkeyPatch) -> Decoder:
+def _decoder(sliced: bool) -> Decoder:
     config = json.loads((DEMO / "genai_config.json").read_text())
-    with monkeypatch.context() as patch:
-        if not sliced:
-            patch.setattr(decoder_module, "sliced_head", lambda *_: None)
-        decoder = Decoder(DEMO, config, threads=1, slots=4, slot_tokens=256)
+    decoder = Decoder(
+        DEMO, config, threads=1, slots=4, slot_tokens=256, head_on_last_positions=sliced
+    )
     decoder.add_adapter("sonnets", ADAPTER)
     return decoder
 
@@ -50,12 +48,10 @@ def _runs(decoder: Decoder, adapter: str) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("adapter", ["", "sonnets"])
-def test_sliced_head_gives_the_full_graphs_logits_bit_for_bit(
-    adapter: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_sliced_head_gives_the_full_graphs_logits_bit_for_bit(adapter: str) -> None:
     assert sliced_head(DEMO / "model.onnx", "logits") is not None
-    full = _runs(_decoder(False, monkeypatch), adapter)
-    sliced = _runs(_decoder(True, monkeypatch), adapter)
+    full = _runs(_decoder(False), adapter)
+    sliced = _runs(_decoder(True), adapter)
     assert [a.shape for a in sliced] == [a.shape for a in full]
     for index, (ours, theirs) in enumerate(zip(sliced, full, strict=True)):
         assert np.array_equal(ours, theirs), f"run {index} differs"

@@ -120,7 +120,13 @@ class Decoder:
     Used by one thread (the step loop's)."""
 
     def __init__(
-        self, path: Path, config: dict[str, Any], threads: int, slots: int, slot_tokens: int
+        self,
+        path: Path,
+        config: dict[str, Any],
+        threads: int,
+        slots: int,
+        slot_tokens: int,
+        head_on_last_positions: bool = True,  # False: the graph as exported (benchmarks)
     ) -> None:
         self.layout = layout = DecoderLayout.of(config)
         self.threads = threads
@@ -133,7 +139,8 @@ class Decoder:
         filename = config["model"]["decoder"].get("filename", "model.onnx")
         try:
             graph: str | bytes = str(path / filename)
-            if (sliced := sliced_head(path / filename, layout.logits)) is not None:
+            sliced = sliced_head(path / filename, layout.logits) if head_on_last_positions else None
+            if sliced is not None:
                 # The file's own folder, links resolved: ONNX Runtime refuses external data
                 # that resolves outside the folder it is given.
                 folder = (path / filename).resolve().parent
