@@ -16,25 +16,16 @@ from __future__ import annotations
 
 import collections
 import ctypes
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llama_cpp as llama
 
 from inferwire.core.kv_blocks import BlockLedger
+from inferwire.core.prefix import shared_prefix
 
 # A saved conversation is restored only when the prompt keeps at least this share of it:
 # restoring trims the rest, and a long conversation is not given up for a short match.
 MIN_KEPT_SHARE = 0.25
-
-
-def shared_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
-    count = 0
-    for a, b in zip(cached, prompt, strict=False):
-        if a != b:
-            break
-        count += 1
-    return count
 
 
 @dataclass(eq=False)
@@ -95,7 +86,7 @@ class SavedPrompts:
         if self.blocks is not None:
             self.blocks.held(entry, [])
 
-    def best(self, prompt: Sequence[int], better_than: int) -> SavedPrompt | None:
+    def best(self, prompt: list[int], better_than: int) -> SavedPrompt | None:
         """The entry sharing the longest prefix with `prompt`, if longer than `better_than`
         tokens and at least MIN_KEPT_SHARE of the entry."""
         found, found_shared = None, better_than

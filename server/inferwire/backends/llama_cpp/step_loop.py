@@ -37,12 +37,7 @@ import llama_cpp as llama
 
 from inferwire.backends.llama_cpp.model import ContextShape, GgufModel
 from inferwire.backends.llama_cpp.sampling import SlotRequest, TokenPicker
-from inferwire.backends.llama_cpp.saved_prompts import (
-    SavedPrompts,
-    read_sequence,
-    shared_prefix,
-    write_sequence,
-)
+from inferwire.backends.llama_cpp.saved_prompts import SavedPrompts, read_sequence, write_sequence
 from inferwire.backends.llama_cpp.step_plan import Runner, plan_step
 from inferwire.backends.threaded.consumer import StreamEvent
 from inferwire.backends.threaded.shared_thread import (
@@ -53,6 +48,7 @@ from inferwire.backends.threaded.step_loop import SlotStepLoop
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.facts import PromptCacheStats
 from inferwire.core.kv_blocks import BlockLedger
+from inferwire.core.prefix import shared_prefix
 from inferwire.core.results import FinishReason, TextDelta
 
 log = logging.getLogger(__name__)

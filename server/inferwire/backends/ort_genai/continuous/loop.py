@@ -50,6 +50,7 @@ from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.facts import PromptCacheStats
 from inferwire.core.kv_blocks import BlockLedger
+from inferwire.core.prefix import shared_prefix
 from inferwire.core.prepared import PreparedRequest
 from inferwire.core.results import FinishReason, TextDelta, TokenLogprob
 
@@ -225,7 +226,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
             return best
         for slot in self._slots[: self._decoding]:
             if slot.adapter == adapter and slot.exact > best[1]:
-                shared = _shared(slot.tokens[: slot.exact], prompt)
+                shared = shared_prefix(slot.tokens[: slot.exact], prompt)
                 if shared > best[1]:
                     best = (slot, shared)
         return best
@@ -236,11 +237,11 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         least_used = min(free, key=lambda s: s.last_used)
         if not self._reuse:
             return least_used, 0
-        scored = [(_shared(s.tokens, prompt) if s.adapter == adapter else 0, s) for s in free]
+        scored = [(shared_prefix(s.tokens, prompt) if s.adapter == adapter else 0, s) for s in free]
         shared, slot = max(scored, key=lambda pair: (pair[0], -pair[1].last_used))
         if shared <= SLOT_SIMILARITY * len(prompt):
             slot = least_used
-            shared = _shared(slot.tokens, prompt) if slot.adapter == adapter else 0
+            shared = shared_prefix(slot.tokens, prompt) if slot.adapter == adapter else 0
         return slot, shared
 
     def _place(self, slot: _Slot, row: int) -> None:
@@ -436,15 +437,3 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         self._decoding = last
         if self._reading is not None and self._reading.slot is not None:
             self._place(self._reading.slot, last)
-
-
-def _shared(cached: list[int], prompt: list[int]) -> int:
-    """How many first tokens `cached` and `prompt` share (a binary search over slices)."""
-    low, high = 0, min(len(cached), len(prompt))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if cached[:middle] == prompt[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
