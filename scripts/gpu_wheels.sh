@@ -19,6 +19,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/scripts/gpu_check/transfer_parts.sh"
 DIR="$ROOT/.gpu-wheels"
 PYVER="3.12"
 PART_SIZE="40M"  # plus the working tree (21 MiB on 4 December) under 64 MiB
@@ -62,10 +63,7 @@ python3 -m pip download --quiet --only-binary=:all: --python-version "$PYVER" \
 
 # One archive of every wheel, split into parts that travel one per call; gpu_check.sh
 # rejoins the parts (`cat`) and unpacks it.
-rm -f "$DIR"/wheels.tar "$DIR"/wheels.tar.part-*
-tar -C "$DOWNLOAD" -cf "$DIR/wheels.tar" .
-split -b "$PART_SIZE" "$DIR/wheels.tar" "$DIR/wheels.tar.part-"
-rm "$DIR/wheels.tar"
+pack_parts "$DIR" wheels "$DOWNLOAD" "$PART_SIZE"
 
 py="${CHECK_PYTHON:-python$PYVER}"
 if "$py" -c pass 2> /dev/null; then
@@ -79,18 +77,6 @@ else
     echo "$py does not run here (set CHECK_PYTHON): the offline resolution was not checked"
 fi
 
-tree_bytes=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard \
-    | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-part_bytes=$(stat -c %s "$(ls "$DIR"/wheels.tar.part-* | head -1)")
-echo "$(du -sh "$DOWNLOAD" | cut -f1) of wheels in $(ls "$DIR"/wheels.tar.part-* | wc -l) parts;" \
-    "working tree $(numfmt --to=iec "$tree_bytes") + one part $(numfmt --to=iec "$part_bytes")" \
-    "travel together (at most 64 MiB a transfer)"
-if [ $(( tree_bytes + part_bytes )) -gt $(( 64 * 1024 * 1024 )) ]; then
-    echo "too big for one transfer: use a smaller --part-size" >&2
-    exit 1
-fi
-rel="$(realpath --relative-to="$ROOT" "$DIR")"
-for part in "$DIR"/wheels.tar.part-*; do
-    echo "  carry [\"$rel/$(basename "$part")\"], command: mkdir -p /tmp/iw-wheels && mv $rel/$(basename "$part") /tmp/iw-wheels/"
-done
+echo "$(du -sh "$DOWNLOAD" | cut -f1) of wheels"
+report_parts "$ROOT" "$DIR" wheels
 echo "  then: scripts/gpu_check.sh --wheels /tmp/iw-wheels (docs/performance.md, \"On a GPU\")"

@@ -16,6 +16,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/scripts/gpu_check/transfer_parts.sh"
 DIR="$ROOT/.gpu-wheels"
 PART_SIZE="40M"
 GGUF_VERSION="0.19.0"  # the importer's tested version (pyproject.toml, the import extra)
@@ -38,21 +39,6 @@ rm -rf "$stage"
 mkdir -p "$stage"
 cp "$gguf" "$stage/"
 "$PY" -m pip download --quiet --no-deps --only-binary=:all: -d "$stage" "gguf==$GGUF_VERSION"
-rm -f "$DIR"/smollm2.tar "$DIR"/smollm2.tar.part-*
-tar -C "$stage" -cf "$DIR/smollm2.tar" .
-split -b "$PART_SIZE" "$DIR/smollm2.tar" "$DIR/smollm2.tar.part-"
-rm -rf "$DIR/smollm2.tar" "$stage"
-
-tree_bytes=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard \
-    | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
-part_bytes=$(stat -c %s "$(ls "$DIR"/smollm2.tar.part-* | head -1)")
-echo "$(ls "$DIR"/smollm2.tar.part-* | wc -l) parts; working tree $(numfmt --to=iec "$tree_bytes")" \
-    "+ one part $(numfmt --to=iec "$part_bytes") travel together (at most 64 MiB a transfer)"
-if [ $(( tree_bytes + part_bytes )) -gt $(( 64 * 1024 * 1024 )) ]; then
-    echo "too big for one transfer: use a smaller --part-size" >&2
-    exit 1
-fi
-rel="$(realpath --relative-to="$ROOT" "$DIR")"
-for part in "$DIR"/smollm2.tar.part-*; do
-    echo "  carry [\"$rel/$(basename "$part")\"], command: mkdir -p /tmp/iw-wheels && mv $rel/$(basename "$part") /tmp/iw-wheels/"
-done
+pack_parts "$DIR" smollm2 "$stage" "$PART_SIZE"
+rm -rf "$stage"
+report_parts "$ROOT" "$DIR" smollm2

@@ -14,7 +14,11 @@ from inferwire.backends.ort_genai import builtin_model_path
 from scripts.gpu_check import measure
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = [ROOT / "scripts" / "gpu_check.sh", ROOT / "scripts" / "gpu_wheels.sh"]
+SCRIPTS = [
+    ROOT / "scripts" / "gpu_check.sh",
+    ROOT / "scripts" / "gpu_wheels.sh",
+    ROOT / "scripts" / "gpu_check" / "smollm2_parts.sh",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
