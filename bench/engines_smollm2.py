@@ -164,14 +164,15 @@ async def _drive(
     return cells
 
 
-async def _drive_inferwire(target: str, url: str, pid: int, min_seconds: float) -> dict[str, Any]:
+async def _drive_inferwire(
+    target: str, url: str, pid: int, min_seconds: float, doors: tuple[str, ...]
+) -> dict[str, Any]:
     async with grpc.aio.insecure_channel(target) as channel, _http_client() as client:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
+        ones = {"grpc": grpc_request(stub), "http": http_request(client, url)}
         return {
-            "inferwire_grpc": await _drive("inferwire_grpc", grpc_request(stub), pid, min_seconds),
-            "inferwire_http": await _drive(
-                "inferwire_http", http_request(client, url), pid, min_seconds
-            ),
+            f"inferwire_{door}": await _drive(f"inferwire_{door}", ones[door], pid, min_seconds)
+            for door in doors
         }
 
 
@@ -180,7 +181,9 @@ def _http_client() -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=600, limits=limits)
 
 
-def run_inferwire(min_seconds: float) -> dict[str, list[dict[str, Any]]]:
+def run_inferwire(
+    min_seconds: float, kernels: str = "onnxruntime", doors: tuple[str, ...] = ("grpc", "http")
+) -> dict[str, list[dict[str, Any]]]:
     entry = {
         "name": "smollm2",
         "load_on_startup": True,
@@ -191,6 +194,7 @@ def run_inferwire(min_seconds: float) -> dict[str, list[dict[str, Any]]]:
             "threads": 1,
             "slot_tokens": SLOT_TOKENS,
             "stream_interval_ms": 2,
+            "kernels": kernels,
         },
     }
     with tempfile.TemporaryDirectory() as scratch:
@@ -202,7 +206,9 @@ def run_inferwire(min_seconds: float) -> dict[str, list[dict[str, Any]]]:
         )
         try:
             return asyncio.run(
-                _drive_inferwire(server.target, server.http_url, server.process.pid, min_seconds)
+                _drive_inferwire(
+                    server.target, server.http_url, server.process.pid, min_seconds, doors
+                )
             )
         finally:
             stop_server_process(server, graceful=True)

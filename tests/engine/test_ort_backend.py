@@ -100,6 +100,18 @@ async def test_per_request_batching_on_a_paged_export_fails_its_load_naming_the_
         await backend.load()
 
 
+async def test_openvino_kernels_off_the_continuous_path_or_without_a_gguf_fail_the_load():
+    # The og paths run og.Model: OpenVINO's kernels are the continuous path's only.
+    options = {"path": "builtin", "kernels": "openvino", "batching": "per_request"}
+    backend = OrtGenAIBackend("ov", options, max_concurrency=1)
+    with pytest.raises(ConfigurationError, match=r"options\.kernels is 'openvino'.*'per_request'"):
+        await backend.load()
+    # The bundled model was not imported from a GGUF: options.gguf must say which.
+    backend = OrtGenAIBackend("ov", {"path": "builtin", "kernels": "openvino"}, max_concurrency=1)
+    with pytest.raises(ConfigurationError, match=r"options\.gguf is unset"):
+        await backend.load()
+
+
 @pytest.fixture
 async def og_backend():
     """The bundled model on the og paths (a generator per request), not the CPU default."""

@@ -29,6 +29,7 @@ INT4, FP32 = MODELS / "smollm2", MODELS / "smollm2-fp32"
 REFERENCE = Path(__file__).resolve().parent / "data" / "llama_cpp_reference.json"
 Q4_1_GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 ANSWER_TOKENS = 48  # the length of an answer to a FACTS question
+OPENVINO_MODEL = "smollm2-openvino"  # the same model on the continuous path's other kernels
 
 
 def _missing() -> list[Path]:
@@ -94,6 +95,22 @@ def smollm2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
                         "max_concurrency": 2,
                         "options": {"path": str(FP32)},
                     },
+                    {
+                        # The int4 folder's tokenizer and template, the GGUF's weights run
+                        # by OpenVINO (continuous/paged_decoder.py); on demand as fp32. One
+                        # thread, as test_openvino_kernels.py's decoder: OpenVINO's kernels
+                        # round otherwise on two.
+                        "name": OPENVINO_MODEL,
+                        "backend": "onnxruntime-genai",
+                        "on_demand": True,
+                        "max_concurrency": 4,
+                        "options": {
+                            "path": str(INT4),
+                            "kernels": "openvino",
+                            "gguf": str(Q4_1_GGUF),
+                            "threads": 1,
+                        },
+                    },
                 ]
             }
         )
@@ -104,6 +121,13 @@ def smollm2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
     finally:
         stop_server_process(server, graceful=True)
         assert server.process.returncode == 0, server.exit_report()
+
+
+@pytest.fixture(params=["smollm2", OPENVINO_MODEL])
+def generation_model(request: pytest.FixtureRequest) -> str:
+    """Each model the generation and tool tests run on: the continuous path on ONNX
+    Runtime's kernels and on OpenVINO's."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

@@ -167,6 +167,9 @@ class Decoder:
         self._adapters: dict[str, dict[str, ort.OrtValue]] = {}
         self._decode_bindings: dict[tuple[int, int, str], tuple[ort.IOBinding, Logits]] = {}
 
+    def kv_bytes_per_token(self) -> int:
+        return self.layout.kv_bytes_per_token(self.kv_dtype)
+
     def add_adapter(self, key: str, file: Path) -> None:
         """Read a LoRA adapter file (ONNX Runtime's AdapterFormat) as `key`'s weights; a
         parameter the graph does not take is refused."""

@@ -42,6 +42,7 @@ from tokenizers.decoders import DecodeStream
 
 from inferwire.backends.ort_genai.continuous.decoder import MIN_DECODE_ROWS, Decoder
 from inferwire.backends.ort_genai.continuous.guidance import Grammars, allowed, apply_mask
+from inferwire.backends.ort_genai.continuous.paged_decoder import PagedDecoder
 from inferwire.backends.ort_genai.continuous.sampler import RowSampler, greedy_tokens
 from inferwire.backends.threaded.consumer import StreamEvent
 from inferwire.backends.threaded.shared_thread import Handover, SharedThreadRequest
@@ -112,7 +113,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
 
     def __init__(
         self,
-        decoder: Decoder,
+        decoder: Decoder | PagedDecoder,
         tokenizer: Tokenizer,
         grammars: Grammars | None,
         eos_ids: frozenset[int],
@@ -163,7 +164,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
     def cache_stats(self) -> PromptCacheStats:
         cached = [s.tokens for s in list(self._slots) if s.job is None and s.tokens]
         tokens = sum(len(t) for t in cached)
-        size = tokens * self._decoder.layout.kv_bytes_per_token(self._decoder.kv_dtype)
+        size = tokens * self._decoder.kv_bytes_per_token()
         return PromptCacheStats(
             len(cached), tokens, size, self._prompt_tokens_total, self._reused_tokens_total
         )

@@ -1,5 +1,6 @@
 """A model folder in ORT GenAI format loaded for the continuous path: its decoder run by
-ONNX Runtime (decoder.py), its `tokenizer.json` by Hugging Face's tokenizers (the same ids
+ONNX Runtime (decoder.py), or the GGUF it was imported from by OpenVINO (paged_decoder.py),
+its `tokenizer.json` by Hugging Face's tokenizers (the same ids
 as ORT GenAI's tokenizer on the bundled model and SmolLM2, checked in the engine tier),
 its chat template by Jinja (backends/chat_template.py), its constraints by llguidance,
 and the step loop (loop.py). No `og.Model` is made: the weights load once."""
@@ -22,6 +23,7 @@ from inferwire.backends.ort_genai.continuous.guidance import (
     refuse_minimum_with_constraint,
 )
 from inferwire.backends.ort_genai.continuous.loop import ContinuousLoop, LoopShape, RowSetup
+from inferwire.backends.ort_genai.continuous.paged_decoder import PagedDecoder
 from inferwire.backends.ort_genai.model import check_vocabulary, search_defaults
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import ConfigurationError
@@ -48,6 +50,7 @@ class ContinuousSettings:
     batch_invariant: bool
     name: str
     kv_blocks: BlockLedger | None = None  # where the slots' caches are reported (KV events)
+    gguf: Path | None = None  # set: OpenVINO runs this GGUF (paged_decoder.py)
 
 
 class ContinuousModel:
@@ -72,7 +75,12 @@ class ContinuousModel:
         self.template = _chat_template(path)
         self.chat_template = _template_source(path)
         self.grammars = Grammars(tokenizer_json, self.vocab_size, self.eos_token_ids)
-        self.decoder = Decoder(path, config, settings.threads, settings.slots, settings.slot_tokens)
+        size = (config, settings.threads, settings.slots, settings.slot_tokens)
+        self.decoder: Decoder | PagedDecoder
+        if settings.gguf is not None:
+            self.decoder = PagedDecoder(settings.gguf, *size)
+        else:
+            self.decoder = Decoder(path, *size)
         shape = LoopShape(
             settings.slots,
             settings.slot_tokens,
@@ -91,6 +99,7 @@ class ContinuousModel:
             settings.kv_blocks,
         )
         self._kv_blocks = settings.kv_blocks
+        self.kernels = "ONNX Runtime" if settings.gguf is None else "OpenVINO"
 
     def sampling_defaults(self) -> dict[str, Any]:
         """What an unset parameter means: the og paths' defaults, and the `search` block's
@@ -105,7 +114,7 @@ class ContinuousModel:
             return False, f"continuous batching loop stopped: {loop.failure}"
         return True, (
             f"in-process on {device}, continuous batching of {shape.slots} slots of "
-            f"{shape.slot_tokens} tokens (ONNX Runtime, {self.decoder.threads} threads)"
+            f"{shape.slot_tokens} tokens ({self.kernels}, {self.decoder.threads} threads)"
         )
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
