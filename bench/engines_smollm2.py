@@ -266,10 +266,18 @@ def run_openvino(min_seconds: float) -> dict[str, Any]:
         return dict(json.loads(out.read_text()))
 
 
-ENGINES = ("inferwire_grpc", "inferwire_http", "llama_server", "openvino", "og")
+ENGINES = (
+    "inferwire_grpc",
+    "inferwire_http",
+    "inferwire_openvino_grpc",
+    "llama_server",
+    "openvino",
+    "og",
+)
 LABELS = {
     "inferwire_grpc": "inferwire, continuous path (gRPC)",
     "inferwire_http": "inferwire, continuous path (HTTP)",
+    "inferwire_openvino_grpc": "inferwire, continuous path on OpenVINO's kernels (gRPC)",
     "llama_server": "llama-server (HTTP)",
     "openvino": "OpenVINO GenAI CB pipeline, direct",
     "og": "onnxruntime-genai og.Generator, direct",
@@ -293,13 +301,16 @@ def run(options: RunOptions) -> ScenarioResult:
     rounds = 1 if options.quick else 2
     cells: dict[str, list[dict[str, Any]]] = {engine: [] for engine in ENGINES}
     openvino_report: dict[str, Any] = {}
-    turns = ("inferwire", "llama_server", "openvino", "og")
+    turns = ("inferwire", "inferwire_openvino", "llama_server", "openvino", "og")
     for round_index in range(rounds):
         shift = round_index % len(turns)  # the first of a round rotates
         for engine in turns[shift:] + turns[:shift]:
             if engine == "inferwire":
                 for name, made in run_inferwire(min_seconds).items():
                     cells[name] += [{**c, "round": round_index} for c in made]
+            elif engine == "inferwire_openvino":
+                (made,) = run_inferwire(min_seconds, "openvino", ("grpc",)).values()
+                cells["inferwire_openvino_grpc"] += [{**c, "round": round_index} for c in made]
             elif engine == "llama_server":
                 made = run_llama_server(min_seconds)
                 cells["llama_server"] += [{**c, "round": round_index} for c in made]
@@ -326,7 +337,7 @@ def _result(
         best = {engine: _best(cells[engine], c) for engine in ENGINES}
         top_peer = max(PEER_KEYS, key=lambda e: best[e]["tokens_per_s"])
         direct = min(DIRECT, key=lambda e: best[e]["ttft_p50_ms"])
-        for door in ("grpc", "http"):
+        for door in ("grpc", "http", "openvino_grpc"):
             ours = best[f"inferwire_{door}"]
             for peer, key in PEER_KEYS.items():
                 theirs = best[peer]
