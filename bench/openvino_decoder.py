@@ -102,37 +102,26 @@ def ort_speed(decoder: Decoder) -> dict[str, dict[str, float]]:
     return cells
 
 
-def ort_greedy(decoder: Decoder, prompts: list[list[int]], together: int) -> list[list[int]]:
-    texts: list[list[int]] = []
+def ort_argmax(
+    decoder: Decoder, prompts: list[list[int]], together: int, texts: list[list[int]] | None = None
+) -> list[list[int]]:
+    """Each prompt read (`together` rows at once), then a token a step: its own argmax
+    (greedy text), or with `texts` the next reference token (bench/openvino_paged.py's
+    `forced`); the argmax at each position."""
+    argmaxes: list[list[int]] = []
     for start in range(0, len(prompts), together):
         group = prompts[start : start + together]
-        out = [[int(decoder.prefill(row, p, 0).argmax())] for row, p in enumerate(group)]
-        lengths = np.array([len(p) for p in group], np.int64)
-        for _ in range(TOKENS - 1):
-            logits = decoder.decode(np.array([t[-1] for t in out], np.int64), lengths)
-            lengths += 1
-            for text, token in zip(out, logits.argmax(-1), strict=True):
-                text.append(int(token))
-        texts += out
-    return texts
-
-
-def ort_forced(
-    decoder: Decoder, prompts: list[list[int]], texts: list[list[int]], together: int
-) -> list[list[int]]:
-    """bench/openvino_paged.py's `forced`, run by ONNX Runtime."""
-    guesses: list[list[int]] = []
-    for start in range(0, len(prompts), together):
-        group, given = prompts[start : start + together], texts[start : start + together]
+        given = texts[start : start + together] if texts is not None else None
         out = [[int(decoder.prefill(row, p, 0).argmax())] for row, p in enumerate(group)]
         lengths = np.array([len(p) for p in group], np.int64)
         for step in range(TOKENS - 1):
-            logits = decoder.decode(np.array([t[step] for t in given], np.int64), lengths)
+            fed = [t[step] for t in given] if given is not None else [t[-1] for t in out]
+            logits = decoder.decode(np.array(fed, np.int64), lengths)
             lengths += 1
-            for guess, token in zip(out, logits.argmax(-1), strict=True):
-                guess.append(int(token))
-        guesses += out
-    return guesses
+            for made, token in zip(out, logits.argmax(-1), strict=True):
+                made.append(int(token))
+        argmaxes += out
+    return argmaxes
 
 
 def openvino_run(
@@ -177,11 +166,11 @@ def main() -> None:
     os.sched_setaffinity(0, {0})  # the OpenVINO workers inherit it
     prompts = chat_prompts()
     ort = _decoder(MODELS / "smollm2")
-    reference = ort_greedy(_decoder(MODELS / "smollm2-fp32"), prompts, 1)
+    reference = ort_argmax(_decoder(MODELS / "smollm2-fp32"), prompts, 1)
     guesses = {
         "ort_int4": {
-            "alone": ort_forced(ort, prompts, reference, 1),
-            "eight": ort_forced(ort, prompts, reference, 8),
+            "alone": ort_argmax(ort, prompts, 1, reference),
+            "eight": ort_argmax(ort, prompts, 8, reference),
         }
     }
     engines = ["ort_int4", *OPENVINO]
