@@ -135,7 +135,10 @@ class PagedDecoder:
     def prefill(self, row: int, tokens: list[int], past: int, adapter: str = "") -> Logits:
         """Read `tokens` into row `row` after its first `past` positions; the logits of the
         last one."""
-        logits: Logits = self._run([row], [np.asarray(tokens, np.int64)], [past])[-1]
+        ids = np.asarray(tokens, np.int64)
+        positions = np.arange(past, past + len(ids), dtype=np.int64)
+        begins = np.array([0, len(ids)], np.int32)
+        logits: Logits = self._run(range(row, row + 1), ids, positions, begins)[-1]
         return logits
 
     def decode(
@@ -148,25 +151,28 @@ class PagedDecoder:
         """One token for each of rows first..first+n-1, each after its own `lengths`
         positions; their logits [n, vocab] (valid until the next run)."""
         count = len(tokens)
-        rows = list(range(first, first + count))
-        return self._run(rows, [tokens[i : i + 1] for i in range(count)], list(lengths))
+        begins = np.arange(count + 1, dtype=np.int32)
+        return self._run(range(first, first + count), tokens, lengths, begins)
 
-    def _run(self, rows: list[int], tokens: list[npt.NDArray[np.int64]], past: list[int]) -> Logits:
-        """The rows' new tokens in one infer; the logits of each row's last one [rows, vocab]
-        (for a decode step, a view valid until the next run)."""
-        counts = [len(t) for t in tokens]
-        ends = [p + n for p, n in zip(past, counts, strict=True)]
+    def _run(
+        self,
+        rows: range,
+        ids: npt.NDArray[np.int64],
+        positions: npt.NDArray[np.int64],
+        begins: npt.NDArray[np.int32],
+    ) -> Logits:
+        """Rows `rows` read `ids` (row i's at ids[begins[i]:begins[i + 1]]) at `positions`,
+        in one infer; the logits of each row's last token [rows, vocab] (for a decode step,
+        a view valid until the next run)."""
         tables = self.kv.tables
         feeds = {
-            "input_ids": np.concatenate(tokens).astype(np.int64, copy=False),
-            "position_ids": np.concatenate(
-                [np.arange(p, e, dtype=np.int64) for p, e in zip(past, ends, strict=True)]
-            ),
-            "past_lens": np.asarray(past, np.int32),
-            "subsequence_begins": np.cumsum([0, *counts], dtype=np.int32),
+            "input_ids": ids,
+            "position_ids": positions,
+            "past_lens": positions[begins[:-1]].astype(np.int32),
+            "subsequence_begins": begins,
             "block_indices": np.concatenate([tables[r] for r in rows]),
             "block_indices_begins": np.arange(len(rows) + 1, dtype=np.int32) * self.kv.row_blocks,
-            "max_context_len": np.array(max(ends), np.int32),
+            "max_context_len": np.array(positions.max() + 1, np.int32),
         }
         for name, value in feeds.items():
             self._request.set_tensor(name, self._ov.Tensor(value))
@@ -174,7 +180,7 @@ class PagedDecoder:
         # The head runs on every token read: a Gather of each row's last one before it
         # (head.py's slice) made a prefill 0.8x but every decode step 1.04-1.18x.
         logits: Logits = self._request.get_tensor("logits").data.reshape(-1, self.layout.vocab_size)
-        return logits if len(logits) == len(rows) else logits[np.cumsum(counts) - 1]
+        return logits if len(logits) == len(rows) else logits[begins[1:] - 1]
 
 
 def imported_gguf(folder: Path) -> Path:
