@@ -173,6 +173,19 @@ def _agreeing(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
 
 
+def chat_prompts() -> list[list[int]]:
+    """16 chat prompts of 4 closed_loop sentences each, as SmolLM2's ids (the same every run)."""
+    tokenizer = Tokenizer.from_file(str(MODELS / "smollm2" / "tokenizer.json"))
+    pick = random.Random(3)
+    return [
+        tokenizer.encode(
+            f"<|im_start|>user\n{' '.join(pick.sample(SENTENCES, 4))}<|im_end|>\n"
+            "<|im_start|>assistant\n"
+        ).ids
+        for _ in range(16)
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
@@ -181,15 +194,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     os.sched_setaffinity(0, {0})
     source = MODELS / "smollm2"
-    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
-    pick = random.Random(3)
-    prompts = [
-        tokenizer.encode(
-            f"<|im_start|>user\n{' '.join(pick.sample(SENTENCES, 4))}<|im_end|>\n"
-            "<|im_start|>assistant\n"
-        ).ids
-        for _ in range(16)
-    ]
+    prompts = chat_prompts()
     with tempfile.TemporaryDirectory() as scratch:
         folders = build(Path(scratch), source)
         decoders = {name: _decoder(folder) for name, folder in folders.items()}

@@ -25,16 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tokenizers import Tokenizer
 
-from bench.closed_loop import SENTENCES, machine_busy_s, process_cpu_s
+from bench.closed_loop import machine_busy_s, process_cpu_s
 from bench.common import (
     RESULTS,
     RunOptions,
@@ -46,6 +44,7 @@ from bench.common import (
     write_plot,
 )
 from bench.engines_smollm2 import openvino_python
+from bench.int8_kernels import chat_prompts
 from inferwire.backends.ort_genai.continuous.decoder import Decoder
 from scripts.smollm2 import GGUF, MODELS
 
@@ -143,18 +142,6 @@ def openvino_run(
         cwd=Path(__file__).resolve().parents[1],
     )
     return json.loads(done.stdout)
-
-
-def chat_prompts() -> list[list[int]]:
-    tokenizer = Tokenizer.from_file(str(MODELS / "smollm2" / "tokenizer.json"))
-    pick = random.Random(3)
-    return [
-        tokenizer.encode(
-            f"<|im_start|>user\n{' '.join(pick.sample(SENTENCES, 4))}<|im_end|>\n"
-            "<|im_start|>assistant\n"
-        ).ids
-        for _ in range(16)
-    ]
 
 
 def main() -> None:
