@@ -30,6 +30,7 @@ REFERENCE = Path(__file__).resolve().parent / "data" / "llama_cpp_reference.json
 Q4_1_GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 ANSWER_TOKENS = 48  # the length of an answer to a FACTS question
 OPENVINO_MODEL = "smollm2-openvino"  # the same model on the continuous path's other kernels
+BOTH_MODEL = "smollm2-both"  # and on both, as load has it
 
 
 def _missing() -> list[Path]:
@@ -111,6 +112,20 @@ def smollm2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
                             "threads": 1,
                         },
                     },
+                    {
+                        # A lone request on ONNX Runtime's kernels, others on OpenVINO's
+                        # (continuous/loop.py, "Two kernels"); one thread, as above.
+                        "name": BOTH_MODEL,
+                        "backend": "onnxruntime-genai",
+                        "on_demand": True,
+                        "max_concurrency": 4,
+                        "options": {
+                            "path": str(INT4),
+                            "kernels": "both",
+                            "gguf": str(Q4_1_GGUF),
+                            "threads": 1,
+                        },
+                    },
                 ]
             }
         )
@@ -123,10 +138,10 @@ def smollm2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
         assert server.process.returncode == 0, server.exit_report()
 
 
-@pytest.fixture(params=["smollm2", OPENVINO_MODEL])
+@pytest.fixture(params=["smollm2", OPENVINO_MODEL, BOTH_MODEL])
 def generation_model(request: pytest.FixtureRequest) -> str:
     """Each model the generation and tool tests run on: the continuous path on ONNX
-    Runtime's kernels and on OpenVINO's."""
+    Runtime's kernels, on OpenVINO's, and on both."""
     return str(request.param)
 
 

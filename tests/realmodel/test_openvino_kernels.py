@@ -82,7 +82,7 @@ def test_the_served_greedy_text_is_the_decoder_s(decoder: PagedDecoder, smollm2_
 def test_adapters_and_a_missing_gguf_are_refused_with_the_reason(
     decoder: PagedDecoder, tmp_path: Path
 ) -> None:
-    with pytest.raises(ConfigurationError, match="LoRA adapters run on the onnxruntime"):
+    with pytest.raises(ConfigurationError, match="LoRA adapters run on ONNX Runtime's kernels"):
         decoder.add_adapter("sonnets", tmp_path / "adapter.onnx_adapter")
     record = json.loads((INT4 / "inferwire-import.json").read_text())
     (tmp_path / "inferwire-import.json").write_text(

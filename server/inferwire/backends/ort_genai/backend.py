@@ -121,15 +121,18 @@ class OrtGenAIBackend(Backend):
                 )
             # With kernels: openvino the import's ONNX Runtime measurement stands: SmolLM2
             # on OpenVINO held 140 MB besides its KV cache, against the measured 254 MB.
+            # With both, each decoder holds its weights and a KV cache of every slot.
             base = estimate_footprint(path, config, "cpu", 0, continuous=True)
             slot_tokens = self._slot_tokens(config)
             kv = read_layout(path).kv_bytes_per_token(np.dtype(np.float32)) * slot_tokens
             kv *= self.max_concurrency + 1  # and the decoder's spare row (continuous/loop.py)
+            copies = 2 if self.options.kernels == "both" else 1
             detail = (
-                f"{base.detail.split(' + ')[0]} + KV cache {format_size(kv)} "
-                f"({self.max_concurrency} slots and a spare row x {slot_tokens} tokens)"
+                f"{base.detail.split(' + ')[0]}{' x 2' * (copies - 1)} + KV cache "
+                f"{format_size(kv)}{' x 2' * (copies - 1)} ({self.max_concurrency} slots "
+                f"and a spare row x {slot_tokens} tokens)"
             )
-            return Footprint("cpu", base.amount + kv, detail=detail)
+            return Footprint("cpu", copies * (base.amount + kv), detail=detail)
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -162,13 +165,13 @@ class OrtGenAIBackend(Backend):
         return self._facts_of(served)
 
     def _settings(self, path: Path, config: dict[str, Any]) -> ContinuousSettings:
-        gguf = None
-        if self.options.kernels == "openvino":
+        gguf, kernels = None, self.options.kernels
+        if kernels != "onnxruntime":
             try:
                 import openvino_genai  # noqa: F401
             except ImportError:
                 raise ConfigurationError(
-                    "options.kernels is 'openvino', and OpenVINO is not installed: "
+                    f"options.kernels is {kernels!r}, and OpenVINO is not installed: "
                     "pip install 'inferwire[openvino]'"
                 ) from None
             gguf = Path(self.options.gguf).expanduser() if self.options.gguf else None
@@ -177,6 +180,7 @@ class OrtGenAIBackend(Backend):
                 raise ConfigurationError(f"options.gguf: {gguf} is not a file")
         return ContinuousSettings(
             gguf=gguf,
+            kernels=kernels,
             slots=self.max_concurrency,
             slot_tokens=self._slot_tokens(config),
             threads=self.options.threads or len(os.sched_getaffinity(0)),

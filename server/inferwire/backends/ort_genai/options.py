@@ -32,17 +32,19 @@ class OrtGenAIOptions(BackendOptions):
     that batches continuously there (engine.dynamic_batching in genai_config.json), else
     per_request."""
 
-    kernels: Literal["onnxruntime", "openvino"] = "onnxruntime"
+    kernels: Literal["onnxruntime", "openvino", "both"] = "onnxruntime"
     """With batching: continuous, what runs the decoder: onnxruntime (the folder's
-    model.onnx), or openvino (the `openvino` extra): OpenVINO's paged-attention model of
+    model.onnx), openvino (the `openvino` extra): OpenVINO's paged-attention model of
     the GGUF the folder was imported from (options.gguf), whose kernels take a prompt and
     steps of 8 or more rows for about half the CPU on an AMX Xeon, and a lone row for 1.35x
-    (bench/openvino_decoder.py). The folder still gives the tokenizer, template and
-    config; LoRA adapters need onnxruntime."""
+    (bench/openvino_decoder.py), or both: a request that would run alone (or an adapter's)
+    on ONNX Runtime's, every other on OpenVINO's (continuous/loop.py, "Two kernels"; twice
+    the weights and KV cache in memory). The folder still gives the tokenizer, template
+    and config; LoRA adapters need onnxruntime or both."""
 
     gguf: str | None = None
-    """With kernels: openvino, the GGUF OpenVINO reads (default: the one the folder's
-    inferwire-import.json records, if it is on this machine with the same bytes)."""
+    """With kernels: openvino or both, the GGUF OpenVINO reads (default: the one the
+    folder's inferwire-import.json records, if it is on this machine with the same bytes)."""
 
     slot_tokens: int | None = Field(default=None, ge=16)
     """With batching: continuous, each slot's context (prompt plus output); the KV cache

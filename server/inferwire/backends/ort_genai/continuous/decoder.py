@@ -119,6 +119,8 @@ class Decoder:
     """The session and its KV slots; `prefill` and `decode` are the two runs a step makes.
     Used by one thread (the step loop's)."""
 
+    min_exact_rows = MIN_DECODE_ROWS  # the fewest rows a seeded row steps among
+
     def __init__(
         self,
         path: Path,

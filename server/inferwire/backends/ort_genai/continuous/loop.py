@@ -23,36 +23,50 @@ prompt read in chunks of two or more tokens is bit for bit the prompt read at on
 one-row run takes ONNX Runtime's one-row kernels, which round differently (a SmolLM2 int4
 logit moved by 0.5). So a prompt's last two tokens are read together, and a seeded row
 (every row with `batch_invariant`) never steps alone (`_shadowed`) and takes from a cache
-only what a prompt read (`_Slot.exact`), never an answer's tokens, decoded one at a time:
+only what a prompt read (`Slot.exact`), never an answer's tokens, decoded one at a time:
 its tokens depend on its own inputs only. An unseeded row alone steps alone (9.9 against
 11.3 ms a step, SmolLM2 on AVX2) and takes the whole cached conversation, so its greedy
 text can differ from a batched one's, as vLLM's can (docs/generation.md has the rate).
+
+Two kernels (`kernels: both`). A second decoder (paged_decoder.py, OpenVINO's kernels on
+the GGUF the folder came from) steps batches for about half ONNX Runtime's CPU but a lone
+row for 1.35x (bench/openvino_decoder.py). Each slot's KV lives in one decoder
+(`Slot.kernels`); a request is read and stepped where it was seated (`_kernels_for`): an
+unseeded request that would run alone, and an adapter's, on ONNX Runtime's; every other
+on OpenVINO's, a seeded one always (they round a row alike in any batch, so it needs no
+shadow). Once others join a lone request, its tokens so far are read again into its row's
+OpenVINO blocks and it steps with them (`_gather`): a row on ONNX Runtime's beside a batch
+costs a run of its own every step. A slot's cache serves only requests on its kernels; a
+step runs one stretch of rows per kernels and adapter.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
-import llguidance
 import numpy as np
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from inferwire.backends.ort_genai.continuous.decoder import MIN_DECODE_ROWS, Decoder
+from inferwire.backends.ort_genai.continuous.decoder import Decoder
 from inferwire.backends.ort_genai.continuous.guidance import Grammars, allowed, apply_mask
 from inferwire.backends.ort_genai.continuous.paged_decoder import PagedDecoder
+from inferwire.backends.ort_genai.continuous.rows import (
+    ContinuousRequest,
+    Job,
+    LoopShape,
+    Slot,
+)
 from inferwire.backends.ort_genai.continuous.sampler import RowSampler, greedy_tokens
 from inferwire.backends.threaded.consumer import StreamEvent
-from inferwire.backends.threaded.shared_thread import Handover, SharedThreadRequest
+from inferwire.backends.threaded.shared_thread import Handover
 from inferwire.backends.threaded.step_loop import SlotStepLoop
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.facts import PromptCacheStats
 from inferwire.core.kv_blocks import BlockLedger
 from inferwire.core.prefix import shared_prefix
-from inferwire.core.prepared import PreparedRequest
 from inferwire.core.results import FinishReason, TextDelta, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -60,53 +74,7 @@ log = logging.getLogger(__name__)
 SLOT_SIMILARITY = 0.1  # as the llama-cpp backend's (llama-server's --slot-prompt-similarity)
 
 
-@dataclass(frozen=True)
-class RowSetup:
-    """What a request brings besides its prompt: its constraint's matcher, compiled before
-    it is sent (a grammar that does not compile is refused first), and its adapter."""
-
-    matcher: llguidance.LLMatcher | None = None
-    adapter: str = ""  # "" for the base model
-    constraint_field: str = ""
-
-
-ContinuousRequest = PreparedRequest[RowSetup]
-
-
-@dataclass(eq=False)
-class _Slot:
-    row: int  # its row in the KV buffers (changes as slots are packed)
-    tokens: list[int] = field(default_factory=list)  # what its KV holds, in order
-    # How many first tokens were read as a prompt is (in chunks of two or more from the
-    # start): their KV is bit for bit what a request reading them afresh computes.
-    exact: int = 0
-    adapter: str = ""  # under which adapter those tokens were read
-    job: _Job | None = None
-    last_used: int = 0
-
-
-@dataclass(eq=False, kw_only=True)
-class _Job(SharedThreadRequest):
-    prepared: ContinuousRequest
-    sampler: RowSampler
-    detokenizer: DecodeStream
-    slot: _Slot | None = None
-    pending: list[int] = field(default_factory=list)  # prompt tokens still to read
-    next_token: int = -1  # chosen, not yet in the KV
-    held: list[TokenLogprob] = field(default_factory=list)  # logprobs awaiting their text
-
-
-@dataclass(frozen=True)
-class LoopShape:
-    slots: int
-    slot_tokens: int
-    prefill_tokens: int  # the most prompt tokens one iteration reads
-    name: str  # the model's, for the thread's name
-    stream_interval_s: float
-    batch_invariant: bool = False  # every request as a seeded one (`_exact`)
-
-
-class ContinuousLoop(SlotStepLoop[_Job]):
+class ContinuousLoop(SlotStepLoop[Job]):
     """One model's session and slots, stepped by one thread; `stream` runs a request."""
 
     what = "continuous batching loop"
@@ -120,20 +88,24 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         shape: LoopShape,
         reuse_prompts: bool = True,
         blocks: BlockLedger | None = None,
+        batch_decoder: PagedDecoder | None = None,
     ) -> None:
         super().__init__(
             f"ortgenai-continuous-{shape.name}",
             f"batch-{shape.name}",
             Handover(shape.stream_interval_s),
         )
-        self._decoder, self._tokenizer, self._grammars = decoder, tokenizer, grammars
+        self._decoders: tuple[Decoder | PagedDecoder, ...] = (decoder,)
+        if batch_decoder is not None:
+            self._decoders += (batch_decoder,)
+        self._tokenizer, self._grammars = tokenizer, grammars
         self._eos = eos_ids
         self.shape = shape
         self._reuse = reuse_prompts
         self._blocks = blocks if reuse_prompts else None  # KV events: the slots' caches
-        self._slots = [_Slot(row) for row in range(shape.slots)]
+        self._slots = [Slot(row) for row in range(shape.slots)]
         self._decoding = 0  # rows 0..decoding-1
-        self._reading: _Job | None = None  # at row `decoding`
+        self._reading: Job | None = None  # at row `decoding`
         self._uses = self._prompt_tokens_total = self._reused_tokens_total = 0
         self._token_texts: dict[int, str] = {}
         self.start()
@@ -142,7 +114,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
 
     def stream(self, request: ContinuousRequest, progress: GenerationProgress) -> GenerationEvents:
         params = request.params
-        job = _Job(
+        job = Job(
             **self._handed_over(request, progress),
             sampler=RowSampler(
                 params, request.prompt_ids, self._eos, request.min_tokens, self.token_text
@@ -162,9 +134,9 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         return self._decoding + (self._reading is not None)
 
     def cache_stats(self) -> PromptCacheStats:
-        cached = [s.tokens for s in list(self._slots) if s.job is None and s.tokens]
-        tokens = sum(len(t) for t in cached)
-        size = tokens * self._decoder.kv_bytes_per_token()
+        cached = [s for s in list(self._slots) if s.job is None and s.tokens]
+        tokens = sum(len(s.tokens) for s in cached)
+        size = sum(len(s.tokens) * self._decoders[s.kernels].kv_bytes_per_token() for s in cached)
         return PromptCacheStats(
             len(cached), tokens, size, self._prompt_tokens_total, self._reused_tokens_total
         )
@@ -173,10 +145,11 @@ class ContinuousLoop(SlotStepLoop[_Job]):
 
     def _open(self) -> None:
         """One read and one step, so the first request does not pay ORT's first runs."""
-        self._decoder.prefill(0, [0], 0)
-        self._decoder.decode(np.zeros(1, np.int64), np.ones(1, np.int64))
+        for decoder in self._decoders:
+            decoder.prefill(0, [0], 0)
+            decoder.decode(np.zeros(1, np.int64), np.ones(1, np.int64))
 
-    def _holding(self) -> list[_Job]:
+    def _holding(self) -> list[Job]:
         running = [s.job for s in self._slots if s.job is not None]
         return [*self._waiting, *running]
 
@@ -187,17 +160,18 @@ class ContinuousLoop(SlotStepLoop[_Job]):
     def _slot_free(self) -> bool:
         return self._reading is None and self.running() < self.shape.slots
 
-    def _resume(self, job: _Job) -> None:
+    def _resume(self, job: Job) -> None:
         job.paused = job.resume_sent = False
 
-    def _seat(self, job: _Job) -> None:
+    def _seat(self, job: Job) -> None:
         """Put `job` at row D, on the free slot whose cache its prompt continues."""
         prompt, adapter = job.prepared.prompt_ids, job.prepared.sampling.adapter
+        kernels = self._kernels_for(job)
         free = self._slots[self._decoding :]
-        holder, shared = self._cache_holder(prompt, adapter, free)
+        holder, shared = self._cache_holder(prompt, (adapter, kernels), free)
         if self._exact(job):  # only what a prompt read (the module's docstring)
             shared = min(shared, holder.exact)
-        source, live = self._live_prefix(prompt, adapter)
+        source, live = self._live_prefix(prompt, (adapter, kernels))
         if live > shared:  # a running request holds more of it: copied, not read again
             holder, shared = min(free, key=lambda s: s.last_used), live
             holder.tokens[:] = prompt[:live]
@@ -206,10 +180,10 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         reused = max(0, min(shared, len(prompt) - 2))
         del holder.tokens[reused:]
         holder.exact = len(prompt) if reused <= holder.exact else holder.exact
-        holder.adapter = adapter
+        holder.adapter, holder.kernels = adapter, kernels
         self._place(holder, self._decoding)
         if source is not None and live == shared:
-            self._decoder.kv.move(source.row, holder.row, reused)
+            self._decoders[kernels].kv.move(source.row, holder.row, reused)
         self._report(holder)
         self._prompt_tokens_total += len(prompt)
         self._reused_tokens_total += reused
@@ -218,39 +192,55 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         job.slot, job.pending = holder, prompt[reused:]
         self._reading = job
 
-    def _live_prefix(self, prompt: list[int], adapter: str) -> tuple[_Slot | None, int]:
+    def _kernels_for(self, job: Job) -> int:
+        """Which decoder reads and steps `job` (the module's docstring, "Two kernels")."""
+        if len(self._decoders) == 1 or job.prepared.sampling.adapter:
+            return 0
+        if self._exact(job):
+            return 1
+        return 0 if self._decoding == 0 and not self._waiting else 1
+
+    def _live_prefix(self, prompt: list[int], key: tuple[str, int]) -> tuple[Slot | None, int]:
         """The decoding slot holding the longest prefix of `prompt` read as a prompt (under
-        the same adapter), and its length: the n choices of one request, or requests that
-        share a long system prompt, read it once."""
-        best: tuple[_Slot | None, int] = (None, 0)
+        the same adapter, on the same kernels), and its length: the n choices of one
+        request, or requests that share a long system prompt, read it once."""
+        best: tuple[Slot | None, int] = (None, 0)
         if not self._reuse:
             return best
         for slot in self._slots[: self._decoding]:
-            if slot.adapter == adapter and slot.exact > best[1]:
+            if (slot.adapter, slot.kernels) == key and slot.exact > best[1]:
                 shared = shared_prefix(slot.tokens[: slot.exact], prompt)
                 if shared > best[1]:
                     best = (slot, shared)
         return best
 
     def _cache_holder(
-        self, prompt: list[int], adapter: str, free: list[_Slot]
-    ) -> tuple[_Slot, int]:
+        self, prompt: list[int], key: tuple[str, int], free: list[Slot]
+    ) -> tuple[Slot, int]:
         least_used = min(free, key=lambda s: s.last_used)
         if not self._reuse:
             return least_used, 0
-        scored = [(shared_prefix(s.tokens, prompt) if s.adapter == adapter else 0, s) for s in free]
-        shared, slot = max(scored, key=lambda pair: (pair[0], -pair[1].last_used))
+
+        def shared_with(slot: Slot) -> int:  # only a slot of the same adapter and kernels
+            return shared_prefix(slot.tokens, prompt) if (slot.adapter, slot.kernels) == key else 0
+
+        shared, slot = max(
+            ((shared_with(s), s) for s in free), key=lambda p: (p[0], -p[1].last_used)
+        )
         if shared <= SLOT_SIMILARITY * len(prompt):
             slot = least_used
-            shared = shared_prefix(slot.tokens, prompt) if slot.adapter == adapter else 0
+            shared = shared_with(slot)
         return slot, shared
 
-    def _place(self, slot: _Slot, row: int) -> None:
+    def _place(self, slot: Slot, row: int) -> None:
         """Move `slot` to `row`, and what was there to `slot`'s row."""
         other = self._slots[row]
         if other is slot:
             return
-        self._decoder.kv.swap(slot.row, row, len(slot.tokens), len(other.tokens))
+        for kernels, decoder in enumerate(self._decoders):  # each row's KV is in one
+            length = len(slot.tokens) if slot.kernels == kernels else 0
+            other_length = len(other.tokens) if other.kernels == kernels else 0
+            decoder.kv.swap(slot.row, row, length, other_length)
         self._slots[slot.row], self._slots[row] = other, slot
         other.row, slot.row = slot.row, row
 
@@ -268,7 +258,8 @@ class ContinuousLoop(SlotStepLoop[_Job]):
             count -= 1
         chunk, job.pending = job.pending[:count], job.pending[count:]
         try:
-            logits = self._decoder.prefill(slot.row, chunk, len(slot.tokens), slot.adapter)
+            decoder = self._decoders[slot.kernels]
+            logits = decoder.prefill(slot.row, chunk, len(slot.tokens), slot.adapter)
         except Exception as exc:
             del slot.tokens[:]  # its KV no longer matches its tokens
             self._finish(job, exc)
@@ -282,7 +273,11 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         self._chose(job, *self._choose(job, logits))
 
     def _decode(self) -> None:
-        jobs: list[_Job] = [self._slots[r].job for r in range(self._decoding)]  # type: ignore[misc]
+        if len(self._decoders) > 1:
+            self._gather()
+            if not self._decoding:
+                return
+        jobs: list[Job] = [self._slots[r].job for r in range(self._decoding)]  # type: ignore[misc]
         tokens = np.fromiter((job.next_token for job in jobs), np.int64, len(jobs))
         lengths = np.fromiter((len(self._slots[r].tokens) for r in range(len(jobs))), np.int64)
         rows = self._logits(tokens, lengths, jobs)
@@ -303,37 +298,61 @@ class ContinuousLoop(SlotStepLoop[_Job]):
             else:
                 self._chose(job, *self._choose(job, rows[index]))
 
+    def _gather(self) -> None:
+        """Move the base model's rows on ONNX Runtime's kernels to OpenVINO's once rows run
+        on both (the module's docstring): each re-reads its tokens so far there."""
+        decoding = self._slots[: self._decoding]
+        if all(slot.kernels == 0 for slot in decoding) or all(s.kernels == 1 for s in decoding):
+            return
+        chunk = self.shape.prefill_tokens
+        for slot in decoding:
+            if slot.kernels == 1 or slot.adapter:
+                continue
+            slot.kernels = 1  # its ONNX Runtime positions are left as they are, unread
+            try:
+                for start in range(0, len(slot.tokens), chunk):
+                    tokens = slot.tokens[start : start + chunk]
+                    self._decoders[1].prefill(slot.row, tokens, start)
+            except Exception as exc:
+                log.exception("moving a row to the batch kernels failed")
+                del slot.tokens[:]  # its KV no longer matches its tokens
+                assert slot.job is not None
+                self._finish(slot.job, exc)
+                return  # the rows were repacked; the next step looks again
+
     @staticmethod
-    def _plain(job: _Job) -> bool:
+    def _plain(job: Job) -> bool:
         """Whether the argmax of the raw logits is the job's choice."""
         sampler = job.sampler
         return sampler.plain and not sampler.masks_eos() and job.prepared.sampling.matcher is None
 
     def _logits(
-        self, tokens: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], jobs: list[_Job]
+        self, tokens: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], jobs: list[Job]
     ) -> np.ndarray[Any, Any] | None:
-        """The step's logits, one run per stretch of rows under the same adapter."""
+        """The step's logits, one run per stretch of rows on the same kernels and adapter."""
         stretches = []
         start = 0
         while start < len(jobs):
-            adapter, stop = self._slots[start].adapter, start + 1
-            while stop < len(jobs) and self._slots[stop].adapter == adapter:
+            key, stop = self._key(start), start + 1
+            while stop < len(jobs) and self._key(stop) == key:
                 stop += 1
-            stretches.append((start, stop, adapter))
+            stretches.append((start, stop, *key))
             start = stop
         try:
             if len(stretches) == 1 and not self._shadowed(jobs, 0, len(jobs)):
-                return self._decoder.decode(tokens, lengths, stretches[0][2])
-            out = np.empty((len(jobs), self._decoder.layout.vocab_size), np.float32)
-            for start, stop, adapter in stretches:
+                _, _, adapter, kernels = stretches[0]
+                return self._decoders[kernels].decode(tokens, lengths, adapter)
+            out = np.empty((len(jobs), self._decoders[0].layout.vocab_size), np.float32)
+            for start, stop, adapter, kernels in stretches:
+                decoder = self._decoders[kernels]
                 if not self._shadowed(jobs, start, stop):
-                    out[start:stop] = self._decoder.decode(
+                    out[start:stop] = decoder.decode(
                         tokens[start:stop], lengths[start:stop], adapter, first=start
                     )
                     continue
                 pair_tokens = np.array([tokens[start], 0], np.int64)
                 pair_lengths = np.array([lengths[start], self._shadow_length(stop)], np.int64)
-                pair = self._decoder.decode(pair_tokens, pair_lengths, adapter, first=start)
+                pair = decoder.decode(pair_tokens, pair_lengths, adapter, first=start)
                 out[start] = pair[0]
             return out
         except Exception as exc:
@@ -344,11 +363,18 @@ class ContinuousLoop(SlotStepLoop[_Job]):
                 self._finish(job, exc)
             return None
 
-    def _shadowed(self, jobs: list[_Job], start: int, stop: int) -> bool:
-        """Whether rows start..stop-1 are one row that must get a batch's kernels."""
-        return stop - start < MIN_DECODE_ROWS and self._exact(jobs[start])
+    def _key(self, row: int) -> tuple[str, int]:
+        slot = self._slots[row]
+        return slot.adapter, slot.kernels
 
-    def _exact(self, job: _Job) -> bool:
+    def _shadowed(self, jobs: list[Job], start: int, stop: int) -> bool:
+        """Whether rows start..stop-1 are one row that must get a batch's kernels."""
+        slot = jobs[start].slot
+        assert slot is not None
+        rows = self._decoders[slot.kernels].min_exact_rows
+        return stop - start < rows and self._exact(jobs[start])
+
+    def _exact(self, job: Job) -> bool:
         """Whether `job`'s tokens must not depend on other traffic (the docstring's)."""
         return self.shape.batch_invariant or job.prepared.params.seed is not None
 
@@ -365,7 +391,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
             slot.exact = min(slot.exact, last)
         return len(slot.tokens)
 
-    def _choose(self, job: _Job, logits: np.ndarray[Any, Any]) -> tuple[int, TokenLogprob | None]:
+    def _choose(self, job: Job, logits: np.ndarray[Any, Any]) -> tuple[int, TokenLogprob | None]:
         sampler, matcher = job.sampler, job.prepared.sampling.matcher
         if self._plain(job):
             return int(np.argmax(logits)), None
@@ -380,7 +406,7 @@ class ContinuousLoop(SlotStepLoop[_Job]):
 
         return sampler.choose(sampler.scores(logits, constrain))
 
-    def _chose(self, job: _Job, token: int, logprob: TokenLogprob | None) -> None:
+    def _chose(self, job: Job, token: int, logprob: TokenLogprob | None) -> None:
         """`token` is `job`'s next: emit its text, or end the job."""
         prepared, slot = job.prepared, job.slot
         assert slot is not None
@@ -407,10 +433,10 @@ class ContinuousLoop(SlotStepLoop[_Job]):
         full = len(slot.tokens) >= self.shape.slot_tokens
         self._went_out(job, token, generated >= prepared.max_tokens or full)
 
-    def _read_next(self, job: _Job, token: int) -> None:
+    def _read_next(self, job: Job, token: int) -> None:
         job.next_token = token
 
-    def _finish(self, job: _Job, item: StreamEvent | None) -> None:
+    def _finish(self, job: Job, item: StreamEvent | None) -> None:
         """End `job` with `item` (None: its consumer left); its slot keeps its tokens."""
         slot = job.slot
         if slot is not None:
@@ -426,11 +452,11 @@ class ContinuousLoop(SlotStepLoop[_Job]):
             self._emit(job, item)
         self._release(job)
 
-    def _report(self, slot: _Slot) -> None:
+    def _report(self, slot: Slot) -> None:
         if self._blocks is not None:  # an adapter's blocks under its model's name
             self._blocks.held(slot, slot.tokens, slot.adapter, slot.adapter.split("#")[0])
 
-    def _unpack(self, slot: _Slot) -> None:
+    def _unpack(self, slot: Slot) -> None:
         """A decoding slot just freed: the last decoding row takes its place, and the
         request being read, if any, moves down beside them."""
         last = self._decoding - 1

@@ -22,8 +22,9 @@ from inferwire.backends.ort_genai.continuous.guidance import (
     Grammars,
     refuse_minimum_with_constraint,
 )
-from inferwire.backends.ort_genai.continuous.loop import ContinuousLoop, LoopShape, RowSetup
+from inferwire.backends.ort_genai.continuous.loop import ContinuousLoop
 from inferwire.backends.ort_genai.continuous.paged_decoder import PagedDecoder
+from inferwire.backends.ort_genai.continuous.rows import LoopShape, RowSetup
 from inferwire.backends.ort_genai.model import check_vocabulary, search_defaults
 from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import ConfigurationError
@@ -50,7 +51,8 @@ class ContinuousSettings:
     batch_invariant: bool
     name: str
     kv_blocks: BlockLedger | None = None  # where the slots' caches are reported (KV events)
-    gguf: Path | None = None  # set: OpenVINO runs this GGUF (paged_decoder.py)
+    gguf: Path | None = None  # what OpenVINO runs with kernels openvino or both
+    kernels: str = "onnxruntime"  # the backend option: onnxruntime, openvino or both
 
 
 class ContinuousModel:
@@ -77,10 +79,15 @@ class ContinuousModel:
         self.grammars = Grammars(tokenizer_json, self.vocab_size, self.eos_token_ids)
         size = (config, settings.threads, settings.slots, settings.slot_tokens)
         self.decoder: Decoder | PagedDecoder
-        if settings.gguf is not None:
+        batch_decoder = None  # kernels: both: OpenVINO's beside ONNX Runtime's (loop.py)
+        if settings.kernels == "openvino":
+            assert settings.gguf is not None
             self.decoder = PagedDecoder(settings.gguf, *size)
         else:
             self.decoder = Decoder(path, *size)
+            if settings.kernels == "both":
+                assert settings.gguf is not None
+                batch_decoder = PagedDecoder(settings.gguf, *size)
         shape = LoopShape(
             settings.slots,
             settings.slot_tokens,
@@ -97,9 +104,12 @@ class ContinuousModel:
             shape,
             settings.reuse_prompts,
             settings.kv_blocks,
+            batch_decoder,
         )
         self._kv_blocks = settings.kv_blocks
-        self.kernels = "ONNX Runtime" if settings.gguf is None else "OpenVINO"
+        self.kernels = {"openvino": "OpenVINO", "both": "ONNX Runtime and OpenVINO"}.get(
+            settings.kernels, "ONNX Runtime"
+        )
 
     def sampling_defaults(self) -> dict[str, Any]:
         """What an unset parameter means: the og paths' defaults, and the `search` block's

@@ -67,6 +67,8 @@ class PagedDecoder:
     """OpenVINO's compiled paged model and its KV blocks; `prefill` and `decode` as
     decoder.Decoder's. Used by one thread (the step loop's)."""
 
+    min_exact_rows = 1  # f32: a row alone rounds as in any batch (tested), so no shadow
+
     def __init__(
         self,
         gguf: Path,
@@ -123,7 +125,8 @@ class PagedDecoder:
 
     def add_adapter(self, key: str, file: Path) -> None:
         raise ConfigurationError(
-            "options.kernels is 'openvino': LoRA adapters run on the onnxruntime kernels only"
+            "options.kernels is 'openvino': LoRA adapters run on ONNX Runtime's kernels "
+            "(kernels: onnxruntime or both)"
         )
 
     def probe(self, adapter: str) -> None:  # no adapter is ever added
@@ -195,7 +198,8 @@ def imported_gguf(folder: Path) -> Path:
     if record.get("source_kind") != "gguf" or not source.is_file():
         raise ConfigurationError(
             f"options.gguf is unset and {record_file} names no GGUF that is on this machine: "
-            "options.kernels 'openvino' runs the GGUF a folder was imported from; set options.gguf"
+            "options.kernels 'openvino' and 'both' run the GGUF a folder was imported from; "
+            "set options.gguf"
         )
     digest = hashlib.sha256()
     with source.open("rb") as file:

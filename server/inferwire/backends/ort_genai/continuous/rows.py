@@ -1,0 +1,65 @@
+"""What continuous/loop.py keeps for each request and each KV row (its module docstring
+says how they move)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import llguidance
+from tokenizers.decoders import DecodeStream
+
+from inferwire.backends.ort_genai.continuous.sampler import RowSampler
+from inferwire.backends.threaded.shared_thread import SharedThreadRequest
+from inferwire.core.prepared import PreparedRequest
+from inferwire.core.results import TokenLogprob
+
+
+@dataclass(frozen=True)
+class RowSetup:
+    """What a request brings besides its prompt: its constraint's matcher, compiled before
+    it is sent (a grammar that does not compile is refused first), and its adapter."""
+
+    matcher: llguidance.LLMatcher | None = None
+    adapter: str = ""  # "" for the base model
+    constraint_field: str = ""
+
+
+ContinuousRequest = PreparedRequest[RowSetup]
+
+
+@dataclass(eq=False)
+class Slot:
+    """A row of the KV buffers and the tokens it holds: a request's, or a free slot's cache."""
+
+    row: int  # its row in the KV buffers (changes as slots are packed)
+    tokens: list[int] = field(default_factory=list)  # what its KV holds, in order
+    # How many first tokens were read as a prompt is (in chunks of two or more from the
+    # start): their KV is bit for bit what a request reading them afresh computes.
+    exact: int = 0
+    adapter: str = ""  # under which adapter those tokens were read
+    kernels: int = 0  # the decoder holding its KV (an index of loop.py's `_decoders`)
+    job: Job | None = None
+    last_used: int = 0
+
+
+@dataclass(eq=False, kw_only=True)
+class Job(SharedThreadRequest):
+    """A request in the loop: its sampler, its text so far and its slot once seated."""
+
+    prepared: ContinuousRequest
+    sampler: RowSampler
+    detokenizer: DecodeStream
+    slot: Slot | None = None
+    pending: list[int] = field(default_factory=list)  # prompt tokens still to read
+    next_token: int = -1  # chosen, not yet in the KV
+    held: list[TokenLogprob] = field(default_factory=list)  # logprobs awaiting their text
+
+
+@dataclass(frozen=True)
+class LoopShape:
+    slots: int
+    slot_tokens: int
+    prefill_tokens: int  # the most prompt tokens one iteration reads
+    name: str  # the model's, for the thread's name
+    stream_interval_s: float
+    batch_invariant: bool = False  # every request as a seeded one (loop.py's `_exact`)
