@@ -2,8 +2,8 @@
 6 turns, each turn's whole history resent through OpenAI's chat API, 64 greedy tokens a
 reply) on SmolLM2, each server on CPU 0 with one compute thread and the load on CPU 1:
 
-- the continuous path as configured by default (its slots keep each conversation's KV,
-  so a turn reads only its new messages);
+- the continuous path on both kernels (engines_smollm2's; its slots keep each
+  conversation's KV, so a turn reads only its new messages);
 - the same path with `prompt_cache: false`: the re-prefilling path, which reads every
   turn's whole history again (the issue's yardstick for growth);
 - llama-server on the Q4_1 GGUF (its `cache_prompt`, on by default).
@@ -29,8 +29,8 @@ from tests.support.process import INFERWIRE, start_serving_server, stop_server_p
 
 SERVERS = ("continuous", "continuous_reprefill", "llama_server")
 LABELS = {
-    "continuous": "inferwire, continuous path",
-    "continuous_reprefill": "inferwire, continuous path, prompt_cache: false",
+    "continuous": "inferwire, continuous path, both kernels",
+    "continuous_reprefill": "inferwire, continuous path, both kernels, prompt_cache: false",
     "llama_server": "llama-server",
 }
 SLOT_TOKENS = 1024  # a conversation's whole history (under 900 tokens)
@@ -48,6 +48,7 @@ def _inferwire(prompt_cache: bool, cpu: int, scratch: Path) -> Any:
             "threads": 1,
             "slot_tokens": SLOT_TOKENS,
             "prompt_cache": prompt_cache,
+            "kernels": "both",
         },
     }
     config = scratch / f"inferwire-{prompt_cache}.yaml"

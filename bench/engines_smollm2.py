@@ -1,5 +1,7 @@
-"""The CPU engines on SmolLM2-135M-Instruct in one closed loop: inferwire's CPU default (the
-continuous path on the int4 import, through `inferwire serve`, over gRPC and over HTTP)
+"""The CPU engines on SmolLM2-135M-Instruct in one closed loop: inferwire's continuous path
+on both kernels (`kernels: both`: ONNX Runtime's on the int4 import for a lone stream,
+OpenVINO's on the GGUF it came from for a batch; through `inferwire serve`, over gRPC and
+over HTTP)
 against llama.cpp's `llama-server` on the Q4_1 GGUF the import came from (over HTTP, as
 its users call it), OpenVINO GenAI's continuous-batching pipeline on the same GGUF,
 driven directly (no server around it: the most a server on it could make), and
@@ -182,7 +184,7 @@ def _http_client() -> httpx.AsyncClient:
 
 
 def run_inferwire(
-    min_seconds: float, kernels: str = "onnxruntime", doors: tuple[str, ...] = ("grpc", "http")
+    min_seconds: float, kernels: str = "both", doors: tuple[str, ...] = ("grpc", "http")
 ) -> dict[str, list[dict[str, Any]]]:
     entry = {
         "name": "smollm2",
@@ -269,15 +271,13 @@ def run_openvino(min_seconds: float) -> dict[str, Any]:
 ENGINES = (
     "inferwire_grpc",
     "inferwire_http",
-    "inferwire_openvino_grpc",
     "llama_server",
     "openvino",
     "og",
 )
 LABELS = {
-    "inferwire_grpc": "inferwire, continuous path (gRPC)",
-    "inferwire_http": "inferwire, continuous path (HTTP)",
-    "inferwire_openvino_grpc": "inferwire, continuous path on OpenVINO's kernels (gRPC)",
+    "inferwire_grpc": "inferwire, continuous path, both kernels (gRPC)",
+    "inferwire_http": "inferwire, continuous path, both kernels (HTTP)",
     "llama_server": "llama-server (HTTP)",
     "openvino": "OpenVINO GenAI CB pipeline, direct",
     "og": "onnxruntime-genai og.Generator, direct",
@@ -301,16 +301,13 @@ def run(options: RunOptions) -> ScenarioResult:
     rounds = 1 if options.quick else 2
     cells: dict[str, list[dict[str, Any]]] = {engine: [] for engine in ENGINES}
     openvino_report: dict[str, Any] = {}
-    turns = ("inferwire", "inferwire_openvino", "llama_server", "openvino", "og")
+    turns = ("inferwire", "llama_server", "openvino", "og")
     for round_index in range(rounds):
         shift = round_index % len(turns)  # the first of a round rotates
         for engine in turns[shift:] + turns[:shift]:
             if engine == "inferwire":
                 for name, made in run_inferwire(min_seconds).items():
                     cells[name] += [{**c, "round": round_index} for c in made]
-            elif engine == "inferwire_openvino":
-                (made,) = run_inferwire(min_seconds, "openvino", ("grpc",)).values()
-                cells["inferwire_openvino_grpc"] += [{**c, "round": round_index} for c in made]
             elif engine == "llama_server":
                 made = run_llama_server(min_seconds)
                 cells["llama_server"] += [{**c, "round": round_index} for c in made]
@@ -337,7 +334,7 @@ def _result(
         best = {engine: _best(cells[engine], c) for engine in ENGINES}
         top_peer = max(PEER_KEYS, key=lambda e: best[e]["tokens_per_s"])
         direct = min(DIRECT, key=lambda e: best[e]["ttft_p50_ms"])
-        for door in ("grpc", "http", "openvino_grpc"):
+        for door in ("grpc", "http"):
             ours = best[f"inferwire_{door}"]
             for peer, key in PEER_KEYS.items():
                 theirs = best[peer]
@@ -402,9 +399,10 @@ def _result(
     notes = [
         f"CPU {machine.get('model_name', '?')}, flags {' '.join(machine.get('flags', []))}; "
         "each engine on CPU 0 with one compute thread, the load (this process) on CPU 1.",
-        "Kernels: inferwire, ONNX Runtime's MatMulNBits (int4 weights, int8 compute where "
-        "the CPU has it) and GroupQueryAttention; llama.cpp, its Q4_1 kernels for this CPU "
-        "(ggml's CPU backend, built with -march=native); OpenVINO: "
+        "Kernels: inferwire, for a lone stream ONNX Runtime's MatMulNBits (int4 weights, "
+        "int8 compute where the CPU has it) and GroupQueryAttention, for a batch OpenVINO's "
+        "paged model of the GGUF (u4 weights, f32 compute and KV cache); llama.cpp, its "
+        "Q4_1 kernels for this CPU (ggml's CPU backend, built with -march=native); OpenVINO: "
         f"{json.dumps(openvino.get('kernels', {}).get('primitives', {}))}",
         "og: onnxruntime-genai's og.Generator on the same ONNX file, driven directly; a "
         "generator cannot share a step, so its streams take turns (its one-stream rate at "
