@@ -57,6 +57,8 @@ from inferwire.backends.ort_genai.continuous.rows import (
     Job,
     LoopShape,
     Slot,
+    cache_holder,
+    live_prefix,
 )
 from inferwire.backends.ort_genai.continuous.sampler import RowSampler, greedy_tokens
 from inferwire.backends.threaded.consumer import StreamEvent
@@ -66,12 +68,9 @@ from inferwire.core.backend import GenerationEvents, GenerationProgress
 from inferwire.core.errors import FieldViolation, InvalidArgumentError
 from inferwire.core.facts import PromptCacheStats
 from inferwire.core.kv_blocks import BlockLedger
-from inferwire.core.prefix import shared_prefix
 from inferwire.core.results import FinishReason, TextDelta, TokenLogprob
 
 log = logging.getLogger(__name__)
-
-SLOT_SIMILARITY = 0.1  # as the llama-cpp backend's (llama-server's --slot-prompt-similarity)
 
 
 class ContinuousLoop(SlotStepLoop[Job]):
@@ -168,10 +167,11 @@ class ContinuousLoop(SlotStepLoop[Job]):
         prompt, adapter = job.prepared.prompt_ids, job.prepared.sampling.adapter
         kernels = self._kernels_for(job)
         free = self._slots[self._decoding :]
-        holder, shared = self._cache_holder(prompt, (adapter, kernels), free)
+        holder, shared = cache_holder(free, prompt, (adapter, kernels), self._reuse)
         if self._exact(job):  # only what a prompt read (the module's docstring)
             shared = min(shared, holder.exact)
-        source, live = self._live_prefix(prompt, (adapter, kernels))
+        decoding = self._slots[: self._decoding] if self._reuse else []
+        source, live = live_prefix(decoding, prompt, (adapter, kernels))
         if live > shared:  # a running request holds more of it: copied, not read again
             holder, shared = min(free, key=lambda s: s.last_used), live
             holder.tokens[:] = prompt[:live]
@@ -199,38 +199,6 @@ class ContinuousLoop(SlotStepLoop[Job]):
         if self._exact(job):
             return 1
         return 0 if self._decoding == 0 and not self._waiting else 1
-
-    def _live_prefix(self, prompt: list[int], key: tuple[str, int]) -> tuple[Slot | None, int]:
-        """The decoding slot holding the longest prefix of `prompt` read as a prompt (under
-        the same adapter, on the same kernels), and its length: the n choices of one
-        request, or requests that share a long system prompt, read it once."""
-        best: tuple[Slot | None, int] = (None, 0)
-        if not self._reuse:
-            return best
-        for slot in self._slots[: self._decoding]:
-            if (slot.adapter, slot.kernels) == key and slot.exact > best[1]:
-                shared = shared_prefix(slot.tokens[: slot.exact], prompt)
-                if shared > best[1]:
-                    best = (slot, shared)
-        return best
-
-    def _cache_holder(
-        self, prompt: list[int], key: tuple[str, int], free: list[Slot]
-    ) -> tuple[Slot, int]:
-        least_used = min(free, key=lambda s: s.last_used)
-        if not self._reuse:
-            return least_used, 0
-
-        def shared_with(slot: Slot) -> int:  # only a slot of the same adapter and kernels
-            return shared_prefix(slot.tokens, prompt) if (slot.adapter, slot.kernels) == key else 0
-
-        shared, slot = max(
-            ((shared_with(s), s) for s in free), key=lambda p: (p[0], -p[1].last_used)
-        )
-        if shared <= SLOT_SIMILARITY * len(prompt):
-            slot = least_used
-            shared = shared_with(slot)
-        return slot, shared
 
     def _place(self, slot: Slot, row: int) -> None:
         """Move `slot` to `row`, and what was there to `slot`'s row."""

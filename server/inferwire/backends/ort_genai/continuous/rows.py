@@ -1,5 +1,5 @@
 """What continuous/loop.py keeps for each request and each KV row (its module docstring
-says how they move)."""
+says how they move), and how it picks the slot a new request is read into."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ from tokenizers.decoders import DecodeStream
 
 from inferwire.backends.ort_genai.continuous.sampler import RowSampler
 from inferwire.backends.threaded.shared_thread import SharedThreadRequest
+from inferwire.core.prefix import shared_prefix
 from inferwire.core.prepared import PreparedRequest
 from inferwire.core.results import TokenLogprob
+
+SLOT_SIMILARITY = 0.1  # as the llama-cpp backend's (llama-server's --slot-prompt-similarity)
+SlotKey = tuple[str, int]  # a slot's adapter and kernels: whose requests its cache serves
 
 
 @dataclass(frozen=True)
@@ -63,3 +67,35 @@ class LoopShape:
     name: str  # the model's, for the thread's name
     stream_interval_s: float
     batch_invariant: bool = False  # every request as a seeded one (loop.py's `_exact`)
+
+
+def live_prefix(decoding: list[Slot], prompt: list[int], key: SlotKey) -> tuple[Slot | None, int]:
+    """The decoding slot holding the longest prefix of `prompt` read as a prompt (under
+    the same adapter, on the same kernels), and its length: the n choices of one request,
+    or requests that share a long system prompt, read it once."""
+    best: tuple[Slot | None, int] = (None, 0)
+    for slot in decoding:
+        if (slot.adapter, slot.kernels) == key and slot.exact > best[1]:
+            shared = shared_prefix(slot.tokens[: slot.exact], prompt)
+            if shared > best[1]:
+                best = (slot, shared)
+    return best
+
+
+def cache_holder(
+    free: list[Slot], prompt: list[int], key: SlotKey, reuse: bool
+) -> tuple[Slot, int]:
+    """The free slot whose cache `prompt` continues furthest (more than SLOT_SIMILARITY of
+    it, else the least recently used: llama-server's choice), and how far."""
+    least_used = min(free, key=lambda s: s.last_used)
+    if not reuse:
+        return least_used, 0
+
+    def shared_with(slot: Slot) -> int:  # only a slot of the same adapter and kernels
+        return shared_prefix(slot.tokens, prompt) if (slot.adapter, slot.kernels) == key else 0
+
+    shared, slot = max(((shared_with(s), s) for s in free), key=lambda p: (p[0], -p[1].last_used))
+    if shared <= SLOT_SIMILARITY * len(prompt):
+        slot = least_used
+        shared = shared_with(slot)
+    return slot, shared
