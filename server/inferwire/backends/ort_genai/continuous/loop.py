@@ -2,9 +2,12 @@
 
 Each iteration reads one chunk of one prompt (`prefill_tokens` at most) and then takes
 one decode step of every running request together, so a request joins the running batch
-as soon as its prompt is read and leaves it when it ends; 32 streams read the weights once
-a step. A step's rows are contiguous (decoder.py binds rows 0..n-1), so the slots are
-kept packed:
+as soon as its prompt is read (its first token goes out then, before the step) and leaves
+it when it ends; 32 streams read the weights once a step. One prompt an iteration, not
+every waiting one in one run: in a closed loop of equal answers, prompts read together end
+together and come back together, and each wave waits for the whole wave's read (8 streams
+on OpenVINO's kernels: TTFT p50 749 against 308 ms, the notebook). A step's rows are
+contiguous (decoder.py binds rows 0..n-1), so the slots are kept packed:
 
     rows 0 .. D-1   the requests decoding
     row D           the request whose prompt is being read, if any
@@ -28,16 +31,18 @@ its tokens depend on its own inputs only. An unseeded row alone steps alone (9.9
 11.3 ms a step, SmolLM2 on AVX2) and takes the whole cached conversation, so its greedy
 text can differ from a batched one's, as vLLM's can (docs/generation.md has the rate).
 
-Two kernels (`kernels: both`). A second decoder (paged_decoder.py, OpenVINO's kernels on
+Two kernels (`kernels: both`). A second decoder (paged_decoder.py: OpenVINO's kernels on
 the GGUF the folder came from) steps batches for about half ONNX Runtime's CPU but a lone
 row for 1.35x (bench/openvino_decoder.py). Each slot's KV lives in one decoder
 (`Slot.kernels`); a request is read and stepped where it was seated (`_kernels_for`): an
 unseeded request that would run alone, and an adapter's, on ONNX Runtime's; every other
-on OpenVINO's, a seeded one always (they round a row alike in any batch, so it needs no
-shadow). Once others join a lone request, its tokens so far are read again into its row's
-OpenVINO blocks and it steps with them (`_gather`): a row on ONNX Runtime's beside a batch
-costs a run of its own every step. A slot's cache serves only requests on its kernels; a
-step runs one stretch of rows per kernels and adapter.
+on OpenVINO's, a seeded one always (they round a row alike in any batch: no shadow). A
+lone request whose prompt continues no cache on ONNX Runtime's is read on OpenVINO's (0.7x
+the CPU), and its KV copied to its ONNX Runtime row if it is still alone (`_hand_off`: the
+two hold KV alike, 3-15% apart, as their weights are). Once others join a lone
+request, its tokens so far are read again into OpenVINO blocks and it steps with them
+(`_gather`): a row on ONNX Runtime's beside a batch costs a run of its own every step. A
+slot's cache serves only requests on its kernels.
 """
 
 from __future__ import annotations
@@ -53,12 +58,14 @@ from inferwire.backends.ort_genai.continuous.decoder import Decoder
 from inferwire.backends.ort_genai.continuous.guidance import Grammars, allowed, apply_mask
 from inferwire.backends.ort_genai.continuous.paged_decoder import PagedDecoder
 from inferwire.backends.ort_genai.continuous.rows import (
+    SLOT_SIMILARITY,
     ContinuousRequest,
     Job,
     LoopShape,
     Slot,
     cache_holder,
     live_prefix,
+    row_stretches,
 )
 from inferwire.backends.ort_genai.continuous.sampler import RowSampler, greedy_tokens
 from inferwire.backends.threaded.consumer import StreamEvent
@@ -168,6 +175,10 @@ class ContinuousLoop(SlotStepLoop[Job]):
         kernels = self._kernels_for(job)
         free = self._slots[self._decoding :]
         holder, shared = cache_holder(free, prompt, (adapter, kernels), self._reuse)
+        lone = kernels == 0 and len(self._decoders) > 1 and not adapter
+        if lone and shared <= SLOT_SIMILARITY * len(prompt):  # OpenVINO's read it faster
+            kernels, job.hand_off = 1, True
+            holder, shared = cache_holder(free, prompt, (adapter, kernels), self._reuse)
         if self._exact(job):  # only what a prompt read (the module's docstring)
             shared = min(shared, holder.exact)
         decoding = self._slots[: self._decoding] if self._reuse else []
@@ -215,6 +226,7 @@ class ContinuousLoop(SlotStepLoop[Job]):
     def _step(self) -> None:
         if self._reading is not None:
             self._read()
+            self._handover.flush(force=False)  # a first token goes before the step it joins
         if self._decoding:
             self._decode()
 
@@ -237,6 +249,8 @@ class ContinuousLoop(SlotStepLoop[Job]):
         if job.pending:
             return
         self._reading = None
+        if job.hand_off and not (self._decoding or self._waiting):
+            self._hand_off(slot)
         self._decoding += 1  # its row is the first after the decoding ones
         self._chose(job, *self._choose(job, logits))
 
@@ -265,6 +279,17 @@ class ContinuousLoop(SlotStepLoop[Job]):
                 self._chose(job, int(greedy[index]), None)
             else:
                 self._chose(job, *self._choose(job, rows[index]))
+
+    def _hand_off(self, slot: Slot) -> None:
+        """A lone request read on OpenVINO's kernels steps on ONNX Runtime's (the module's
+        docstring): its row's KV is copied there."""
+        paged, decoder = self._decoders[1], self._decoders[0]
+        assert isinstance(paged, PagedDecoder) and isinstance(decoder, Decoder)
+        length = len(slot.tokens)
+        held = paged.kv.positions(slot.row, length)
+        for buffer, positions in zip(decoder.kv.buffers, held, strict=True):
+            buffer[slot.row, :, :length] = positions
+        slot.kernels, slot.exact = 0, 0  # not what ONNX Runtime's kernels would read
 
     def _gather(self) -> None:
         """Move the base model's rows on ONNX Runtime's kernels to OpenVINO's once rows run
@@ -298,14 +323,7 @@ class ContinuousLoop(SlotStepLoop[Job]):
         self, tokens: np.ndarray[Any, Any], lengths: np.ndarray[Any, Any], jobs: list[Job]
     ) -> np.ndarray[Any, Any] | None:
         """The step's logits, one run per stretch of rows on the same kernels and adapter."""
-        stretches = []
-        start = 0
-        while start < len(jobs):
-            key, stop = self._key(start), start + 1
-            while stop < len(jobs) and self._key(stop) == key:
-                stop += 1
-            stretches.append((start, stop, *key))
-            start = stop
+        stretches = row_stretches(self._slots[: len(jobs)])
         try:
             if len(stretches) == 1 and not self._shadowed(jobs, 0, len(jobs)):
                 _, _, adapter, kernels = stretches[0]
@@ -330,10 +348,6 @@ class ContinuousLoop(SlotStepLoop[Job]):
                 del job.slot.tokens[:]  # its KV no longer matches its tokens
                 self._finish(job, exc)
             return None
-
-    def _key(self, row: int) -> tuple[str, int]:
-        slot = self._slots[row]
-        return slot.adapter, slot.kernels
 
     def _shadowed(self, jobs: list[Job], start: int, stop: int) -> bool:
         """Whether rows start..stop-1 are one row that must get a batch's kernels."""

@@ -62,6 +62,16 @@ class PagedKv:
         """Rows `a` and `b` trade their positions (their block tables)."""
         self.tables[a], self.tables[b] = self.tables[b], self.tables[a]
 
+    def positions(self, row: int, length: int) -> list[npt.NDArray[Any]]:
+        """Row `row`'s first `length` positions in each cache (per layer: key, then value),
+        each [heads, length, head_size]: decoder.py's KvSlots hold a row so."""
+        blocks = self.tables[row][: -(-length // BLOCK_TOKENS)]
+        held = []
+        for cache in self._caches:
+            run = cache[blocks].transpose(1, 0, 2, 3)  # heads, blocks, BLOCK_TOKENS, size
+            held.append(run.reshape(run.shape[0], -1, run.shape[3])[:, :length])
+        return held
+
 
 class PagedDecoder:
     """OpenVINO's compiled paged model and its KV blocks; `prefill` and `decode` as
@@ -105,16 +115,16 @@ class PagedDecoder:
         self._request = self._compiled.create_infer_request()
         row_blocks = -(-slot_tokens // BLOCK_TOKENS)
         rows = slots + 1  # a spare row after the slots: the shadow of a lone row (loop.py)
+        ports = {port.get_any_name(): port for port in self._compiled.inputs}
         caches = []
-        for port in self._compiled.inputs:
-            if port.get_any_name().startswith(_CACHES):
-                shape = [
-                    rows * row_blocks if d.is_dynamic else d.get_length()
-                    for d in port.get_partial_shape()
-                ]
-                tensor = ov.Tensor(port.get_element_type(), shape)
-                self._request.set_tensor(port.get_any_name(), tensor)
-                caches.append(tensor.data)
+        for name in (f"{kind}{i}" for i in range(self.layout.layers) for kind in _CACHES):
+            shape = [
+                rows * row_blocks if d.is_dynamic else d.get_length()
+                for d in ports[name].get_partial_shape()
+            ]
+            tensor = ov.Tensor(ports[name].get_element_type(), shape)
+            self._request.set_tensor(name, tensor)
+            caches.append(tensor.data)  # per layer: key, then value (as DecoderLayout.past)
         self.kv = PagedKv(caches, rows, row_blocks)
         self.kv_dtype = np.dtype(caches[0].dtype)
         self._bytes_per_token = self.kv.nbytes // (rows * row_blocks * BLOCK_TOKENS)

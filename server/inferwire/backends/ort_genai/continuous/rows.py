@@ -4,6 +4,7 @@ says how they move), and how it picks the slot a new request is read into."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import groupby
 
 import llguidance
 from tokenizers.decoders import DecodeStream
@@ -56,6 +57,7 @@ class Job(SharedThreadRequest):
     slot: Slot | None = None
     pending: list[int] = field(default_factory=list)  # prompt tokens still to read
     next_token: int = -1  # chosen, not yet in the KV
+    hand_off: bool = False  # read on OpenVINO's kernels, to step on ONNX Runtime's if alone
     held: list[TokenLogprob] = field(default_factory=list)  # logprobs awaiting their text
 
 
@@ -99,3 +101,14 @@ def cache_holder(
         slot = least_used
         shared = shared_with(slot)
     return slot, shared
+
+
+def row_stretches(slots: list[Slot]) -> list[tuple[int, int, str, int]]:
+    """The runs of consecutive rows under the same adapter on the same kernels, as
+    (start, stop, adapter, kernels): a decode step runs each on its own."""
+    stretches, start = [], 0
+    for (adapter, kernels), run in groupby(slots, key=lambda slot: (slot.adapter, slot.kernels)):
+        stop = start + len(list(run))
+        stretches.append((start, stop, adapter, kernels))
+        start = stop
+    return stretches
