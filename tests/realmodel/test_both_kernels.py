@@ -60,8 +60,7 @@ def greedy(decoders: dict[str, Any]) -> Iterator[dict[str, str]]:
 
     texts = {name: text(decoders[name].prefill(0, ids, 0), decoders[name]) for name in KERNELS}
     first = paged.prefill(0, ids, 0).copy()
-    for buffer, held in zip(ort.kv.buffers, paged.kv.positions(0, len(ids)), strict=True):
-        buffer[0, :, : len(ids)] = held
+    ort.kv.write(0, paged.kv.positions(0, len(ids)))
     texts["handed"] = text(first, ort)
     assert len(set(texts.values())) == 3, texts  # else this file tells nothing
     yield texts

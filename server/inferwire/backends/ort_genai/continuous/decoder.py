@@ -104,6 +104,12 @@ class KvSlots:
             for buffer in self.buffers:
                 buffer[target, :, :length] = buffer[source, :, :length]
 
+    def write(self, row: int, positions: list[npt.NDArray[Any]]) -> None:
+        """Row `row` holds `positions`, one [heads, length, head_size] per buffer (in
+        DecoderLayout.past's order), as its first positions."""
+        for buffer, held in zip(self.buffers, positions, strict=True):
+            buffer[row, :, : held.shape[1]] = held
+
     def swap(self, a: int, b: int, length_a: int, length_b: int) -> None:
         """Rows `a` and `b` trade their filled positions."""
         if a == b:

@@ -204,7 +204,8 @@ class ContinuousLoop(SlotStepLoop[Job]):
         self._reading = job
 
     def _kernels_for(self, job: Job) -> int:
-        """Which decoder reads and steps `job` (the module's docstring, "Two kernels")."""
+        """Which decoder steps `job` (the module's docstring, "Two kernels"); `_seat` may
+        have a lone one read on OpenVINO's first."""
         if len(self._decoders) == 1 or job.prepared.sampling.adapter:
             return 0
         if self._exact(job):
@@ -285,10 +286,7 @@ class ContinuousLoop(SlotStepLoop[Job]):
         docstring): its row's KV is copied there."""
         paged, decoder = self._decoders[1], self._decoders[0]
         assert isinstance(paged, PagedDecoder) and isinstance(decoder, Decoder)
-        length = len(slot.tokens)
-        held = paged.kv.positions(slot.row, length)
-        for buffer, positions in zip(decoder.kv.buffers, held, strict=True):
-            buffer[slot.row, :, :length] = positions
+        decoder.kv.write(slot.row, paged.kv.positions(slot.row, len(slot.tokens)))
         slot.kernels, slot.exact = 0, 0  # not what ONNX Runtime's kernels would read
 
     def _gather(self) -> None:
